@@ -1,0 +1,333 @@
+"""The bundle's settings: one typed catalogue, and the validation that preflight runs.
+
+Every variable the bundle reads from an inventory is declared here once, with its type,
+its default, its allowed values and a one-line description. The preflight play hands the
+variables it finds for each host to :func:`validate`, which returns the coerced settings
+and one line per problem; nothing on any host changes until that list is empty.
+
+Coercion follows Ansible's own argument-spec rules so that ``-e key=value`` works: an
+``int`` accepts ``8`` and ``"8"`` but not ``"eight"``, ``8.5`` or ``true``; a ``bool``
+accepts the usual yes/no spellings. Cross-field rules (the tutorial's constraints) are
+plain functions registered in :data:`RULES`; later features add rules there.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+Kind = Literal["str", "int", "bool", "float", "list_int", "list_str", "dict", "list_dict"]
+
+#: Prefixes of the variables this bundle owns. A variable with one of these prefixes that
+#: is not in the catalogue is almost certainly a typo, and is reported as one.
+OWNED_PREFIXES: Final = (
+    "prefixbench_", "neuron_sdk_", "vllm_env_", "model_cache_", "vllm_service_")
+
+_REQUIRED: Final = object()
+
+# Characters that never belong in a value that ends up on a command line or in a unit
+# file: control characters (newlines would split a unit directive) and NUL.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One variable of the bundle."""
+
+    name: str
+    kind: Kind
+    description: str
+    default: Any = _REQUIRED
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    pattern: str | None = None
+    #: Secrets are never templated by preflight (that would decrypt a vaulted value);
+    #: only their presence is checked.
+    secret: bool = False
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+@dataclass
+class ValidationResult:
+    """Coerced settings of one host and the problems found, one line each."""
+
+    host: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+_RUN_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+_INSTANCE_TYPE_PATTERN: Final = r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"
+
+CATALOGUE: Final[tuple[Setting, ...]] = (
+    # --- deployment-wide (inventory group_vars/all) -----------------------------------
+    Setting("prefixbench_neuron_release", "str", "Neuron SDK release whose pinned versions "
+            "are installed (a manifest in prefixbench/data/neuron_releases/).", "2.31",
+            pattern=r"^\d+\.\d+$"),
+    Setting("prefixbench_platform", "str", "Accelerator platform of the hosts: neuron on "
+            "Trn2/Trn3, cpu on the simulated fleet.", "neuron", choices=("neuron", "cpu")),
+    Setting("prefixbench_instance_type", "str", "EC2 instance type of the host (host "
+            "variable; the EC2 inventory sets it).", pattern=_INSTANCE_TYPE_PATTERN),
+    Setting("prefixbench_run_id", "str", "Name of the run directory under the results "
+            "directory; reuse one to resume a run. Empty: a new timestamped id.", "",
+            pattern=r"^$|" + _RUN_ID_PATTERN),
+    Setting("prefixbench_results_dir", "str", "Controller directory that holds one "
+            "sub-directory per run.", "results"),
+    Setting("prefixbench_configurations", "list_str", "Server configurations to run, in "
+            "order.", ["baseline", "cached"], choices=("baseline", "cached")),
+    Setting("prefixbench_repetitions", "int", "Trials of every workload on every "
+            "configuration (seeds are paired across configurations).", 1, minimum=1,
+            maximum=100),
+    Setting("prefixbench_skip_provision", "bool", "Skip the provision phase (hosts already "
+            "provisioned, e.g. a DLAMI with the pinned versions).", False),
+    Setting("prefixbench_workloads", "list_dict", "Benchmark workloads; each key mirrors a "
+            "`vllm bench serve` flag in snake_case. Empty: the tutorial's three.", []),
+    # --- model (roles/model_cache) ----------------------------------------------------
+    Setting("model_cache_source", "str", "Where the model comes from: hf (Hugging Face "
+            "Hub), s3 (a mirror bucket), local (a directory already on the host).", "hf",
+            choices=("hf", "s3", "local")),
+    Setting("model_cache_repo_id", "str", "Hub repository of the model.",
+            "openai/gpt-oss-120b", pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$"),
+    Setting("model_cache_revision", "str", "Hub revision (branch, tag or commit); the "
+            "resolved commit is recorded for fingerprints.", "main",
+            pattern=r"^[\w./-]+$"),
+    Setting("model_cache_dir", "str", "Directory on the host that holds the model.",
+            "/opt/models/gpt-oss-120b", pattern=r"^/[\w./-]*$"),
+    Setting("model_cache_s3_uri", "str", "s3://bucket/prefix of the model mirror "
+            "(source s3).", "", pattern=r"^$|^s3://[a-z0-9.-]{3,63}(/[\w./-]*)?$"),
+    Setting("model_cache_hf_token", "str", "Hub token (keep it in Ansible Vault).", "",
+            secret=True),
+    # --- vLLM server (roles/vllm_service) ----------------------------------------------
+    Setting("vllm_service_model", "str", "Model path on the host (or hub id) that `vllm "
+            "serve` loads."),
+    Setting("vllm_service_served_model_name", "str", "Name the server reports and the "
+            "benchmark requests; empty: the model path.", ""),
+    Setting("vllm_service_tensor_parallel_size", "int", "--tensor-parallel-size.", 8,
+            minimum=1, maximum=128),
+    Setting("vllm_service_max_num_seqs", "int", "--max-num-seqs.", 4, minimum=1,
+            maximum=1024),
+    Setting("vllm_service_max_model_len", "int", "--max-model-len.", 8192, minimum=16,
+            maximum=1048576),
+    Setting("vllm_service_max_num_batched_tokens", "int", "--max-num-batched-tokens.",
+            1024, minimum=16, maximum=1048576),
+    Setting("vllm_service_hf_overrides", "dict", "--hf-overrides (JSON); the tutorial "
+            "clears quantization_config for gpt-oss on Trn2.",
+            {"quantization_config": {}}),
+    Setting("vllm_service_neuron_config", "dict", "neuron_config inside "
+            "--additional-config: num_batched_tokens_buckets, num_seqs_buckets, "
+            "kv_segment_size_buckets, on_device_sampling_config.",
+            {"num_batched_tokens_buckets": [1024], "num_seqs_buckets": [4],
+             "kv_segment_size_buckets": [1024],
+             "on_device_sampling_config": {"all_greedy": True}}),
+    Setting("vllm_service_host", "str", "--host the server binds to.", "127.0.0.1"),
+    Setting("vllm_service_port", "int", "--port.", 8000, minimum=1, maximum=65535),
+)
+
+BY_NAME: Final[dict[str, Setting]] = {s.name: s for s in CATALOGUE}
+
+#: Names of the secret settings, and what preflight passes instead of their values.
+SECRETS: Final = frozenset(s.name for s in CATALOGUE if s.secret)
+REDACTED: Final = "<redacted>"
+
+Rule = Callable[[Mapping[str, Any]], Iterable[str]]
+
+#: Cross-field rules, run on the coerced settings once every single value is valid.
+RULES: list[Rule] = []
+
+
+def rule(func: Rule) -> Rule:
+    """Register a cross-field rule (a function yielding one line per problem)."""
+    RULES.append(func)
+    return func
+
+
+_TRUE: Final = frozenset({"true", "yes", "on", "1", "y", "t"})
+_FALSE: Final = frozenset({"false", "no", "off", "0", "n", "f"})
+
+
+class _Invalid(ValueError):
+    """A value that does not have the type its setting says."""
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise _Invalid(f"must be an integer, got {value!r} (bool)")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+        return int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise _Invalid(f"must be an integer, got {value!r} ({_type_name(value)})")
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise _Invalid(f"must be a number, got {value!r} (bool)")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise _Invalid(f"must be a number, got {value!r} ({_type_name(value)})")
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise _Invalid(f"must be a boolean (true/false), got {value!r} ({_type_name(value)})")
+
+
+def _as_str(value: Any) -> str:
+    if isinstance(value, str):
+        if _CONTROL.search(value):
+            raise _Invalid("must not contain control characters (newline, tab, NUL)")
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise _Invalid(f"must be a string, got {value!r} ({_type_name(value)})")
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, list | tuple):
+        return list(value)
+    raise _Invalid(f"must be a list, got {value!r} ({_type_name(value)})")
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _Invalid(f"keys must be strings, got {key!r}")
+            out[key] = item
+        return out
+    raise _Invalid(f"must be a mapping, got {value!r} ({_type_name(value)})")
+
+
+def coerce(setting: Setting, value: Any) -> Any:
+    """Return ``value`` as the setting's type, or raise ``ValueError`` with the reason."""
+    result: Any
+    if setting.kind == "int":
+        result = _as_int(value)
+    elif setting.kind == "float":
+        result = _as_float(value)
+    elif setting.kind == "bool":
+        result = _as_bool(value)
+    elif setting.kind == "str":
+        result = _as_str(value)
+    elif setting.kind == "list_int":
+        items = _as_list(value)
+        try:
+            result = [_as_int(v) for v in items]
+        except _Invalid as exc:
+            raise _Invalid(f"must be a list of integers ({exc})") from None
+    elif setting.kind == "list_str":
+        result = [_as_str(v) for v in _as_list(value)]
+    elif setting.kind == "dict":
+        result = _as_dict(value)
+    else:  # list_dict
+        result = [_as_dict(v) for v in _as_list(value)]
+
+    _check_bounds(setting, result)
+    return result
+
+
+def _check_bounds(setting: Setting, result: Any) -> None:
+    values = result if isinstance(result, list) and setting.kind in ("list_int", "list_str") \
+        else [result]
+    for item in values:
+        if setting.choices is not None and item not in setting.choices:
+            allowed = ", ".join(str(c) for c in setting.choices)
+            raise _Invalid(f"{item!r} is not one of: {allowed}")
+        if setting.minimum is not None and isinstance(item, int | float) \
+                and item < setting.minimum:
+            raise _Invalid(f"must be >= {setting.minimum:g}, got {item}")
+        if setting.maximum is not None and isinstance(item, int | float) \
+                and item > setting.maximum:
+            raise _Invalid(f"must be <= {setting.maximum:g}, got {item}")
+        if setting.pattern is not None and isinstance(item, str) \
+                and not re.fullmatch(setting.pattern, item):
+            raise _Invalid(f"{item!r} does not match the expected form {setting.pattern}")
+
+
+def plain(value: Any) -> Any:
+    """A copy of ``value`` made of builtin types only.
+
+    Values handed over by a templating engine may be subclasses of ``str``, ``dict`` and
+    so on that carry extra data; messages and JSON should only ever see the builtins.
+    """
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def owned_names(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` that carry one of this bundle's prefixes."""
+    return sorted(n for n in names if n.startswith(OWNED_PREFIXES))
+
+
+def validate(values: Mapping[str, Any], host: str = "all",
+             extra_names: Iterable[str] = ()) -> ValidationResult:
+    """Validate the variables of one host.
+
+    ``values`` holds the host's variables (only the catalogued ones are read);
+    ``extra_names`` are the names of every variable visible to the host, so that
+    misspelt names with an owned prefix are reported rather than silently ignored.
+    Every problem is one line that starts with the host and the variable's name.
+    """
+    result = ValidationResult(host=host)
+    for setting in CATALOGUE:
+        if setting.name in values and values[setting.name] is not None:
+            try:
+                result.settings[setting.name] = coerce(setting, plain(values[setting.name]))
+            except ValueError as exc:
+                result.problems.append(f"{host}: {setting.name} {exc}")
+        elif setting.required:
+            result.problems.append(
+                f"{host}: {setting.name} is required ({setting.description}) "
+                "- set it in the inventory's group_vars or host_vars")
+        else:
+            result.settings[setting.name] = setting.default
+
+    for name in owned_names(extra_names):
+        if name not in BY_NAME:
+            close = difflib.get_close_matches(name, BY_NAME.keys(), n=1)
+            hint = f" - did you mean {close[0]}?" if close else ""
+            result.problems.append(f"{host}: {name} is not a setting of this bundle{hint}")
+
+    if result.ok:
+        for check in RULES:
+            result.problems.extend(f"{host}: {line}" for line in check(result.settings))
+    return result
