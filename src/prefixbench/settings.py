@@ -130,6 +130,14 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             {"num_batched_tokens_buckets": [1024], "num_seqs_buckets": [4],
              "kv_segment_size_buckets": [1024],
              "on_device_sampling_config": {"all_greedy": True}}),
+    Setting("vllm_service_environment", "dict", "Extra environment of both units, e.g. "
+            "VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION (the tutorial's fix for OOM at start).",
+            {}),
+    Setting("vllm_service_cache_root", "str", "VLLM_CACHE_ROOT: compile cache on local "
+            "disk shared by both units.", "/var/cache/vllm-prefixbench",
+            pattern=r"^/[\w./-]*$"),
+    Setting("vllm_service_enforce_eager", "bool", "--enforce-eager (no graph compilation; "
+            "for CPU hosts without a compiler).", False),
     Setting("vllm_service_host", "str", "--host the server binds to.", "127.0.0.1"),
     Setting("vllm_service_port", "int", "--port.", 8000, minimum=1, maximum=65535),
 )
@@ -307,6 +315,8 @@ def validate(values: Mapping[str, Any], host: str = "all",
     misspelt names with an owned prefix are reported rather than silently ignored.
     Every problem is one line that starts with the host and the variable's name.
     """
+    from prefixbench import rules  # noqa: F401, PLC0415 - registers the tutorial's rules
+
     result = ValidationResult(host=host)
     for setting in CATALOGUE:
         if setting.name in values and values[setting.name] is not None:

@@ -1,0 +1,110 @@
+"""The tutorial's rules for the server settings, enforced by preflight.
+
+Each rule reads validated settings and yields one line per problem. They encode what the
+tutorial states ("Tuning kv_segment_size_buckets", Step 2's key flags, "Prepare your
+environment") so that a wrong setting never reaches a host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from prefixbench import settings
+from prefixbench.server import TRN3_ONLY_ENVIRONMENT, family
+
+#: Segment sizes the segmented-attention kernel is compiled for (the tutorial: "Supported
+#: values: [512], [1024], [2048], [4096]").
+SEGMENT_SIZES: Final = (512, 1024, 2048, 4096)
+
+_ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_NEURON_CONFIG_KEYS: Final = {
+    "num_batched_tokens_buckets": "list",
+    "num_seqs_buckets": "list",
+    "kv_segment_size_buckets": "list",
+    "on_device_sampling_config": "dict",
+}
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and value and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return value
+    return None
+
+
+@settings.rule
+def neuron_config_shape(s: Mapping[str, Any]) -> Iterator[str]:
+    """neuron_config carries the tutorial's four keys, with the right types."""
+    cfg = s["vllm_service_neuron_config"]
+    for key, kind in _NEURON_CONFIG_KEYS.items():
+        if key not in cfg:
+            yield f"vllm_service_neuron_config.{key} is missing (the tutorial sets it)"
+        elif kind == "list" and _int_list(cfg[key]) is None:
+            yield (f"vllm_service_neuron_config.{key} must be a non-empty list of integers, "
+                   f"got {cfg[key]!r}")
+        elif kind == "dict" and not isinstance(cfg[key], Mapping):
+            yield f"vllm_service_neuron_config.{key} must be a mapping, got {cfg[key]!r}"
+    for key in sorted(set(cfg) - set(_NEURON_CONFIG_KEYS)):
+        yield (f"vllm_service_neuron_config.{key} is not a neuron_config key this bundle "
+               f"knows ({', '.join(_NEURON_CONFIG_KEYS)})")
+
+
+@settings.rule
+def segment_buckets(s: Mapping[str, Any]) -> Iterator[str]:
+    """kv_segment_size_buckets equals num_batched_tokens_buckets; sizes are supported."""
+    cfg = s["vllm_service_neuron_config"]
+    segments = _int_list(cfg.get("kv_segment_size_buckets"))
+    batched = _int_list(cfg.get("num_batched_tokens_buckets"))
+    if segments is None or batched is None:
+        return
+    if segments != batched:
+        yield (f"kv_segment_size_buckets {segments} must equal num_batched_tokens_buckets "
+               f"{batched} (the tutorial's constraint for segmented attention)")
+    bad = [v for v in segments if v not in SEGMENT_SIZES]
+    if bad:
+        yield (f"kv_segment_size_buckets {bad} not supported: use one of "
+               f"{', '.join(f'[{v}]' for v in SEGMENT_SIZES)}")
+    mnbt = s["vllm_service_max_num_batched_tokens"]
+    if mnbt != max(batched):
+        yield (f"vllm_service_max_num_batched_tokens {mnbt} must match the prefill segment "
+               f"(num_batched_tokens_buckets {batched}): set it to {max(batched)}")
+
+
+@settings.rule
+def seqs_buckets(s: Mapping[str, Any]) -> Iterator[str]:
+    """num_seqs_buckets tops out at max_num_seqs."""
+    buckets = _int_list(s["vllm_service_neuron_config"].get("num_seqs_buckets"))
+    mns = s["vllm_service_max_num_seqs"]
+    if buckets is not None and max(buckets) != mns:
+        yield (f"num_seqs_buckets {buckets} must reach vllm_service_max_num_seqs {mns} "
+               f"(largest bucket = max-num-seqs)")
+
+
+@settings.rule
+def environment_values(s: Mapping[str, Any]) -> Iterator[str]:
+    """Environment names are identifiers; values are single-line scalars."""
+    for key, value in (s.get("vllm_service_environment") or {}).items():
+        if not _ENV_NAME.match(key):
+            yield f"vllm_service_environment: {key!r} is not a valid variable name"
+        elif isinstance(value, bool) or not isinstance(value, str | int | float):
+            yield (f"vllm_service_environment.{key} must be a string or number, got "
+                   f"{value!r}")
+        elif isinstance(value, str) and any(ord(c) < 0x20 for c in value):
+            yield f"vllm_service_environment.{key} must not contain control characters"
+
+
+@settings.rule
+def trn3_only_settings(s: Mapping[str, Any]) -> Iterator[str]:
+    """Trn3-only environment is not set by hand on other families."""
+    env = s.get("vllm_service_environment") or {}
+    fam = family(str(s.get("prefixbench_instance_type", "")))
+    for key in sorted(set(env) & set(TRN3_ONLY_ENVIRONMENT)):
+        if fam != "trn3":
+            yield (f"vllm_service_environment.{key} is for Trn3 only and this host is "
+                   f"{fam} ({s.get('prefixbench_instance_type')}): remove it")
+        else:
+            yield (f"vllm_service_environment.{key} is set by the bundle on Trn3 hosts: "
+                   "remove it from the inventory")

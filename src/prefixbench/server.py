@@ -1,0 +1,174 @@
+"""The two vLLM servers of the tutorial, as data: argv, environment and unit directives.
+
+The tutorial runs one server without prefix caching (baseline) and one with it (cached),
+otherwise identical so that both run the same compiled graph. Everything a systemd unit
+needs is computed here from validated settings; the Jinja template only prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+Configuration = Literal["baseline", "cached"]
+CONFIGURATIONS: Final[tuple[Configuration, ...]] = ("baseline", "cached")
+
+#: Environment the tutorial sets for gpt-oss compilation on Neuron ("Prepare your
+#: environment"); NEURON_RT_ALLOW_LEGACY_NEFF only on Trn3.
+NEURON_ENVIRONMENT: Final = {
+    "VLLM_NEURON_COMPILATION_TIMEOUT": "1200",
+    "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1200",
+}
+TRN3_ONLY_ENVIRONMENT: Final = {"NEURON_RT_ALLOW_LEGACY_NEFF": "1"}
+
+#: Where both units keep vLLM's compile cache, so the second server reuses the first's.
+DEFAULT_CACHE_ROOT: Final = "/var/cache/vllm-prefixbench"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def unit_name(configuration: Configuration) -> str:
+    """The systemd unit of a configuration."""
+    return f"vllm-{configuration}.service"
+
+
+def family(instance_type: str) -> str:
+    """Instance family from the type: ``trn2.48xlarge`` -> ``trn2``, ``trn2u...`` -> ``trn2``."""
+    head = instance_type.split(".", 1)[0]
+    match = re.match(r"^(trn\d+)", head)
+    return match.group(1) if match else head
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(", ", ": "), sort_keys=False)
+
+
+def serve_argv(settings: Mapping[str, Any], configuration: Configuration,
+               vllm_executable: str = "vllm") -> list[str]:
+    """The ``vllm serve`` command of one configuration, as an argv list.
+
+    Follows the tutorial's Step 1 / Step 4 commands flag by flag; the only difference
+    between the two configurations is ``--no-enable-prefix-caching`` on baseline.
+    Neuron-only options (``--additional-config`` with ``neuron_config``) are left out on
+    the ``cpu`` platform of the simulated fleet; ``--hf-overrides`` is left out when empty.
+    """
+    if configuration not in CONFIGURATIONS:
+        raise ValueError(f"unknown configuration {configuration!r}")
+    s = settings
+    argv = [vllm_executable, "serve", str(s["vllm_service_model"])]
+    if s.get("vllm_service_served_model_name"):
+        argv += ["--served-model-name", str(s["vllm_service_served_model_name"])]
+    argv += [
+        "--tensor-parallel-size", str(s["vllm_service_tensor_parallel_size"]),
+        "--max-num-seqs", str(s["vllm_service_max_num_seqs"]),
+        "--max-model-len", str(s["vllm_service_max_model_len"]),
+        "--max-num-batched-tokens", str(s["vllm_service_max_num_batched_tokens"]),
+    ]
+    if configuration == "baseline":
+        argv.append("--no-enable-prefix-caching")
+    if s.get("vllm_service_hf_overrides"):
+        argv += ["--hf-overrides", _json(s["vllm_service_hf_overrides"])]
+    if s.get("prefixbench_platform", "neuron") == "neuron":
+        argv += ["--additional-config",
+                 _json({"neuron_config": s["vllm_service_neuron_config"]})]
+    if s.get("vllm_service_enforce_eager"):
+        argv.append("--enforce-eager")
+    argv += ["--host", str(s["vllm_service_host"]), "--port", str(s["vllm_service_port"])]
+    return argv
+
+
+def environment(settings: Mapping[str, Any], configuration: Configuration,
+                runtime_dir: str) -> dict[str, str]:
+    """The unit's environment: the tutorial's variables plus the bundle's own.
+
+    ``runtime_dir`` is the unit's RuntimeDirectory: systemd creates it empty at each start
+    and removes it at stop, which is what wipes the Prometheus multiprocess directory.
+    """
+    env: dict[str, str] = {}
+    if settings.get("prefixbench_platform", "neuron") == "neuron":
+        env.update(NEURON_ENVIRONMENT)
+        if family(str(settings.get("prefixbench_instance_type", ""))) == "trn3":
+            env.update(TRN3_ONLY_ENVIRONMENT)
+    env["VLLM_CACHE_ROOT"] = str(settings.get("vllm_service_cache_root", DEFAULT_CACHE_ROOT))
+    env["PROMETHEUS_MULTIPROC_DIR"] = f"{runtime_dir}/prometheus"
+    env["HF_HUB_OFFLINE"] = "1"
+    env["PREFIXBENCH_CONFIGURATION"] = configuration
+    for key, value in (settings.get("vllm_service_environment") or {}).items():
+        env[str(key)] = str(value)
+    return env
+
+
+_SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def systemd_quote(arg: str) -> str:
+    """Quote one argument for an ``ExecStart=`` line.
+
+    systemd splits on whitespace, honours double quotes with C-style escapes, expands
+    ``$VAR`` / ``${VAR}`` and ``%`` specifiers: escape all of them so that the process
+    receives exactly ``arg``.
+    """
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in arg):
+        raise ValueError(f"control character in command-line argument {arg!r}")
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if escaped and _SYSTEMD_SAFE.match(escaped):
+        return escaped
+    escaped = escaped.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def exec_line(argv: Sequence[str]) -> str:
+    """An argv as the value of ``ExecStart=``."""
+    return " ".join(systemd_quote(a) for a in argv)
+
+
+def environment_lines(env: Mapping[str, str]) -> list[str]:
+    """``Environment=`` values, one per variable, quoted for systemd."""
+    lines = []
+    for key in sorted(env):
+        if not _ENV_NAME.match(key):
+            raise ValueError(f"invalid environment variable name {key!r}")
+        lines.append(systemd_quote(f"{key}={env[key]}"))
+    return lines
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """Everything the unit template prints for one configuration."""
+
+    configuration: Configuration
+    name: str
+    conflicts: str
+    exec_start: str
+    environment: tuple[str, ...]
+    runtime_directory: str
+    argv: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "configuration": self.configuration, "name": self.name,
+            "conflicts": self.conflicts, "exec_start": self.exec_start,
+            "environment": list(self.environment),
+            "runtime_directory": self.runtime_directory, "argv": list(self.argv),
+        }
+
+
+def unit_spec(settings: Mapping[str, Any], configuration: Configuration,
+              vllm_executable: str) -> UnitSpec:
+    """Compute the unit of one configuration from validated settings."""
+    other: Configuration = "cached" if configuration == "baseline" else "baseline"
+    runtime = f"vllm-{configuration}"
+    argv = serve_argv(settings, configuration, vllm_executable)
+    env = environment(settings, configuration, f"/run/{runtime}")
+    return UnitSpec(
+        configuration=configuration,
+        name=unit_name(configuration),
+        conflicts=unit_name(other),
+        exec_start=exec_line(argv),
+        environment=tuple(environment_lines(env)),
+        runtime_directory=runtime,
+        argv=tuple(argv),
+    )

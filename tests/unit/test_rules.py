@@ -1,0 +1,91 @@
+"""The tutorial's rules: every invalid setting is rejected with a message of its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from prefixbench import settings
+
+BASE: dict[str, Any] = {
+    "prefixbench_instance_type": "trn2.48xlarge",
+    "vllm_service_model": "/opt/models/gpt-oss-120b",
+}
+NC = {"num_batched_tokens_buckets": [1024], "num_seqs_buckets": [4],
+      "kv_segment_size_buckets": [1024], "on_device_sampling_config": {"all_greedy": True}}
+
+
+def nc(**changes: Any) -> dict[str, Any]:
+    out = dict(NC)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key)
+        else:
+            out[key] = value
+    return out
+
+
+# (overrides, the message that must appear) - each line a different mistake.
+INVALID: list[tuple[dict[str, Any], str]] = [
+    ({"vllm_service_neuron_config": nc(kv_segment_size_buckets=[2048])},
+     "kv_segment_size_buckets [2048] must equal num_batched_tokens_buckets [1024]"),
+    ({"vllm_service_neuron_config": nc(kv_segment_size_buckets=[768],
+                                       num_batched_tokens_buckets=[768]),
+      "vllm_service_max_num_batched_tokens": 768},
+     "kv_segment_size_buckets [768] not supported"),
+    ({"vllm_service_max_num_batched_tokens": 2048},
+     "vllm_service_max_num_batched_tokens 2048 must match the prefill segment"),
+    ({"vllm_service_neuron_config": nc(num_seqs_buckets=[8])},
+     "num_seqs_buckets [8] must reach vllm_service_max_num_seqs 4"),
+    ({"vllm_service_neuron_config": nc(kv_segment_size_buckets=None)},
+     "vllm_service_neuron_config.kv_segment_size_buckets is missing"),
+    ({"vllm_service_neuron_config": nc(num_seqs_buckets="4")},
+     "num_seqs_buckets must be a non-empty list of integers"),
+    ({"vllm_service_neuron_config": nc(num_seqs_buckets=[])},
+     "num_seqs_buckets must be a non-empty list of integers, got []"),
+    ({"vllm_service_neuron_config": nc(on_device_sampling_config=True)},
+     "on_device_sampling_config must be a mapping"),
+    ({"vllm_service_neuron_config": nc(kv_segment_size=[1024])},
+     "vllm_service_neuron_config.kv_segment_size is not a neuron_config key"),
+    ({"vllm_service_environment": {"NEURON_RT_ALLOW_LEGACY_NEFF": "1"}},
+     "NEURON_RT_ALLOW_LEGACY_NEFF is for Trn3 only and this host is trn2"),
+    ({"vllm_service_environment": {"BAD NAME": "1"}},
+     "'BAD NAME' is not a valid variable name"),
+    ({"vllm_service_environment": {"X": "a\nb"}},
+     "vllm_service_environment.X must not contain control characters"),
+    ({"vllm_service_environment": {"X": ["a"]}},
+     "vllm_service_environment.X must be a string or number"),
+    ({"vllm_service_max_num_seqs": "four"}, "must be an integer, got 'four'"),
+    ({"vllm_service_port": 0}, "vllm_service_port must be >= 1"),
+    ({"vllm_service_model": "/opt/m\nExecStartPre=/bin/sh"}, "control characters"),
+    ({"vllm_service_cache_root": "relative/dir"}, "vllm_service_cache_root"),
+    ({"vllm_service_tensor_parallel_size": "eight"}, "must be an integer"),
+    ({"vllm_service_hf_overrides": "{}"}, "vllm_service_hf_overrides must be a mapping"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), INVALID,
+                         ids=[m[:40] for _, m in INVALID])
+def test_each_invalid_setting_is_rejected_with_its_own_message(
+        overrides: dict[str, Any], message: str) -> None:
+    result = settings.validate({**BASE, **overrides}, host="h1")
+    assert not result.ok
+    assert any(message in p for p in result.problems), result.problems
+    assert all(p.startswith("h1: ") and "\n" not in p for p in result.problems)
+
+
+def test_messages_are_distinct() -> None:
+    assert len({m for _, m in INVALID}) == len(INVALID)
+
+
+def test_the_tutorials_own_settings_pass() -> None:
+    assert settings.validate(BASE, host="h1").ok
+
+
+def test_trn3_host_may_not_set_the_bundles_own_variable_by_hand() -> None:
+    result = settings.validate({**BASE, "prefixbench_instance_type": "trn3.48xlarge",
+                                "vllm_service_environment":
+                                    {"NEURON_RT_ALLOW_LEGACY_NEFF": "1"}}, host="h1")
+    assert result.problems == ["h1: vllm_service_environment.NEURON_RT_ALLOW_LEGACY_NEFF is "
+                               "set by the bundle on Trn3 hosts: remove it from the inventory"]

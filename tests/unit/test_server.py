@@ -1,0 +1,108 @@
+"""The two servers of the tutorial as argv, environment and unit lines."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+
+from prefixbench import server, settings
+
+TUTORIAL: dict[str, Any] = {
+    "prefixbench_instance_type": "trn2.48xlarge",
+    "vllm_service_model": "openai/gpt-oss-120b",
+}
+
+
+def valid(**overrides: Any) -> dict[str, Any]:
+    result = settings.validate({**TUTORIAL, **overrides}, host="h")
+    assert result.ok, result.problems
+    return result.settings
+
+
+def test_baseline_is_the_tutorials_step_1_command() -> None:
+    argv = server.serve_argv(valid(), "baseline")
+    expected = shlex.split("""vllm serve openai/gpt-oss-120b
+        --tensor-parallel-size 8 --max-num-seqs 4 --max-model-len 8192
+        --max-num-batched-tokens 1024 --no-enable-prefix-caching""")
+    assert argv[: len(expected)] == expected
+    hf = argv[argv.index("--hf-overrides") + 1]
+    assert hf == '{"quantization_config": {}}'
+    additional = argv[argv.index("--additional-config") + 1]
+    assert additional == (
+        '{"neuron_config": {"num_batched_tokens_buckets": [1024], "num_seqs_buckets": [4], '
+        '"kv_segment_size_buckets": [1024], "on_device_sampling_config": '
+        '{"all_greedy": true}}}')
+    assert argv[-4:] == ["--host", "127.0.0.1", "--port", "8000"]
+
+
+def test_cached_differs_from_baseline_only_by_the_caching_flag() -> None:
+    s = valid()
+    baseline = server.serve_argv(s, "baseline")
+    cached = server.serve_argv(s, "cached")
+    assert [a for a in baseline if a != "--no-enable-prefix-caching"] == cached
+
+
+def test_cpu_platform_leaves_out_neuron_only_options() -> None:
+    argv = server.serve_argv(valid(prefixbench_platform="cpu", vllm_service_hf_overrides={}),
+                             "cached")
+    assert "--additional-config" not in argv
+    assert "--hf-overrides" not in argv
+
+
+@pytest.mark.parametrize(("instance", "has_legacy_neff"),
+                         [("trn2.48xlarge", False), ("trn3.48xlarge", True)])
+def test_environment_follows_the_tutorial(instance: str, has_legacy_neff: bool) -> None:
+    env = server.environment(valid(prefixbench_instance_type=instance), "cached", "/run/x")
+    assert env["VLLM_NEURON_COMPILATION_TIMEOUT"] == "1200"
+    assert env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "1200"
+    assert ("NEURON_RT_ALLOW_LEGACY_NEFF" in env) is has_legacy_neff
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == "/run/x/prometheus"
+    assert env["VLLM_CACHE_ROOT"] == "/var/cache/vllm-prefixbench"
+
+
+def test_cpu_environment_has_no_neuron_variables() -> None:
+    env = server.environment(valid(prefixbench_platform="cpu",
+                                   vllm_service_environment={"VLLM_CPU_KVCACHE_SPACE": 1}),
+                             "baseline", "/run/x")
+    assert not any(k.startswith(("VLLM_NEURON", "NEURON_")) for k in env)
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("arg", "quoted"),
+    [
+        ("--port", "--port"),
+        ("/opt/models/x", "/opt/models/x"),
+        ('{"a": 1}', '"{\\"a\\": 1}"'),
+        ("100%", "100%%"),
+        ("$HOME", "\"$$HOME\""),
+        ("a b", '"a b"'),
+        ("back\\slash", '"back\\\\slash"'),
+        ("", '""'),
+    ],
+)
+def test_systemd_quoting(arg: str, quoted: str) -> None:
+    assert server.systemd_quote(arg) == quoted
+
+
+def test_systemd_quoting_refuses_control_characters() -> None:
+    with pytest.raises(ValueError, match="control character"):
+        server.systemd_quote("a\nb")
+
+
+def test_unit_spec_pairs_the_units_as_conflicting() -> None:
+    spec = server.unit_spec(valid(), "baseline", "/opt/venv/bin/vllm")
+    assert spec.name == "vllm-baseline.service"
+    assert spec.conflicts == "vllm-cached.service"
+    assert spec.exec_start.startswith("/opt/venv/bin/vllm serve openai/gpt-oss-120b ")
+    assert '"PROMETHEUS_MULTIPROC_DIR=/run/vllm-baseline/prometheus"' not in spec.environment
+    assert "PROMETHEUS_MULTIPROC_DIR=/run/vllm-baseline/prometheus" in spec.environment
+
+
+def test_family_of_instance_types() -> None:
+    assert server.family("trn2.48xlarge") == "trn2"
+    assert server.family("trn2u.48xlarge") == "trn2"
+    assert server.family("trn3pds.48xlarge") == "trn3"
+    assert server.family("inf2.xlarge") == "inf2"
