@@ -26,6 +26,8 @@ TRN3_ONLY_ENVIRONMENT: Final = {"NEURON_RT_ALLOW_LEGACY_NEFF": "1"}
 
 #: Where both units keep vLLM's compile cache, so the second server reuses the first's.
 DEFAULT_CACHE_ROOT: Final = "/var/cache/vllm-prefixbench"
+#: The service user's home and working directory (systemd StateDirectory).
+STATE_DIR: Final = "/var/lib/vllm-prefixbench"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -95,6 +97,7 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
     env["VLLM_CACHE_ROOT"] = str(settings.get("vllm_service_cache_root", DEFAULT_CACHE_ROOT))
     env["PROMETHEUS_MULTIPROC_DIR"] = f"{runtime_dir}/prometheus"
     env["HF_HUB_OFFLINE"] = "1"
+    env["HOME"] = STATE_DIR
     env["PREFIXBENCH_CONFIGURATION"] = configuration
     for key, value in (settings.get("vllm_service_environment") or {}).items():
         env[str(key)] = str(value)
@@ -135,6 +138,32 @@ def environment_lines(env: Mapping[str, str]) -> list[str]:
     return lines
 
 
+#: Sandboxing measured to work for vLLM under systemd (REFERENCE.md: exposure 1.1 with
+#: `systemd-analyze security`). MemoryDenyWriteExecute breaks oneDNN's JIT and
+#: ProcSubset=pid hides /proc/meminfo, so neither is set.
+_HARDENING: Final = (
+    "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+    "ProtectKernelTunables=yes", "ProtectKernelModules=yes", "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes", "ProtectClock=yes", "ProtectHostname=yes",
+    "RestrictNamespaces=yes", "RestrictSUIDSGID=yes", "RestrictRealtime=yes",
+    "LockPersonality=yes", "CapabilityBoundingSet=", "SystemCallArchitectures=native",
+    "SystemCallFilter=@system-service",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    "ProtectProc=invisible", "UMask=0027", "RemoveIPC=yes",
+)
+
+
+def hardening(platform: str) -> list[str]:
+    """Sandboxing directives; Neuron hosts must still reach their /dev/neuron* devices."""
+    lines = list(_HARDENING)
+    if platform == "neuron":
+        # The Neuron driver registers a "neuron" character-device class.
+        lines += ["DevicePolicy=closed", "DeviceAllow=char-neuron rw"]
+    else:
+        lines += ["PrivateDevices=yes", "DevicePolicy=closed", "PrivateUsers=yes"]
+    return lines
+
+
 @dataclass(frozen=True)
 class UnitSpec:
     """Everything the unit template prints for one configuration."""
@@ -146,6 +175,7 @@ class UnitSpec:
     environment: tuple[str, ...]
     runtime_directory: str
     argv: tuple[str, ...]
+    hardening: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -153,6 +183,7 @@ class UnitSpec:
             "conflicts": self.conflicts, "exec_start": self.exec_start,
             "environment": list(self.environment),
             "runtime_directory": self.runtime_directory, "argv": list(self.argv),
+            "hardening": list(self.hardening),
         }
 
 
@@ -169,6 +200,7 @@ def unit_spec(settings: Mapping[str, Any], configuration: Configuration,
         conflicts=unit_name(other),
         exec_start=exec_line(argv),
         environment=tuple(environment_lines(env)),
-        runtime_directory=runtime,
+        runtime_directory=f"{runtime} {runtime}/prometheus",
         argv=tuple(argv),
+        hardening=tuple(hardening(str(settings.get("prefixbench_platform", "neuron")))),
     )

@@ -26,6 +26,9 @@ Kind = Literal["str", "int", "bool", "float", "list_int", "list_str", "dict", "l
 OWNED_PREFIXES: Final = (
     "prefixbench_", "neuron_sdk_", "vllm_env_", "model_cache_", "vllm_service_")
 
+#: Names with an owned prefix that are not settings: what preflight publishes.
+RESERVED: Final = frozenset({"prefixbench_settings"})
+
 _REQUIRED: Final = object()
 
 # Characters that never belong in a value that ends up on a command line or in a unit
@@ -303,7 +306,7 @@ def plain(value: Any) -> Any:
 
 def owned_names(names: Iterable[str]) -> list[str]:
     """The names among ``names`` that carry one of this bundle's prefixes."""
-    return sorted(n for n in names if n.startswith(OWNED_PREFIXES))
+    return sorted(n for n in names if n.startswith(OWNED_PREFIXES) and n not in RESERVED)
 
 
 def validate(values: Mapping[str, Any], host: str = "all",

@@ -1,0 +1,40 @@
+"""Health-wait decisions and the progress line."""
+
+from __future__ import annotations
+
+from prefixbench.health import Probe, decide, progress_line
+
+
+def probe(http: int | None = None, state: str = "active", restarts: int = 0,
+          line: str = "") -> Probe:
+    return Probe(http_status=http, active_state=state, n_restarts=restarts,
+                 last_log_line=line)
+
+
+def test_healthy_needs_a_200_from_an_active_unit() -> None:
+    assert decide(probe(200), 42, 1800, 0).verdict == "healthy"
+    assert decide(probe(200, state="deactivating"), 42, 1800, 0).verdict == "waiting"
+
+
+def test_a_long_compilation_is_waited_for() -> None:
+    assert decide(probe(None), 1199, 1800, 0).verdict == "waiting"
+    assert decide(probe(503), 1700, 1800, 0).verdict == "waiting"
+
+
+def test_timeout_failure_and_crash_loop_end_the_wait() -> None:
+    assert decide(probe(None), 1800, 1800, 0).reason == "not healthy within 1800 s"
+    assert decide(probe(None, state="failed"), 10, 1800, 0).verdict == "failed"
+    assert decide(probe(None, state="inactive"), 10, 1800, 0).verdict == "failed"
+    looped = decide(probe(None, restarts=5), 60, 1800, 2)
+    assert looped.verdict == "failed"
+    assert "crash loop" in looped.reason
+    assert decide(probe(None, restarts=4), 60, 1800, 2).verdict == "waiting"
+
+
+def test_progress_line_shows_elapsed_state_and_last_log() -> None:
+    line = progress_line("h1", "vllm-cached.service", 754,
+                         probe(None, state="active", line="Compiling graph 3/9\n"))
+    assert line == ("h1: waiting for vllm-cached.service: 12m34s, active, no answer; "
+                    "last log: Compiling graph 3/9")
+    long = progress_line("h1", "u", 1, probe(503, line="x" * 500))
+    assert long.endswith("...") and len(long) < 250
