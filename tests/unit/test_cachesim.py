@@ -1,0 +1,150 @@
+"""The block-hash prefix cache model: fixtures, the block-aligned formula, LRU details."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prefixbench.cachesim import CapacityError, PrefixCacheSim, block_hashes, replay
+from prefixbench.prefix_repetition import generate_prompts
+from prefixbench.ratios import block_aligned_expected
+
+VOCAB = 2048  # the recorded fixtures' word-level tokenizer
+TUTORIAL = {"prefix_len": 3072, "suffix_len": 1024, "vocab_size": VOCAB}
+
+
+def _run(sim: PrefixCacheSim, seed: int, num_prompts: int, num_prefixes: int) -> tuple[int, int]:
+    prompts = generate_prompts(seed, num_prompts, num_prefixes, **TUTORIAL)  # type: ignore[arg-type]
+    result = sim.replay(p.tokens for p in prompts)
+    return result.total_hit_tokens, result.query_tokens
+
+
+@pytest.mark.parametrize("capacity", [None, 8192])
+def test_replays_the_recorded_cached_server_to_the_token(capacity: int | None) -> None:
+    # One server: high overlap, then no overlap, then sustained; all seed 0 (the fixtures).
+    sim = PrefixCacheSim(128, capacity)
+    assert _run(sim, 0, 50, 5) == (138240, 204800)
+    assert _run(sim, 0, 50, 50) == (7936, 204800)  # 3.88%: the seed-0 contamination
+    assert _run(sim, 0, 200, 5) == (615040, 819200)  # 75.08%, not the formula's 73.125%
+
+
+@pytest.mark.parametrize("capacity", [None, 8192])
+def test_replays_the_recorded_contamination_server(capacity: int | None) -> None:
+    sim = PrefixCacheSim(128, capacity)
+    assert _run(sim, 0, 50, 5) == (138240, 204800)
+    assert _run(sim, 12345, 50, 50) == (0, 204800)
+    assert _run(sim, 0, 50, 50) == (7936, 204800)
+
+
+def _workload(
+    num_prompts: int, num_prefixes: int, prefix_len: int, suffix_len: int, order_seed: int
+) -> list[tuple[int, ...]]:
+    """prefix_repetition-shaped prompts with distinct token ids (no accidental sharing)."""
+    ppp = num_prompts // num_prefixes
+    next_id = 0
+    prompts: list[tuple[int, ...]] = []
+    for _ in range(num_prefixes):
+        prefix = tuple(range(next_id, next_id + prefix_len))
+        next_id += prefix_len
+        for _ in range(ppp):
+            prompts.append(prefix + tuple(range(next_id, next_id + suffix_len)))
+            next_id += suffix_len
+    random.Random(order_seed).shuffle(prompts)  # noqa: S311 - test data order
+    return prompts
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    num_prefixes=st.integers(1, 6),
+    extra=st.integers(0, 30),
+    prefix_len=st.integers(0, 300),
+    suffix_len=st.integers(0, 300),
+    block_size=st.sampled_from([1, 2, 3, 7, 16, 32, 64, 128]),
+    order_seed=st.integers(0, 2**32 - 1),
+    pre_requests=st.integers(0, 3),
+    bounded=st.booleans(),
+)
+def test_agrees_exactly_with_the_block_aligned_formula(
+    *,
+    num_prefixes: int,
+    extra: int,
+    prefix_len: int,
+    suffix_len: int,
+    block_size: int,
+    order_seed: int,
+    pre_requests: int,
+    bounded: bool,
+) -> None:
+    if prefix_len + suffix_len == 0:
+        return
+    num_prompts = num_prefixes + extra
+    prompts = _workload(num_prompts, num_prefixes, prefix_len, suffix_len, order_seed)
+    prompts = [prompts[0]] * pre_requests + prompts  # ready check / warmups
+    per_prompt = -(-(prefix_len + suffix_len) // block_size)
+    capacity = per_prompt * len(prompts) if bounded else None  # never evicts
+    got = replay(prompts, block_size, capacity)
+    want = block_aligned_expected(num_prompts, num_prefixes, prefix_len, suffix_len,
+                                  block_size, pre_requests=pre_requests)
+    assert (got.total_hit_tokens, got.query_tokens) == (want.hit_tokens, want.query_tokens)
+    assert got.requests == want.requests
+    assert got.evicted_blocks == 0
+
+
+def test_block_hashes_are_chained_and_full_blocks_only() -> None:
+    a = block_hashes([1, 2, 3, 4, 5], 2)
+    assert len(a) == 2
+    b = block_hashes([9, 9, 3, 4], 2)
+    assert a[0] != b[0]
+    assert a[1] != b[1]  # same tokens 3,4 but a different prefix
+    assert block_hashes((1, 2, 3, 4), 2) == a
+
+
+def test_lru_evicts_least_recent_and_tail_blocks_first() -> None:
+    sim = PrefixCacheSim(block_size=4, capacity_blocks=3)
+    a = tuple(range(8))  # blocks a0 a1
+    b = tuple(range(100, 108))  # blocks b0 b1
+    assert sim.run((*a, 99)) == 0  # a0 a1 + a partial block
+    assert sim.run(b) == 0  # needs 2 blocks: 1 free + evict a1 (the tail of a)
+    assert sim.evicted_blocks == 1
+    assert sim.run((*a, 98)) == 4  # a0 survived, a1 did not
+    assert sim.hit_tokens_total == 4
+
+
+def test_held_blocks_are_not_evicted_while_a_request_runs() -> None:
+    sim = PrefixCacheSim(block_size=4, capacity_blocks=4)
+    first = sim.begin(tuple(range(8)))
+    assert sim.cached_blocks == 2
+    with pytest.raises(CapacityError):
+        sim.begin(tuple(range(100, 112)))  # 3 blocks, only 2 free, 2 held
+    sim.finish(first)
+    again = sim.begin(tuple(range(100, 112)))
+    assert sim.evicted_blocks == 1
+    sim.finish(again)
+
+
+def test_decode_blocks_take_room() -> None:
+    sim = PrefixCacheSim(block_size=4, capacity_blocks=6)
+    a = tuple(range(8))
+    sim.run((*a, 50), output_len=8)  # 9 + 7 kv tokens = 4 blocks: 2 prompt, 2 decode
+    sim.run((*tuple(range(200, 208)), 51), output_len=8)  # evicts 2 of the first
+    assert sim.evicted_blocks == 2
+    assert sim.run((*a, 52)) == 8  # decode blocks went first (tail first), prefix stayed
+
+
+def test_a_prompt_larger_than_the_cache_is_refused() -> None:
+    with pytest.raises(CapacityError, match="needs 3 KV blocks"):
+        PrefixCacheSim(4, 2).run(tuple(range(12)))
+
+
+def test_fully_cached_prompt_still_recomputes_its_last_block() -> None:
+    sim = PrefixCacheSim(4)
+    p = tuple(range(8))
+    assert sim.run(p) == 0
+    assert sim.run(p) == 4
+    bounded = PrefixCacheSim(4, 10)
+    assert bounded.run(p) == 0
+    assert bounded.run(p) == 4
+    assert bounded.run(p) == 4
