@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from prefixbench import plan, server
+    from prefixbench import plan, provision, releases, server
 except ImportError:  # running from a checkout without the editable install
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import plan, server
+    from prefixbench import plan, provision, releases, server
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
@@ -30,6 +30,47 @@ def prefixbench_unit_spec(settings: Mapping[str, Any], configuration: str,
     return server.unit_spec(settings, conf, vllm_executable).as_dict()
 
 
+def prefixbench_release(name: str, kernel: str = "") -> dict[str, Any]:
+    """A release manifest as the neuron_sdk role uses it: pins, prerequisites, versions."""
+    rel = releases.load_release(name)
+    return {
+        "release": rel.release,
+        "apt_pins": rel.apt_pins(),
+        "apt_packages": rel.known_apt(),
+        "prerequisites": rel.prerequisites_for(kernel),
+        "pip_packages": {k: v for k, v in rel.pip_packages.items() if v is not None},
+        "pip_requirements": provision.pip_requirements(rel),
+        "vllm": rel.vllm,
+    }
+
+
+def prefixbench_adoptable(probe: Mapping[str, Any], name: str) -> bool:
+    """Whether a probed virtualenv's vllm-neuron version is the release's."""
+    return provision.adoptable(releases.load_release(name), probe.get("rc"),
+                               str(probe.get("stdout", "")))
+
+
+def prefixbench_os_refusal(name: str, distribution: str, version: str) -> str:
+    """Empty when the release supports the OS, else the sentence that refuses it."""
+    return provision.os_refusal(releases.load_release(name), distribution, version) or ""
+
+
+def prefixbench_drift(name: str, packages: Mapping[str, Any], host: str) -> list[str]:
+    """One line per pinned Neuron package installed at another version."""
+    installed = provision.installed_versions(packages)
+    return [d.line(host) for d in provision.drift(releases.load_release(name), installed)]
+
+
+def prefixbench_missing_packages(name: str, packages: Mapping[str, Any]) -> list[str]:
+    """Pinned Neuron packages that are not installed."""
+    return provision.missing(releases.load_release(name), provision.installed_versions(packages))
+
+
+def prefixbench_device_problems(neuron_ls_json: str, instance_type: str) -> list[str]:
+    """What neuron-ls sees against what the instance type has."""
+    return provision.device_problems(instance_type, neuron_ls_json)
+
+
 class FilterModule:
     """Expose the filters."""
 
@@ -37,4 +78,10 @@ class FilterModule:
         return {
             "prefixbench_plan": prefixbench_plan,
             "prefixbench_unit_spec": prefixbench_unit_spec,
+            "prefixbench_release": prefixbench_release,
+            "prefixbench_adoptable": prefixbench_adoptable,
+            "prefixbench_os_refusal": prefixbench_os_refusal,
+            "prefixbench_drift": prefixbench_drift,
+            "prefixbench_missing_packages": prefixbench_missing_packages,
+            "prefixbench_device_problems": prefixbench_device_problems,
         }

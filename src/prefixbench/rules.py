@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from prefixbench import settings
+from prefixbench import instances, releases, settings
 from prefixbench.server import TRN3_ONLY_ENVIRONMENT, family
 
 #: Segment sizes the segmented-attention kernel is compiled for (the tutorial: "Supported
@@ -108,3 +108,34 @@ def trn3_only_settings(s: Mapping[str, Any]) -> Iterator[str]:
         else:
             yield (f"vllm_service_environment.{key} is set by the bundle on Trn3 hosts: "
                    "remove it from the inventory")
+
+
+@settings.rule
+def neuron_release(s: Mapping[str, Any]) -> Iterator[str]:
+    """The release has a complete manifest."""
+    name = s["prefixbench_neuron_release"]
+    try:
+        releases.load_release(name).require_complete()
+    except releases.ReleaseError as exc:
+        yield f"prefixbench_neuron_release: {exc}"
+
+
+@settings.rule
+def tensor_parallel_fits(s: Mapping[str, Any]) -> Iterator[str]:
+    """On Neuron, the tensor-parallel degree fits the instance's NeuronCores."""
+    if s["prefixbench_platform"] != "neuron":
+        return
+    itype = s["prefixbench_instance_type"]
+    try:
+        spec = instances.lookup(itype)
+    except instances.CatalogError as exc:
+        yield f"prefixbench_instance_type: {exc}"
+        return
+    tp = s["vllm_service_tensor_parallel_size"]
+    cores = spec.logical_cores()
+    if tp > cores:
+        yield (f"vllm_service_tensor_parallel_size {tp} does not fit a {itype} "
+               f"({cores} NeuronCores at LNC={spec.default_lnc})")
+    elif cores % tp:
+        yield (f"vllm_service_tensor_parallel_size {tp} does not divide the {cores} "
+               f"NeuronCores of a {itype}")

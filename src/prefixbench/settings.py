@@ -96,10 +96,46 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "provisioned, e.g. a DLAMI with the pinned versions).", False),
     Setting("prefixbench_workloads", "list_dict", "Benchmark workloads; each key mirrors a "
             "`vllm bench serve` flag in snake_case. Empty: the tutorial's three.", []),
+    # --- Neuron SDK (roles/neuron_sdk) -------------------------------------------------
+    Setting("neuron_sdk_apt_repo_url", "str", "Base URL of the Neuron apt repository.",
+            "https://apt.repos.neuron.amazonaws.com", pattern=r"^(https?|file)://\S+$"),
+    Setting("neuron_sdk_apt_key_url", "str", "URL of the repository's signing key.",
+            "https://apt.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB",
+            pattern=r"^(https?|file)://\S+$"),
+    Setting("neuron_sdk_apt_codename", "str", "Repository codename; empty: the host's.",
+            "", pattern=r"^[a-z]*$"),
+    Setting("neuron_sdk_allow_upgrade", "bool", "Move Neuron packages found at other "
+            "versions to the release's pins (off: report and stop).", False),
+    Setting("neuron_sdk_tools_dir", "str", "Directory of the Neuron tools.",
+            "/opt/aws/neuron/bin", pattern=r"^/[\w./-]*$"),
+    Setting("neuron_sdk_verify_devices", "bool", "Check neuron-ls against the instance "
+            "type.", True),
+    # --- vLLM environment (roles/vllm_env) ---------------------------------------------
+    Setting("vllm_env_venv", "str", "Virtualenv with vLLM and the Neuron plugin.",
+            "/opt/vllm-prefixbench/venv", pattern=r"^/[\w./-]*$"),
+    Setting("vllm_env_python", "str", "Interpreter the virtualenv is made from.",
+            "/usr/bin/python3", pattern=r"^/[\w./-]*$"),
+    Setting("vllm_env_index_url", "str", "pip index URL.", "https://pypi.org/simple",
+            pattern=r"^(https?|file)://\S+$"),
+    Setting("vllm_env_extra_index_urls", "list_str", "Extra pip index URLs (the Neuron "
+            "pip repository).", ["https://pip.repos.neuron.amazonaws.com"]),
+    Setting("vllm_env_requirements_url", "str", "A pinned requirements file (URL or host "
+            "path) installed with --no-deps instead of the release's pip packages.", ""),
+    Setting("vllm_env_system_packages", "list_str", "Debian packages the environment "
+            "needs.", ["python3-venv", "python3-packaging"]),
+    Setting("vllm_env_adopt_venv", "str", "An existing virtualenv to use when its "
+            "vllm-neuron matches the release (the Neuron DLAMI's).",
+            "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0",
+            pattern=r"^$|^/[\w./-]*$"),
     # --- model (roles/model_cache) ----------------------------------------------------
     Setting("model_cache_source", "str", "Where the model comes from: hf (Hugging Face "
-            "Hub), s3 (a mirror bucket), local (a directory already on the host).", "hf",
-            choices=("hf", "s3", "local")),
+            "Hub), s3 (a mirror bucket), url (a .tar.gz with its sha256), local (a "
+            "directory already on the host).", "hf", choices=("hf", "s3", "url", "local")),
+    Setting("model_cache_url", "str", "URL of a .tar.gz of the model (source url).", "",
+            pattern=r"^$|^(https?|file)://\S+$"),
+    Setting("model_cache_checksum", "str", "Checksum of that archive (source url): "
+            "sha256:<hex>, or sha256:<URL of a checksum file>.", "",
+            pattern=r"^$|^sha256:\S+$"),
     Setting("model_cache_repo_id", "str", "Hub repository of the model.",
             "openai/gpt-oss-120b", pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$"),
     Setting("model_cache_revision", "str", "Hub revision (branch, tag or commit); the "

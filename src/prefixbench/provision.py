@@ -1,0 +1,94 @@
+"""Pure checks of the provision phase: supported OS, package drift, devices seen."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prefixbench import instances
+from prefixbench.releases import Release, upstream_version, version_matches
+
+
+def os_refusal(release: Release, distribution: str, version: str) -> str | None:
+    """None when the release supports this OS, else one sentence saying what to do."""
+    name = f"{distribution} {version}"
+    if name in release.os_support:
+        return None
+    supported = ", ".join(sorted(release.os_support))
+    return (f"{name} is not supported by Neuron SDK {release.release} in this bundle "
+            f"(supported: {supported}); use one of those images, nothing was changed")
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A Neuron package installed at another version than the release pins."""
+
+    package: str
+    found: str
+    wanted: str
+
+    def line(self, host: str) -> str:
+        return (f"{host}: {self.package} is {upstream_version(self.found)}, "
+                f"Neuron SDK wants {self.wanted}")
+
+
+def installed_versions(package_facts: Mapping[str, Sequence[Mapping[str, Any]]]
+                       ) -> dict[str, str]:
+    """``{name: version}`` from ``ansible_facts.packages`` (first entry of each name)."""
+    out = {}
+    for name, entries in package_facts.items():
+        if entries:
+            out[name] = str(entries[0].get("version", ""))
+    return out
+
+
+def drift(release: Release, installed: Mapping[str, str]) -> list[Drift]:
+    """Pinned packages present at a different version (missing ones are not drift)."""
+    out = []
+    for name, wanted in release.known_apt().items():
+        found = installed.get(name)
+        if found is not None and not version_matches(found, wanted):
+            out.append(Drift(name, found, wanted))
+    return out
+
+
+def missing(release: Release, installed: Mapping[str, str]) -> list[str]:
+    """Pinned packages not installed at all."""
+    return [name for name in release.known_apt() if name not in installed]
+
+
+def device_problems(instance_type: str, neuron_ls_json: str) -> list[str]:
+    """Compare ``neuron-ls -j`` with what the instance type should have."""
+    try:
+        expected = instances.lookup(instance_type)
+    except instances.CatalogError as exc:
+        return [str(exc)]
+    try:
+        devices = json.loads(neuron_ls_json)
+    except json.JSONDecodeError as exc:
+        return [f"neuron-ls -j did not print JSON ({exc.msg})"]
+    if not isinstance(devices, list):
+        return ["neuron-ls -j did not print a list of devices"]
+    problems = []
+    if len(devices) != expected.devices:
+        problems.append(f"neuron-ls sees {len(devices)} Neuron devices, a {instance_type} "
+                        f"has {expected.devices}")
+    # nc_count counts logical NeuronCores at the LNC in effect.
+    cores = sum(int(d.get("nc_count", 0)) for d in devices if isinstance(d, Mapping))
+    if devices and cores != expected.logical_cores():
+        problems.append(f"neuron-ls sees {cores} NeuronCores, a {instance_type} has "
+                        f"{expected.logical_cores()} at LNC={expected.default_lnc}")
+    return problems
+
+
+def pip_requirements(release: Release) -> list[str]:
+    """``name==version`` for every known pip package of the release."""
+    return [f"{n}=={v}" for n, v in release.pip_packages.items() if v is not None]
+
+
+def adoptable(release: Release, rc: Any, version_output: str) -> bool:
+    """Whether a virtualenv whose vllm-neuron reported ``version_output`` can be adopted."""
+    wanted = release.pip_packages.get("vllm-neuron")
+    return rc == 0 and wanted is not None and version_output.strip() == wanted
