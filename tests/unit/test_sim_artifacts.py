@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import shutil
+import struct
 import subprocess
 import zipfile
 from pathlib import Path
@@ -46,7 +48,8 @@ def test_neighbour_releases_mark_unknown_versions() -> None:
 
 
 def test_unknown_release_is_one_actionable_line() -> None:
-    with pytest.raises(releases.ReleaseError, match=r"unknown Neuron SDK release 2\.99.*known: 2\.30"):
+    with pytest.raises(releases.ReleaseError,
+                       match=r"unknown Neuron SDK release 2\.99.*known: 2\.30"):
         releases.load_release("2.99")
     with pytest.raises(releases.ReleaseError, match="not a Neuron SDK release"):
         releases.load_release("latest")
@@ -259,9 +262,9 @@ def test_safetensors_header_parses(tmp_path: Path) -> None:
     assert header["model.layers.0.self_attn.k_proj.weight"]["shape"] == [4, 8]
     spans = sorted(v["data_offsets"] for v in header.values())
     assert spans[0][0] == 0
-    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
     raw = path.read_bytes()
-    (hlen,) = __import__("struct").unpack("<Q", raw[:8])
+    (hlen,) = struct.unpack("<Q", raw[:8])
     assert hlen % 8 == 0
     assert len(raw) == 8 + hlen + spans[-1][1]
     assert tinymodel.to_bf16([1.0, -2.0]) == b"\x80\x3f\x00\xc0"
