@@ -30,6 +30,7 @@ loop. ``scripts/bench-cachesim`` measures prompts per second.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -62,18 +63,38 @@ def _chain(parent: int, block: int) -> int:
     return hash((parent, block))
 
 
-def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
-    """Chained keys of the full blocks of ``tokens`` (a partial last block has none)."""
+Tokens = Sequence[int] | array[int]
+
+
+def block_hashes(tokens: Tokens, block_size: int) -> list[int]:
+    """Chained keys of the full blocks of ``tokens`` (a partial last block has none).
+
+    ``tokens`` is a sequence of ints (a tuple is used as is, anything else is copied to
+    one) or an ``array.array`` of token ids. Arrays are hashed as raw memory, several
+    times faster than tuples of Python ints, but the two kinds give different keys: one
+    :class:`PrefixCacheSim` refuses to mix them.
+    """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    seq = tokens if isinstance(tokens, tuple) else tuple(tokens)
-    n = len(seq) // block_size
-    if n == 0:
-        return []
-    per_block = map(hash, map(seq.__getitem__, _slices(n, block_size)))
+    if isinstance(tokens, array):
+        n = len(tokens) // block_size
+        if n == 0:
+            return []
+        buf = tokens.tobytes()
+        per_block = map(hash, map(buf.__getitem__, _slices(n, block_size * tokens.itemsize)))
+    else:
+        seq = tokens if isinstance(tokens, tuple) else tuple(tokens)
+        n = len(seq) // block_size
+        if n == 0:
+            return []
+        per_block = map(hash, map(seq.__getitem__, _slices(n, block_size)))
     keys = list(accumulate(per_block, _chain, initial=0))
     del keys[0]  # the initial value, not a block
     return keys
+
+
+def _kind(tokens: Tokens) -> str:
+    return f"array:{tokens.itemsize}" if isinstance(tokens, array) else "ints"
 
 
 @dataclass
@@ -130,6 +151,7 @@ class PrefixCacheSim:
         self._ref: dict[int, int] = {}
         self._held_uncached = 0
         self._next_unique = _UNIQUE_BASE
+        self._token_kind: str | None = None
         self.evicted_blocks = 0
         self.hit_tokens_total = 0
         self.query_tokens_total = 0
@@ -141,6 +163,16 @@ class PrefixCacheSim:
         if self.capacity is None:
             return len(self._seen)
         return len(self._lru) + len(self._ref)
+
+    def _keys(self, tokens: Tokens) -> list[int]:
+        kind = _kind(tokens)
+        if self._token_kind is None:
+            self._token_kind = kind
+        elif kind != self._token_kind:
+            raise TypeError(
+                f"this cache was fed {self._token_kind} prompts and now {kind}: their "
+                f"block keys differ, so hits would be missed; use one representation")
+        return block_hashes(tokens, self.block_size)
 
     def _hit_blocks(self, keys: Sequence[int], max_blocks: int) -> int:
         hit = 0
@@ -155,7 +187,7 @@ class PrefixCacheSim:
         return hit
 
     # -- one request at a time -------------------------------------------------------
-    def run(self, tokens: Sequence[int], output_len: int = 0) -> int:
+    def run(self, tokens: Tokens, output_len: int = 0) -> int:
         """Serve one request start to finish; return its hit tokens."""
         if self.capacity is None:
             return self._run_unbounded(tokens)
@@ -165,9 +197,9 @@ class PrefixCacheSim:
         self.finish(handle)
         return handle.hit_tokens
 
-    def _run_unbounded(self, tokens: Sequence[int]) -> int:
+    def _run_unbounded(self, tokens: Tokens) -> int:
         n = len(tokens)
-        keys = block_hashes(tokens, self.block_size)
+        keys = self._keys(tokens)
         max_blocks = (n - 1) // self.block_size if n else 0
         hit = self._hit_blocks(keys, max_blocks)
         self._seen.update(keys)
@@ -176,11 +208,11 @@ class PrefixCacheSim:
         self.query_tokens_total += n
         return hit_tokens
 
-    def _run_serial(self, tokens: Sequence[int], output_len: int, capacity: int) -> int:
+    def _run_serial(self, tokens: Tokens, output_len: int, capacity: int) -> int:
         """:meth:`begin` + :meth:`finish` when no other request is open, in fewer steps."""
         bs = self.block_size
         n = len(tokens)
-        keys = block_hashes(tokens, bs)
+        keys = self._keys(tokens)
         max_blocks = (n - 1) // bs if n else 0
         lru = self._lru
         hit = 0
@@ -217,14 +249,14 @@ class PrefixCacheSim:
         return hit_tokens
 
     # -- open requests (bounded capacity) -----------------------------------------------
-    def begin(self, tokens: Sequence[int], output_len: int = 0) -> RequestHandle:
+    def begin(self, tokens: Tokens, output_len: int = 0) -> RequestHandle:
         """Admit a request: look up its hit, hold those blocks, allocate the rest
         (evicting LRU blocks as needed) and cache its full prompt blocks."""
         if self.capacity is None:
             raise ValueError("begin/finish model a bounded cache; give capacity_blocks")
         bs = self.block_size
         n = len(tokens)
-        keys = block_hashes(tokens, bs)
+        keys = self._keys(tokens)
         full = len(keys)
         max_blocks = (n - 1) // bs if n else 0
         hit = self._hit_blocks(keys, max_blocks)
@@ -290,7 +322,7 @@ class PrefixCacheSim:
         handle.uncached = 0
 
     # -- replay --------------------------------------------------------------------------
-    def replay(self, prompts: Iterable[Sequence[int]], output_len: int = 0) -> ReplayResult:
+    def replay(self, prompts: Iterable[Tokens], output_len: int = 0) -> ReplayResult:
         """Serve ``prompts`` one after another (concurrency 1); per-request hits."""
         hits: list[int] = []
         lens: list[int] = []
@@ -308,7 +340,7 @@ class PrefixCacheSim:
 
 
 def replay(
-    prompts: Iterable[Sequence[int]],
+    prompts: Iterable[Tokens],
     block_size: int,
     capacity_blocks: int | None = None,
     output_len: int = 0,
