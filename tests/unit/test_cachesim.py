@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from array import array
 
 import pytest
 from hypothesis import given, settings
@@ -148,3 +149,37 @@ def test_fully_cached_prompt_still_recomputes_its_last_block() -> None:
     assert bounded.run(p) == 0
     assert bounded.run(p) == 4
     assert bounded.run(p) == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    num_prefixes=st.integers(1, 5),
+    extra=st.integers(0, 15),
+    prefix_len=st.integers(0, 200),
+    suffix_len=st.integers(1, 100),
+    block_size=st.sampled_from([4, 16, 32, 128]),
+)
+def test_vllm_generated_prompts_agree_with_the_block_aligned_formula(
+    *, seed: int, num_prefixes: int, extra: int, prefix_len: int, suffix_len: int,
+    block_size: int,
+) -> None:
+    num_prompts = num_prefixes + extra
+    prompts = generate_prompts(seed, num_prompts, num_prefixes, prefix_len=prefix_len,
+                               suffix_len=suffix_len, vocab_size=1 << 20)
+    got = replay([p.tokens for p in prompts], block_size)
+    want = block_aligned_expected(num_prompts, num_prefixes, prefix_len, suffix_len,
+                                  block_size)
+    assert (got.total_hit_tokens, got.query_tokens) == (want.hit_tokens, want.query_tokens)
+
+
+def test_array_prompts_give_the_same_hits_as_tuples() -> None:
+    prompts = _workload(40, 4, 300, 77, order_seed=3)
+    as_tuples = replay(prompts, 16, 400)
+    as_arrays = replay([array("I", p) for p in prompts], 16, 400)
+    assert as_arrays.hit_tokens == as_tuples.hit_tokens
+    assert as_arrays.evicted_blocks == as_tuples.evicted_blocks
+    sim = PrefixCacheSim(16)
+    sim.run(array("I", prompts[0]))
+    with pytest.raises(TypeError, match="one representation"):
+        sim.run(prompts[0])
