@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,25 @@ def test_etc_hosts_and_known_hosts() -> None:
         {"trn3-sim-1": "ssh-ed25519 BBBB root@trn3-sim-1\n", "trn2-sim-1": "ssh-ed25519 AAAA x"}
     )
     assert kh == "trn2-sim-1 ssh-ed25519 AAAA\ntrn3-sim-1 ssh-ed25519 BBBB\n"
+
+
+def test_each_nspawn_gets_its_own_cgroup_before_it_starts(tmp_path: Path) -> None:
+    host = SimHost("trn2", 1)
+    dirs = layout.cgroup_dirs(
+        [Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified")], host
+    )
+    assert dirs == [
+        Path("/sys/fs/cgroup/systemd/pbsim/trn2-sim-1"),
+        Path("/sys/fs/cgroup/unified/pbsim/trn2-sim-1"),
+    ]
+    argv = layout.in_cgroups(dirs, ["systemd-nspawn", "--boot"])
+    assert argv[:2] == ["sh", "-c"]
+    assert argv[-3:] == ["--", "systemd-nspawn", "--boot"]
+    # The wrapper writes its own PID into each cgroup.procs, then execs the command.
+    fake = [tmp_path / "a", tmp_path / "b"]
+    for d in fake:
+        d.mkdir()
+    out = subprocess.run(
+        layout.in_cgroups(fake, ["sh", "-c", "echo $$"]), capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert [(d / "cgroup.procs").read_text(encoding="ascii").strip() for d in fake] == [out, out]

@@ -35,6 +35,7 @@ from prefixbench.sim.system import (
     SIGRTMIN_POWEROFF,
     ProcRef,
     SimFleetError,
+    cgroup_mounts,
     ensure_host_tools,
     mounts_under,
     ns_pid1,
@@ -42,6 +43,7 @@ from prefixbench.sim.system import (
     pss_kib,
     python_for_server,
     reap_children,
+    remove_cgroup,
     remove_tree,
     require_overlayfs,
     require_root,
@@ -240,6 +242,11 @@ class Fleet:
         left = [f"network namespace {n}" for n in list_netns()]
         if self.paths.state.exists():
             left += [f"mount {m}" for m in mounts_under(self.paths.state)]
+        left += [
+            f"cgroup {m / layout.CGROUP_PARENT}"
+            for m in cgroup_mounts()
+            if (m / layout.CGROUP_PARENT).exists()
+        ]
         left += [f"process {r.pid}" for r in [*refs, *self.state().refs()] if r.alive()]
         return left
 
@@ -333,11 +340,15 @@ class Fleet:
                 with phase(
                     f"booting {', '.join(h.name for h in new)}...", f"{len(new)} host(s) booted"
                 ):
+                    nspawn = shutil.which("systemd-nspawn") or "systemd-nspawn"
                     for host in new:
                         self._prepare(host, want)
+                        cgroups = layout.cgroup_dirs(cgroup_mounts(), host)
+                        for d in cgroups:
+                            d.mkdir(parents=True, exist_ok=True)
                         state.hosts[host.name] = spawn(
-                            layout.nspawn_argv(
-                                host, self.paths, shutil.which("systemd-nspawn") or "systemd-nspawn"
+                            layout.in_cgroups(
+                                cgroups, layout.nspawn_argv(host, self.paths, nspawn)
                             ),
                             self.paths.console_log(host.name),
                         )
@@ -532,8 +543,28 @@ class Fleet:
             result = proc.stdout.strip()
             if result != "running":
                 failed = self.exec(host, ["systemctl", "--failed", "--plain", "--no-legend"])
-                units = " ".join(line.split()[0] for line in failed.stdout.splitlines() if line)
-                say(f"warning: {host.name} is {result!r}; failed units: {units or 'none'}")
+                units = [line.split()[0] for line in failed.stdout.splitlines() if line]
+                say(
+                    f"warning: {host.name} is {result!r}; failed units: {' '.join(units) or 'none'}"
+                )
+                for unit in units:
+                    journal = self.exec(
+                        host,
+                        [
+                            "journalctl",
+                            "-b",
+                            "-u",
+                            unit,
+                            "-n",
+                            "8",
+                            "--no-pager",
+                            "-q",
+                            "-o",
+                            "cat",
+                        ],
+                    )
+                    for line in journal.stdout.splitlines():
+                        say(f"    {unit}: {line}")
 
     def _boot_error(self, host: SimHost, why: str) -> str:
         log = self.paths.console_log(host.name)
@@ -582,6 +613,8 @@ class Fleet:
         if self.paths.state.exists():
             for point in mounts_under(self.paths.state):
                 run(["umount", "-l", str(point)], check=False)
+        for mount in cgroup_mounts():
+            remove_cgroup(mount / layout.CGROUP_PARENT)
         self.paths.state_file.unlink(missing_ok=True)
         self.paths.known_hosts.unlink(missing_ok=True)
         self.paths.inventory.unlink(missing_ok=True)
@@ -613,6 +646,8 @@ class Fleet:
             if Path(f"/run/netns/{host.netns}").exists():
                 run(["ip", "netns", "del", host.netns])
             remove_tree(self.paths.host_dir(host.name))
+            for cgroup in layout.cgroup_dirs(cgroup_mounts(), host):
+                remove_cgroup(cgroup)
             state.hosts.pop(host.name, None)
         if self.paths.state.exists():
             state.save(self.paths.state_file)

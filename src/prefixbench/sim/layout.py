@@ -300,6 +300,24 @@ def nspawn_argv(host: SimHost, paths: FleetPaths, nspawn: str = "systemd-nspawn"
     ]
 
 
+#: Top cgroup (in each hierarchy) under which each host's nspawn gets its own group.
+CGROUP_PARENT: Final = "pbsim"
+
+_CGROUP_ENTER: Final = (
+    'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done; shift; exec "$@"'
+)
+
+
+def cgroup_dirs(mounts: Sequence[Path], host: SimHost) -> list[Path]:
+    """The host's own cgroup in each hierarchy: ``<mount>/pbsim/<name>``."""
+    return [m / CGROUP_PARENT / host.name for m in mounts]
+
+
+def in_cgroups(dirs: Sequence[Path], argv: Sequence[str]) -> list[str]:
+    """``argv`` run after moving itself into ``dirs`` (same PID: the shell execs it)."""
+    return ["sh", "-c", _CGROUP_ENTER, "pbsim-cgroup", *map(str, dirs), "--", *argv]
+
+
 def overlay_options(lower: Path, upper: Path, work: Path) -> str:
     """The ``-o`` value of an overlay mount (paths may not contain ``,`` or ``:``)."""
     for p in (lower, upper, work):

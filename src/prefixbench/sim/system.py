@@ -270,6 +270,35 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
+def cgroup_mounts() -> list[Path]:
+    """Hierarchies where a container's systemd keeps its tree: name=systemd and cgroup2.
+
+    With ``--keep-unit`` and no systemd on the machine, every nspawn would otherwise use
+    the cgroup it was started in, so all containers' systemd would share (and fight over)
+    one ``payload/system.slice``: units then fail at random with ``219/CGROUP``.
+    """
+    found: list[Path] = []
+    with Path("/proc/self/mountinfo").open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            pre, _, post = line.partition(" - ")
+            fields, tail = pre.split(), post.split()
+            if len(fields) < 5 or len(tail) < 3:
+                continue
+            fstype, superopts = tail[0], tail[2].split(",")
+            if fstype == "cgroup2" or (fstype == "cgroup" and "name=systemd" in superopts):
+                found.append(Path(_unescape(fields[4])))
+    return found
+
+
+def remove_cgroup(path: Path) -> None:
+    """rmdir a cgroup and its children, deepest first (only empty cgroups go away)."""
+    if not path.is_dir():
+        return
+    for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda w: -len(Path(w[0]).parts)):
+        with suppress(OSError):
+            Path(dirpath).rmdir()
+
+
 def unmount_all(root: Path) -> None:
     """Unmount everything at or below ``root`` (lazily when busy)."""
     for point in mounts_under(root):

@@ -1,0 +1,53 @@
+"""Integration fixtures: one simulated fleet per test session, always torn down.
+
+``sim_fleet`` brings 3 hosts up once (``Fleet.up(3)``, the same code as
+``scripts/simfleet up 3``) and tears the fleet down at the end of the session whatever
+happens: failures, errors while bringing it up, Ctrl-C (pytest tears session fixtures
+down on KeyboardInterrupt), SIGTERM (turned into KeyboardInterrupt), and as a last resort
+at interpreter exit (see :func:`prefixbench.sim.testing.fleet_session`). It needs root;
+without root it skips.
+
+The fleet uses the default state directory (``<repo>/.simfleet``, or
+``PREFIXBENCH_SIM_STATE``): a fleet already up there is adopted (``up`` is idempotent)
+and is taken down at the end of the session like one the fixture started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from prefixbench.sim.fleet import Fleet
+from prefixbench.sim.layout import FleetPaths
+from prefixbench.sim.system import ensure_host_tools
+from prefixbench.sim.testing import FLEET_SIZE, SimFleetHandle, fleet_session
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def controller_bin() -> Path:
+    """The controller venv's bin dir (``scripts/bootstrap`` builds it when missing)."""
+    bindir = ROOT / ".venv" / "bin"
+    if not (bindir / "ansible").exists():
+        subprocess.run([str(ROOT / "scripts" / "bootstrap")], check=True, timeout=1800)
+    return bindir
+
+
+@pytest.fixture(scope="session")
+def sim_fleet() -> Iterator[SimFleetHandle]:
+    if os.geteuid() != 0:
+        pytest.skip(
+            "the simulated fleet needs root (network namespaces, overlay mounts, "
+            "systemd-nspawn); run the integration tests as root"
+        )
+    if shutil.which("systemd-nspawn") is None and shutil.which("apt-get") is None:
+        pytest.skip("no systemd-nspawn, and no apt-get to install it")
+    ensure_host_tools()
+    with fleet_session(Fleet(FleetPaths.from_env(ROOT)), FLEET_SIZE) as handle:
+        yield handle
