@@ -363,6 +363,18 @@ class SignalsDelta:
             return None
         return hit / (hit + comp)
 
+    def measured(self) -> dict[str, float | None]:
+        """Both step-9 ratios and the token counts behind them (for a record)."""
+        return {
+            "hit_ratio_queries": self.hit_ratio_queries,
+            "hit_ratio_by_source": self.hit_ratio_by_source,
+            "hit_tokens": self.hits,
+            "query_tokens": self.queries,
+            "local_cache_hit_tokens": self.counters.get("prompt_tokens_local_cache_hit"),
+            "local_compute_tokens": self.counters.get("prompt_tokens_local_compute"),
+            "preemptions": self.counters.get("num_preemptions"),
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "counters": dict(self.counters),

@@ -36,6 +36,7 @@ __all__ = [
     "RequestDetail",
     "ResultKey",
     "RunLayout",
+    "json_safe",
     "load_bench_result",
     "parse_bench_result",
     "write_json_atomic",
@@ -259,6 +260,9 @@ class BenchmarkRecord:
     bench: Mapping[str, Any]
     workload: Mapping[str, Any] = field(default_factory=dict)
     metrics_delta: Mapping[str, Any] | None = None
+    #: ``CacheSignals.to_dict()`` of the snapshots around the bench, for the record.
+    metrics_before: Mapping[str, Any] | None = None
+    metrics_after: Mapping[str, Any] | None = None
     expected: Mapping[str, Any] = field(default_factory=dict)
     measured: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -278,6 +282,8 @@ class BenchmarkRecord:
             "workload": dict(self.workload),
             "bench": dict(self.bench),
             "metrics_delta": None if self.metrics_delta is None else dict(self.metrics_delta),
+            "metrics_before": None if self.metrics_before is None else dict(self.metrics_before),
+            "metrics_after": None if self.metrics_after is None else dict(self.metrics_after),
             "expected": dict(self.expected),
             "measured": dict(self.measured),
             "extra": dict(self.extra),
@@ -302,6 +308,8 @@ class BenchmarkRecord:
             bench=dict(bench),
             workload=dict(data.get("workload") or {}),
             metrics_delta=data.get("metrics_delta"),
+            metrics_before=data.get("metrics_before"),
+            metrics_after=data.get("metrics_after"),
             expected=dict(data.get("expected") or {}),
             measured=dict(data.get("measured") or {}),
             extra=dict(data.get("extra") or {}),
@@ -382,6 +390,21 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every NaN / infinity replaced by ``None`` (strict JSON has neither).
+
+    vLLM's own result files may hold ``NaN``; a record keeps the measurement rather than
+    failing to write it.
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, mode: int = 0o644) -> Path:
     """Write ``obj`` as JSON to ``path`` so that readers never see a partial file.
 
@@ -454,7 +477,7 @@ class RunLayout:
 
     def write_result(self, record: BenchmarkRecord) -> Path:
         """Write a result and drop an older failure marker of the same benchmark."""
-        path = write_json_atomic(self.result_path(record.key), record.to_dict())
+        path = write_json_atomic(self.result_path(record.key), json_safe(record.to_dict()))
         with contextlib.suppress(FileNotFoundError):
             self.failed_path(record.key).unlink()
         return path
@@ -465,7 +488,7 @@ class RunLayout:
             raise FileExistsError(
                 f"{self.result_path(record.key)} exists: a finished result is never "
                 f"replaced by a failure")
-        return write_json_atomic(self.failed_path(record.key), record.to_dict())
+        return write_json_atomic(self.failed_path(record.key), json_safe(record.to_dict()))
 
     def _scan(self) -> Iterable[tuple[ResultKey, bool, Path]]:
         run = self.run_dir

@@ -152,6 +152,19 @@ class Workload:
             self.prefix_repetition_prefix_len, self.prefix_repetition_suffix_len,
             block_size, pre_requests=self.pre_requests, bos_tokens=bos_tokens)
 
+    def expected_ratios(self, block_size: int, *, bos_tokens: int = 0) -> dict[str, Any]:
+        """Both expectations for a record: the tutorial's and the block-aligned one."""
+        exp = self.expected(block_size, bos_tokens=bos_tokens)
+        return {
+            "tutorial_ratio": self.tutorial_ratio(),
+            "block_aligned_ratio": exp.ratio,
+            "block_size": block_size,
+            "hit_tokens": exp.hit_tokens,
+            "query_tokens": exp.query_tokens,
+            "requests": exp.requests,
+            "hit_tokens_per_warm_request": exp.hit_tokens_per_warm_request,
+        }
+
     def with_seed(self, seed: int) -> Workload:
         data = self.to_dict()
         data["seed"] = seed

@@ -156,3 +156,9 @@ def test_delta_round_trips_through_a_dict() -> None:
     assert again.hit_ratio_by_source == d.hit_ratio_by_source
     assert again.cache_config is not None
     assert again.cache_config.block_size == 128
+
+
+def test_measured_ratios_for_a_record() -> None:
+    m = _delta("cached_no_overlap").measured()
+    assert m["hit_ratio_queries"] == pytest.approx(7936 / 204800)
+    assert (m["hit_tokens"], m["query_tokens"], m["preemptions"]) == (7936, 204800, 0)

@@ -191,3 +191,14 @@ def test_resume_lists_what_is_complete_and_what_is_missing(tmp_path: Path) -> No
     assert [r.key for r in layout.load_results()] == [
         ResultKey("trn-a", "cached", "high_overlap", 1),
         ResultKey("trn-a", "cached", "high_overlap", 2)]
+
+
+def test_non_finite_values_are_kept_as_null_not_lost(tmp_path: Path) -> None:
+    layout = RunLayout(tmp_path, "r")
+    bench = _bench("cached_high_overlap")
+    bench["mean_tpot_ms"] = float("nan")
+    rec = BenchmarkRecord(key=ResultKey("h", "cached", "w", 1), seed=1, bundle_version="0",
+                          started_at="a", ended_at="b", bench=bench)
+    path = layout.write_result(rec)
+    assert json.loads(path.read_text())["bench"]["mean_tpot_ms"] is None
+    assert layout.completed() == {rec.key}

@@ -201,3 +201,13 @@ def test_repeating_a_seed_on_one_server_is_caught() -> None:
     result = carry_over([high, high], block_size=BLOCK, vocab_size=VOCAB)
     assert result[1].carried_over > 0
     assert result[1].ratio == pytest.approx(50 * 3968 / 204800)  # every prompt repeated
+
+
+def test_expected_ratios_for_a_record() -> None:
+    exp = tutorial_workloads()[0].expected_ratios(128)
+    assert exp["tutorial_ratio"] == pytest.approx(0.675)
+    assert exp["block_aligned_ratio"] == pytest.approx(0.675)
+    assert (exp["hit_tokens"], exp["query_tokens"]) == (138240, 204800)
+    odd = tutorial_workloads()[0].expected_ratios(1000)  # a block size that splits the prefix
+    assert odd["hit_tokens_per_warm_request"] == 3000
+    assert odd["block_aligned_ratio"] < odd["tutorial_ratio"]
