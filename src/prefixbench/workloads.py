@@ -165,6 +165,16 @@ class Workload:
             "hit_tokens_per_warm_request": exp.hit_tokens_per_warm_request,
         }
 
+    def infer_pre_requests(self, queries_delta: float, *, bos_tokens: int = 0) -> int | None:
+        """How many extra copies of the first prompt the server saw, from the measured
+        ``prefix_cache_queries`` delta (a vLLM that sends a ready check by default shows
+        up here as 1). ``None`` when the delta is not a whole number of prompts."""
+        per_prompt = self.prompt_len + bos_tokens
+        prompts = queries_delta / per_prompt
+        if prompts != int(prompts) or prompts < self.requests_sent:
+            return None
+        return int(prompts) - self.requests_sent
+
     def with_seed(self, seed: int) -> Workload:
         data = self.to_dict()
         data["seed"] = seed

@@ -211,3 +211,11 @@ def test_expected_ratios_for_a_record() -> None:
     odd = tutorial_workloads()[0].expected_ratios(1000)  # a block size that splits the prefix
     assert odd["hit_tokens_per_warm_request"] == 3000
     assert odd["block_aligned_ratio"] < odd["tutorial_ratio"]
+
+
+def test_pre_requests_are_inferred_from_the_queries_delta() -> None:
+    high = tutorial_workloads()[0]
+    assert high.infer_pre_requests(204800) == 0  # the recorded run: no ready check
+    assert high.infer_pre_requests(51 * 4096) == 1
+    assert high.infer_pre_requests(204801) is None
+    assert high.infer_pre_requests(4096) is None
