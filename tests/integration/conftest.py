@@ -51,3 +51,16 @@ def sim_fleet() -> Iterator[SimFleetHandle]:
     ensure_host_tools()
     with fleet_session(Fleet(FleetPaths.from_env(ROOT)), FLEET_SIZE) as handle:
         yield handle
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the harness's own tests (test_simfleet.py) before the other integration tests.
+
+    They check the fleet itself first, and their last one (down, nothing left, up again)
+    hands every later test freshly booted hosts. Only the integration items swap places.
+    """
+    here = Path(__file__).resolve().parent
+    slots = [i for i, it in enumerate(items) if here in Path(str(it.path)).resolve().parents]
+    ordered = sorted((items[i] for i in slots), key=lambda it: it.path.name != "test_simfleet.py")
+    for i, item in zip(slots, ordered, strict=True):
+        items[i] = item

@@ -1,7 +1,8 @@
 """The simulated fleet itself: real systemd hosts, real SSH, isolated networks, clean down.
 
-Order matters only for the last test, which takes the fleet down, checks that nothing is
-left, and brings it back for any test that runs after it.
+These run before the other integration tests (see ``conftest.py``); the last one takes
+the fleet down, checks that nothing is left, and brings it back, so later tests get
+freshly booted hosts whatever these tests did to them.
 """
 
 from __future__ import annotations

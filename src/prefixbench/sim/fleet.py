@@ -122,7 +122,7 @@ class HostStatus:
     address: str
     group: str
     instance_type: str
-    running: bool
+    running: bool | None  # None: unknown (not root)
     system: str
     units: tuple[tuple[str, str], ...] = ()
     memory_mib: int | None = None
@@ -141,7 +141,7 @@ def format_status(rows: Sequence[HostStatus], server: str) -> str:
                 r.address,
                 r.group,
                 r.instance_type,
-                "yes" if r.running else "no",
+                "?" if r.running is None else "yes" if r.running else "no",
                 r.system,
                 mem,
                 units,
@@ -258,7 +258,7 @@ class Fleet:
             n[len(NETNS_PREFIX) :] for n in (list_netns() if root else []) if n != FABRIC_NETNS
         }
         for host in _sorted_hosts(_maybe_host(n) for n in names):
-            running = root and self.is_up(host, state)
+            running = self.is_up(host, state) if root else None
             system = "?" if not root else "-"
             units: tuple[tuple[str, str], ...] = ()
             mem: int | None = None
