@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,3 +27,17 @@ def ansible_env() -> dict[str, str]:
     env["ANSIBLE_NOCOLOR"] = "1"
     env.pop("ANSIBLE_INVENTORY", None)
     return env
+
+
+@pytest.fixture(scope="session")
+def sim_artifacts(sim_fleet: Any) -> Path:
+    """The simulated fleet's repositories and model, built (or reused) under its www/.
+
+    Builds the signed Neuron apt repository, the vLLM-on-CPU wheelhouse (downloaded once
+    into the cache) and the tiny model; the fleet's fabric web server serves them.
+    """
+    from prefixbench.sim.artifacts import build_all  # noqa: PLC0415 - integration only
+
+    www: Path = sim_fleet.paths.www
+    build_all(www)
+    return www

@@ -50,9 +50,11 @@ def prefixbench_adoptable(probe: Mapping[str, Any], name: str) -> bool:
                                str(probe.get("stdout", "")))
 
 
-def prefixbench_os_refusal(name: str, distribution: str, version: str) -> str:
+def prefixbench_os_refusal(name: str, distribution: str, version: str,
+                           major_version: str = "") -> str:
     """Empty when the release supports the OS, else the sentence that refuses it."""
-    return provision.os_refusal(releases.load_release(name), distribution, version) or ""
+    return provision.os_refusal(releases.load_release(name), distribution, version,
+                                major_version) or ""
 
 
 def prefixbench_drift(name: str, packages: Mapping[str, Any], host: str) -> list[str]:

@@ -11,10 +11,15 @@ from prefixbench import instances
 from prefixbench.releases import Release, upstream_version, version_matches
 
 
-def os_refusal(release: Release, distribution: str, version: str) -> str | None:
-    """None when the release supports this OS, else one sentence saying what to do."""
+def os_refusal(release: Release, distribution: str, version: str,
+               major_version: str = "") -> str | None:
+    """None when the release supports this OS, else one sentence saying what to do.
+
+    Ubuntu is matched by its full version ("24.04"), Debian by its major one ("12" for
+    a 12.15 point release).
+    """
     name = f"{distribution} {version}"
-    if name in release.os_support:
+    if name in release.os_support or f"{distribution} {major_version}" in release.os_support:
         return None
     supported = ", ".join(sorted(release.os_support))
     return (f"{name} is not supported by Neuron SDK {release.release} in this bundle "

@@ -20,11 +20,12 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+from prefixbench.atomic import write_text_atomic
 
 __all__ = [
     "REQUIRED_BENCH_KEYS",
@@ -379,17 +380,6 @@ class FailureRecord:
 
 # -- atomic files ---------------------------------------------------------------------------
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def json_safe(obj: Any) -> Any:
     """``obj`` with every NaN / infinity replaced by ``None`` (strict JSON has neither).
 
@@ -408,29 +398,13 @@ def json_safe(obj: Any) -> Any:
 def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, mode: int = 0o644) -> Path:
     """Write ``obj`` as JSON to ``path`` so that readers never see a partial file.
 
-    A temporary file in the same directory is written, flushed and fsynced, renamed over
-    ``path`` with ``os.replace`` (atomic on POSIX), and the directory is fsynced so the
-    rename itself survives a crash. Non-finite floats are refused (they are not JSON).
-    Missing parent directories are created.
+    Indented, key-sorted JSON through :func:`prefixbench.atomic.write_text_atomic` (temp
+    file in the same directory, fsync, rename, fsync of the directory). Non-finite floats
+    are refused (they are not JSON). Missing parent directories are created.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                    dir=target.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.chmod(mode)
-        tmp.replace(target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    _fsync_dir(target.parent)
+    write_text_atomic(target, text, mode)
     return target
 
 

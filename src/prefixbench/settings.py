@@ -82,6 +82,9 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "Trn2/Trn3, cpu on the simulated fleet.", "neuron", choices=("neuron", "cpu")),
     Setting("prefixbench_instance_type", "str", "EC2 instance type of the host (host "
             "variable; the EC2 inventory sets it).", pattern=_INSTANCE_TYPE_PATTERN),
+    Setting("prefixbench_sim_address", "str", "Fabric address of a simulated host "
+            "(written by scripts/simfleet; informational).", "",
+            pattern=r"^$|^\d+\.\d+\.\d+\.\d+$"),
     Setting("prefixbench_run_id", "str", "Name of the run directory under the results "
             "directory; reuse one to resume a run. Empty: a new timestamped id.", "",
             pattern=r"^$|" + _RUN_ID_PATTERN),
