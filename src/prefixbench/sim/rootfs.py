@@ -7,6 +7,7 @@ Each host mounts it read-only as the lower layer of its own overlay.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -82,7 +83,23 @@ def rootfs_ready(root: Path) -> bool:
 
 
 def ensure_rootfs(paths: FleetPaths, *, hosts_running: bool) -> Path:
-    """Return the cached root filesystem, building it first when needed."""
+    """Return the cached root filesystem, building it first when needed.
+
+    Serialised by a lock in the cache directory, so two state directories sharing one
+    cache never build (or clean up) at the same time.
+    """
+    if rootfs_ready(paths.rootfs):
+        return paths.rootfs
+    paths.cache.mkdir(parents=True, exist_ok=True)
+    with (paths.cache / ".rootfs.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _ensure_rootfs_locked(paths, hosts_running=hosts_running)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _ensure_rootfs_locked(paths: FleetPaths, *, hosts_running: bool) -> Path:
     root = paths.rootfs
     if rootfs_ready(root):
         return root
