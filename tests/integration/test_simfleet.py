@@ -218,6 +218,23 @@ def test_up_again_is_a_no_op(sim_fleet: SimFleetHandle) -> None:
     assert after.http == before.http
 
 
+def test_resizing_adds_and_removes_only_the_difference(sim_fleet: SimFleetHandle) -> None:
+    fleet = sim_fleet.fleet
+    before = fleet.state().hosts
+    grown = fleet.up(FLEET_SIZE + 1)
+    assert [h.name for h in grown] == ["trn2-sim-1", "trn2-sim-2", "trn2-sim-3", "trn3-sim-1"]
+    state = fleet.state().hosts
+    assert {n: state[n] for n in before} == before  # the first three were left alone
+    inv = yaml.safe_load(sim_fleet.inventory.read_text(encoding="utf-8"))
+    trn2 = inv["all"]["children"]["neuron_fleet"]["children"]["trn2"]["hosts"]
+    assert "trn2-sim-3" in trn2
+    assert sim_fleet.ssh(grown[2], ["hostname"]).strip() == "trn2-sim-3"
+    fleet.up(FLEET_SIZE)
+    assert fleet.state().hosts == before
+    assert "pbsim-trn2-sim-3" not in list_netns()
+    assert not fleet.paths.host_dir("trn2-sim-3").exists()
+
+
 def _build_artifacts(www: Path) -> None:
     """The other half of the harness fills ``www/`` (here: apt repository and model)."""
     try:
