@@ -8,17 +8,20 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from prefixbench import plan, provision, releases, server
+    from prefixbench import experiment, plan, provision, releases, server
 except ImportError:  # running from a checkout without the editable install
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import plan, provision, releases, server
+    from prefixbench import experiment, plan, provision, releases, server
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
                      hosts: Sequence[str]) -> list[str]:
     """Render the run plan from each host's registered preflight result."""
-    return plan.render([plan.host_plan(h, r.get("settings", {}))
-                        for h, r in zip(hosts, preflight_results, strict=True)])
+    lines = plan.render([plan.host_plan(h, r.get("settings", {}))
+                         for h, r in zip(hosts, preflight_results, strict=True)])
+    if preflight_results:
+        lines += plan.workload_lines(preflight_results[0].get("settings", {}))
+    return lines
 
 
 def prefixbench_unit_spec(settings: Mapping[str, Any], configuration: str,
@@ -73,6 +76,11 @@ def prefixbench_device_problems(neuron_ls_json: str, instance_type: str) -> list
     return provision.device_problems(instance_type, neuron_ls_json)
 
 
+def prefixbench_bench_items(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The benches of one server, in order, each with its seed and label."""
+    return [item.as_dict() for item in experiment.bench_items(settings)]
+
+
 class FilterModule:
     """Expose the filters."""
 
@@ -80,6 +88,7 @@ class FilterModule:
         return {
             "prefixbench_plan": prefixbench_plan,
             "prefixbench_unit_spec": prefixbench_unit_spec,
+            "prefixbench_bench_items": prefixbench_bench_items,
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,
             "prefixbench_os_refusal": prefixbench_os_refusal,

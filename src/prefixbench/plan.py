@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prefixbench import experiment
+
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
 
@@ -28,8 +30,11 @@ class HostPlan:
 
 def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
     """Build one host's plan from its validated settings."""
-    workloads = tuple(str(w.get("name", f"workload{i + 1}"))
-                      for i, w in enumerate(settings.get("prefixbench_workloads") or []))
+    try:
+        items = experiment.bench_items(settings)
+        workloads = tuple(dict.fromkeys(i.workload.name for i in items))
+    except (ValueError, KeyError, TypeError):
+        workloads = ()
     return HostPlan(
         host=host,
         instance_type=str(settings.get("prefixbench_instance_type", "?")),
@@ -38,6 +43,20 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         workloads=workloads or TUTORIAL_WORKLOAD_NAMES,
         repetitions=int(settings.get("prefixbench_repetitions", 1)),
     )
+
+
+def workload_lines(settings: Mapping[str, Any]) -> list[str]:
+    """One line per workload: its shape and the tutorial's expected hit ratio."""
+    lines = []
+    for w in experiment.workloads_of(settings):
+        rate = "inf" if w.request_rate == float("inf") else f"{w.request_rate:g}/s"
+        lines.append(
+            f"workload {w.name}: prefix {w.prefix_repetition_prefix_len} + suffix "
+            f"{w.prefix_repetition_suffix_len}, {w.prefix_repetition_num_prefixes} prefixes, "
+            f"{w.num_prompts} prompts, out {w.prefix_repetition_output_len}, "
+            f"c={w.max_concurrency or 'unbounded'}, rate {rate}; expected hit ratio "
+            f"{w.tutorial_ratio() * 100:.1f}% (before block alignment)")
+    return lines
 
 
 def render(plans: Sequence[HostPlan]) -> list[str]:

@@ -11,8 +11,9 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from prefixbench import instances, releases, settings
+from prefixbench import experiment, instances, releases, settings
 from prefixbench.server import TRN3_ONLY_ENVIRONMENT, family
+from prefixbench.workloads import WorkloadError
 
 #: Segment sizes the segmented-attention kernel is compiled for (the tutorial: "Supported
 #: values: [512], [1024], [2048], [4096]").
@@ -139,3 +140,28 @@ def tensor_parallel_fits(s: Mapping[str, Any]) -> Iterator[str]:
     elif cores % tp:
         yield (f"vllm_service_tensor_parallel_size {tp} does not divide the {cores} "
                f"NeuronCores of a {itype}")
+
+
+@settings.rule
+def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
+    """Workloads are valid, fit max-model-len, and have a prefix worth caching."""
+    try:
+        workloads = experiment.workloads_of(s)
+        experiment.bench_items(s)
+    except (WorkloadError, KeyError, TypeError, ValueError) as exc:
+        yield f"prefixbench_workloads: {exc}"
+        return
+    mml = s["vllm_service_max_model_len"]
+    segment = max(_int_list(s["vllm_service_neuron_config"].get(
+        "kv_segment_size_buckets")) or [s["vllm_service_max_num_batched_tokens"]])
+    for w in workloads:
+        need = w.prompt_len + w.prefix_repetition_output_len
+        if need > mml:
+            yield (f"workload {w.name}: prompt {w.prompt_len} + output "
+                   f"{w.prefix_repetition_output_len} = {need} tokens exceeds "
+                   f"vllm_service_max_model_len {mml}")
+        shared = w.prefix_repetition_prefix_len
+        if w.prompts_per_prefix > 1 and 0 < shared < segment:
+            yield (f"workload {w.name}: prefix_repetition_prefix_len {shared} spans no whole "
+                   f"{segment}-token segment, so prefix caching has nothing to skip "
+                   f"(the tutorial uses 3072 = 3 segments)")

@@ -95,6 +95,11 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("prefixbench_repetitions", "int", "Trials of every workload on every "
             "configuration (seeds are paired across configurations).", 1, minimum=1,
             maximum=100),
+    Setting("prefixbench_base_seed", "int", "First --seed of the run; each workload and "
+            "repetition gets its own (paired across configurations).", 1000, minimum=0,
+            maximum=2**31),
+    Setting("prefixbench_bench_timeout", "int", "Seconds one `vllm bench serve` may take "
+            "before it is stopped and marked failed.", 3600, minimum=30),
     Setting("prefixbench_skip_provision", "bool", "Skip the provision phase (hosts already "
             "provisioned, e.g. a DLAMI with the pinned versions).", False),
     Setting("prefixbench_workloads", "list_dict", "Benchmark workloads; each key mirrors a "

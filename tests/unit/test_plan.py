@@ -15,8 +15,11 @@ def test_default_workloads_are_the_tutorials_three() -> None:
 
 
 def test_render_lists_hosts_sorted_then_the_total() -> None:
+    mine = {"name": "mine", "prefix_repetition_prefix_len": 2048,
+            "prefix_repetition_suffix_len": 128, "prefix_repetition_num_prefixes": 2,
+            "prefix_repetition_output_len": 8, "num_prompts": 8}
     plans = [plan.host_plan(h, {"prefixbench_configurations": ["cached"],
-                                "prefixbench_workloads": [{"name": "mine"}]})
+                                "prefixbench_workloads": [mine]})
              for h in ("b", "a")]
     lines = plan.render(plans)
     assert lines[0].startswith("a (")
@@ -26,3 +29,10 @@ def test_render_lists_hosts_sorted_then_the_total() -> None:
 
 def test_render_of_nothing_says_so() -> None:
     assert "no hosts" in plan.render([])[0]
+
+
+def test_workload_lines_show_the_tutorial_ratio() -> None:
+    lines = plan.workload_lines({"prefixbench_workloads": []})
+    assert lines[0].startswith("workload high_overlap: prefix 3072 + suffix 1024, 5 prefixes")
+    assert "expected hit ratio 67.5%" in lines[0]
+    assert "c=4, rate 2/s" in lines[2]
