@@ -54,6 +54,7 @@ def run(
             timeout=timeout,
             env=dict(env) if env is not None else None,
             input=input_text,
+            stdin=subprocess.DEVNULL if input_text is None else None,
             check=False,
         )
     except FileNotFoundError as exc:
