@@ -1,0 +1,209 @@
+"""Host fingerprints: what each host ran, and which hosts of a fleet differ.
+
+A run directory holds one ``<host>/fingerprint.json`` per host (written by the benchmark
+phase)::
+
+    {"schema_version": 1, "host", "instance_type", "family", "platform": "neuron"|"cpu",
+     "os", "kernel", "neuron_release", "neuron_packages": {deb: version},
+     "neuron_driver", "vllm_version", "vllm_neuron_version",
+     "units": {"vllm-baseline.service": sha256, "vllm-cached.service": sha256},
+     "model": {"source", "revision"}, "collected_at"}
+
+:meth:`Fingerprint.identity` is every field that must agree across a reproducible fleet
+(all but ``host`` and ``collected_at``), flattened to ``dotted.keys`` so that a drift can
+be named to the package (``neuron_packages.aws-neuronx-runtime-lib``).
+:func:`group_by_identity` groups hosts with identical identities; :func:`drift` names, for
+every host outside the majority group, each field whose value differs from the majority.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "FINGERPRINT_SCHEMA_VERSION",
+    "Drift",
+    "Fingerprint",
+    "FingerprintError",
+    "FingerprintGroup",
+    "drift",
+    "group_by_identity",
+]
+
+FINGERPRINT_SCHEMA_VERSION: Final = 1
+
+#: Fields that identify the host or the moment, not the software: never compared.
+_NOT_IDENTITY: Final = frozenset({"host", "collected_at", "schema_version"})
+
+
+class FingerprintError(ValueError):
+    """A fingerprint file is malformed; the message names the file and the key."""
+
+
+def _opt_str(data: Mapping[str, Any], key: str, source: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool | dict | list):
+        raise FingerprintError(f"{source}: {key!r} must be a string or null, got {value!r}")
+    return str(value)
+
+
+def _str_map(data: Mapping[str, Any], key: str, source: str) -> dict[str, str]:
+    value = data.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise FingerprintError(f"{source}: {key!r} must be a mapping, got {value!r}")
+    return {str(k): "" if v is None else str(v) for k, v in value.items()}
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What one host ran: packages, versions, rendered units, model revision."""
+
+    host: str
+    instance_type: str | None = None
+    family: str | None = None
+    platform: str | None = None
+    os: str | None = None
+    kernel: str | None = None
+    neuron_release: str | None = None
+    neuron_packages: Mapping[str, str] = field(default_factory=dict)
+    neuron_driver: str | None = None
+    vllm_version: str | None = None
+    vllm_neuron_version: str | None = None
+    units: Mapping[str, str] = field(default_factory=dict)
+    model: Mapping[str, str] = field(default_factory=dict)
+    collected_at: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<memory>") -> Fingerprint:
+        if not isinstance(data, Mapping):
+            raise FingerprintError(f"{source}: a fingerprint must be a JSON object")
+        version = data.get("schema_version", FINGERPRINT_SCHEMA_VERSION)
+        if version != FINGERPRINT_SCHEMA_VERSION:
+            raise FingerprintError(
+                f"{source}: schema_version {version!r} is not {FINGERPRINT_SCHEMA_VERSION}")
+        host = data.get("host")
+        if not isinstance(host, str) or not host:
+            raise FingerprintError(f"{source}: 'host' must be a non-empty string")
+        return cls(
+            host=host,
+            instance_type=_opt_str(data, "instance_type", source),
+            family=_opt_str(data, "family", source),
+            platform=_opt_str(data, "platform", source),
+            os=_opt_str(data, "os", source),
+            kernel=_opt_str(data, "kernel", source),
+            neuron_release=_opt_str(data, "neuron_release", source),
+            neuron_packages=_str_map(data, "neuron_packages", source),
+            neuron_driver=_opt_str(data, "neuron_driver", source),
+            vllm_version=_opt_str(data, "vllm_version", source),
+            vllm_neuron_version=_opt_str(data, "vllm_neuron_version", source),
+            units=_str_map(data, "units", source),
+            model=_str_map(data, "model", source),
+            collected_at=_opt_str(data, "collected_at", source),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": FINGERPRINT_SCHEMA_VERSION,
+            "host": self.host,
+            "instance_type": self.instance_type,
+            "family": self.family,
+            "platform": self.platform,
+            "os": self.os,
+            "kernel": self.kernel,
+            "neuron_release": self.neuron_release,
+            "neuron_packages": dict(self.neuron_packages),
+            "neuron_driver": self.neuron_driver,
+            "vllm_version": self.vllm_version,
+            "vllm_neuron_version": self.vllm_neuron_version,
+            "units": dict(self.units),
+            "model": dict(self.model),
+            "collected_at": self.collected_at,
+        }
+
+    def identity(self) -> dict[str, str | None]:
+        """The fields that must agree across a fleet, flattened to dotted keys.
+
+        A package present on one host and absent on another shows as ``None`` on the
+        host that lacks it (see :func:`drift`).
+        """
+        out: dict[str, str | None] = {}
+        for key, value in self.to_dict().items():
+            if key in _NOT_IDENTITY:
+                continue
+            if isinstance(value, dict):
+                for sub, subval in sorted(value.items()):
+                    out[f"{key}.{sub}"] = subval
+            else:
+                out[key] = value
+        return out
+
+    def identity_key(self) -> tuple[tuple[str, str | None], ...]:
+        """A hashable form of :meth:`identity`."""
+        return tuple(sorted(self.identity().items()))
+
+
+@dataclass(frozen=True)
+class FingerprintGroup:
+    """Hosts whose identities are equal."""
+
+    hosts: tuple[str, ...]
+    identity: Mapping[str, str | None]
+    majority: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hosts": list(self.hosts), "identity": dict(self.identity),
+                "majority": self.majority}
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One field of one host that differs from the fleet's majority."""
+
+    host: str
+    field: str
+    value: str | None
+    majority_value: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "field": self.field, "value": self.value,
+                "majority_value": self.majority_value}
+
+
+def group_by_identity(fingerprints: Sequence[Fingerprint]) -> list[FingerprintGroup]:
+    """Hosts grouped by identity, largest group first (ties: first host name).
+
+    The first group is the majority (``majority=True``); with a tie for the largest
+    group, the one whose first host sorts first is taken as the reference.
+    """
+    buckets: dict[tuple[tuple[str, str | None], ...], list[Fingerprint]] = {}
+    for fp in fingerprints:
+        buckets.setdefault(fp.identity_key(), []).append(fp)
+    ordered = sorted(buckets.values(),
+                     key=lambda fps: (-len(fps), min(f.host for f in fps)))
+    return [
+        FingerprintGroup(hosts=tuple(sorted(f.host for f in fps)),
+                         identity=fps[0].identity(), majority=i == 0)
+        for i, fps in enumerate(ordered)
+    ]
+
+
+def drift(fingerprints: Sequence[Fingerprint]) -> list[Drift]:
+    """Every (host, field) outside the majority group that differs from the majority."""
+    groups = group_by_identity(fingerprints)
+    if len(groups) < 2:
+        return []
+    reference = groups[0].identity
+    by_host = {fp.host: fp.identity() for fp in fingerprints}
+    out: list[Drift] = []
+    for group in groups[1:]:
+        for host in group.hosts:
+            ident = by_host[host]
+            for key in sorted(set(ident) | set(reference)):
+                mine, theirs = ident.get(key), reference.get(key)
+                if mine != theirs:
+                    out.append(Drift(host=host, field=key, value=mine, majority_value=theirs))
+    return out
