@@ -1,0 +1,753 @@
+"""Read a run directory and decide: tables, verdicts, common issues, fleet spread.
+
+Input is the run directory contract of the benchmark phase (``run.json``,
+``<host>/fingerprint.json``, ``<host>/<configuration>/<workload>/rep<k>[.failed].json``).
+Nothing here writes files; :mod:`prefixbench.report.write` does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from prefixbench.fingerprint import (
+    Fingerprint,
+    FingerprintError,
+    drift,
+    group_by_identity,
+)
+from prefixbench.metrics import SignalsDelta
+from prefixbench.report.model import (
+    BASELINE,
+    CACHED,
+    FAIL,
+    HIGH_OVERLAP,
+    NO_OVERLAP,
+    PASS,
+    SUSTAINED,
+    UNKNOWN,
+    Agg,
+    BenchSummary,
+    ColdWarm,
+    FailureInfo,
+    FleetMetric,
+    FleetOutlier,
+    FleetSummary,
+    HitDeparture,
+    HostSummary,
+    Issue,
+    Status,
+    Step7,
+    Step7Row,
+    Step9Row,
+    Summary,
+    Thresholds,
+    Verdict,
+    agg,
+)
+from prefixbench.results import BenchmarkRecord, BenchResultError, FailureRecord
+from prefixbench.stats import (
+    coefficient_of_variation,
+    mad,
+    percentile,
+    prefix_repetition_cold_flags,
+    robust_z_scores,
+)
+from prefixbench.stats import median as _median
+from prefixbench.workloads import Workload, WorkloadError
+
+__all__ = ["ReportInputError", "RunData", "build_summary", "fleet_values", "load_run"]
+
+_REP_FILE: Final = re.compile(r"^rep([0-9]+)(\.failed)?\.json$")
+#: Words in a failure's error, stderr or journal that mean the server ran out of memory.
+_OOM: Final = re.compile(
+    r"out of memory|\bOOM\b|oom-kill|MemoryError|cannot allocate memory|failed to allocate|"
+    r"insufficient memory|not enough memory|NRT_RESOURCE|KV cache (?:does not|doesn't) fit",
+    re.IGNORECASE)
+_START: Final = re.compile(
+    r"fail(?:ed)? to start|did not become healthy|not healthy|health check|"
+    r"start(?:ing)? the server|Application startup|exited|start request repeated",
+    re.IGNORECASE)
+
+FIX_ZERO_HITS: Final = (
+    "The prefix_repetition dataset guarantees byte-identical prefixes, so this is a "
+    "configuration or feature-enablement issue, not a data issue: confirm prefix caching "
+    "is not disabled (--no-enable-prefix-caching must not be set on the cached server). "
+    "With your own data, a single whitespace difference prevents hits at the block boundary.")
+FIX_EVICTIONS: Final = (
+    "The cache is full and evicts entries before they can be reused: reduce max_num_seqs "
+    "or max_model_len to free memory for the prefix cache.")
+FIX_OOM: Final = (
+    "The KV cache does not fit in HBM: decrease VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION "
+    "(the fraction of the memory budget allocated to the KV cache; default 0.30) so the "
+    "cache is sized smaller at startup.")
+FIX_NO_GAIN: Final = (
+    "Hits without a TTFT gain mean the cached segments are not skipped: the prefix must "
+    "span whole prefill segments (prefix_len a multiple of max_num_batched_tokens), and "
+    "kv_segment_size_buckets must equal num_batched_tokens_buckets (supported: 512, 1024, "
+    "2048, 4096) on both servers. Compare the two rendered units.")
+FIX_CARRY_OVER: Final = (
+    "Hits on the no-overlap workload come from prompts of an earlier workload on the same "
+    "server (vLLM's prefix_repetition draws from one stream per --seed): give every "
+    "workload and repetition its own seed (prefixbench plans them) or restart the server.")
+
+
+class ReportInputError(ValueError):
+    """The run directory cannot be reported on; the message says why, in one line."""
+
+
+@dataclass
+class RunData:
+    """What a run directory holds, parsed."""
+
+    run_dir: Path
+    run: dict[str, Any]
+    records: list[BenchmarkRecord] = field(default_factory=list)
+    failures: list[tuple[FailureRecord, Path]] = field(default_factory=list)
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run.get("run_id") or self.run_dir.name)
+
+    @property
+    def hosts(self) -> list[str]:
+        named = [str(h) for h in self.run.get("hosts") or []]
+        seen = {r.key.host for r in self.records} | {f.key.host for f, _ in self.failures}
+        return named + sorted(seen - set(named))
+
+    def workloads(self) -> dict[str, Workload]:
+        out: dict[str, Workload] = {}
+        for item in self.run.get("workloads") or []:
+            try:
+                w = Workload.from_dict(item)
+            except (WorkloadError, TypeError, AttributeError):
+                continue
+            out[w.name] = w
+        return out
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Parse a run directory; unreadable files become warnings, not errors."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise ReportInputError(f"{root}: not a directory (expected results/<run_id>)")
+    run: dict[str, Any] = {}
+    warnings: list[str] = []
+    run_json = root / "run.json"
+    if run_json.exists():
+        try:
+            loaded = _read_json(run_json)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReportInputError(f"{run_json}: unreadable ({exc})") from exc
+        if not isinstance(loaded, dict):
+            raise ReportInputError(f"{run_json}: not a JSON object")
+        run = loaded
+        if run.get("schema_version", 1) != 1:
+            raise ReportInputError(
+                f"{run_json}: schema_version {run.get('schema_version')!r} is not 1")
+    else:
+        warnings.append("run.json is missing: hosts and workloads are taken from the files")
+    data = RunData(run_dir=root, run=run, warnings=warnings)
+    for path in sorted(root.glob("*/*/*/rep*.json")):
+        m = _REP_FILE.match(path.name)
+        if not m:
+            continue
+        try:
+            raw = _read_json(path)
+            if m.group(2):
+                data.failures.append((FailureRecord.from_dict(raw, str(path)), path))
+            else:
+                data.records.append(BenchmarkRecord.from_dict(raw, str(path)))
+        except (OSError, json.JSONDecodeError, BenchResultError, ValueError) as exc:
+            warnings.append(f"{path.relative_to(root)}: skipped, unreadable ({exc})")
+    done = {r.key for r in data.records}
+    data.failures = [(f, p) for f, p in data.failures if f.key not in done]
+    for host_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        fp_path = host_dir / "fingerprint.json"
+        if not fp_path.exists():
+            continue
+        try:
+            fp = Fingerprint.from_dict(_read_json(fp_path), str(fp_path))
+        except (OSError, json.JSONDecodeError, FingerprintError) as exc:
+            warnings.append(f"{fp_path.relative_to(root)}: skipped ({exc})")
+            continue
+        data.fingerprints[fp.host] = fp
+    if not data.records and not data.failures and not run:
+        raise ReportInputError(
+            f"{root}: no run.json and no result files: is this a run directory "
+            f"(results/<run_id>)?")
+    return data
+
+
+# -- one record ---------------------------------------------------------------------------
+
+def _num(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _workload(record: BenchmarkRecord, known: Mapping[str, Workload]) -> Workload | None:
+    if record.workload:
+        try:
+            return Workload.from_dict(record.workload)
+        except (WorkloadError, TypeError):
+            pass
+    return known.get(record.key.workload)
+
+
+def _delta(record: BenchmarkRecord) -> SignalsDelta | None:
+    if not record.metrics_delta:
+        return None
+    try:
+        return SignalsDelta.from_dict(record.metrics_delta)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class _RecordView:
+    record: BenchmarkRecord
+    workload: Workload | None
+    hit_ratio_queries: float | None
+    hit_ratio_by_source: float | None
+    hit_tokens: float | None
+    query_tokens: float | None
+    expected_block_aligned: float | None
+    expected_tutorial: float | None
+    block_size: int | None
+    prefix_caching_enabled: bool | None
+    preemptions: float | None
+    evictions_sampled: float | None
+    kv_cache_usage: float | None
+    per_request_ms: tuple[float, ...]
+    per_request_cold: tuple[bool, ...] | None
+    per_request_source: str | None
+    note: str | None
+
+
+def _view(record: BenchmarkRecord, known: Mapping[str, Workload]) -> _RecordView:
+    w = _workload(record, known)
+    d = _delta(record)
+    m, e = record.measured, record.expected
+    hq = _num(m.get("hit_ratio_queries"))
+    hs = _num(m.get("hit_ratio_by_source"))
+    hits = _num(m.get("hit_tokens"))
+    queries = _num(m.get("query_tokens"))
+    if d is not None:
+        hq = hq if hq is not None else d.hit_ratio_queries
+        hs = hs if hs is not None else d.hit_ratio_by_source
+        hits = hits if hits is not None else d.hits
+        queries = queries if queries is not None else d.queries
+    cfg = d.cache_config if d is not None else None
+    block = _num(e.get("block_size"))
+    block_size = int(block) if block else (cfg.block_size if cfg else None)
+    exp_block = _num(e.get("block_aligned_ratio", e.get("block_aligned")))
+    exp_tut = _num(e.get("tutorial_ratio", e.get("tutorial")))
+    if w is not None:
+        if exp_tut is None:
+            exp_tut = w.tutorial_ratio()
+        if exp_block is None and block_size:
+            exp_block = w.expected(block_size).ratio
+    counters = d.counters if d is not None else {}
+    pre = _num(m.get("preemptions"))
+    values, cold, source, note = _per_request(record, w, queries)
+    return _RecordView(
+        record=record, workload=w, hit_ratio_queries=hq, hit_ratio_by_source=hs,
+        hit_tokens=hits, query_tokens=queries, expected_block_aligned=exp_block,
+        expected_tutorial=exp_tut, block_size=block_size,
+        prefix_caching_enabled=cfg.enable_prefix_caching if cfg else None,
+        preemptions=pre if pre is not None else counters.get("num_preemptions"),
+        evictions_sampled=counters.get("kv_block_evictions_sampled"),
+        kv_cache_usage=d.kv_cache_usage_after if d is not None else None,
+        per_request_ms=values, per_request_cold=cold, per_request_source=source, note=note)
+
+
+def _per_request(
+    record: BenchmarkRecord, w: Workload | None, queries: float | None,
+) -> tuple[tuple[float, ...], tuple[bool, ...] | None, str | None, str | None]:
+    """Per-request TTFTs in ms (or latencies), and cold flags rebuilt from the seed."""
+    try:
+        detail = record.bench_result.detail
+    except BenchResultError:
+        return (), None, None, "bench result unreadable"
+    if detail.ttfts is not None:
+        raw, source = detail.ttfts, "ttfts"
+    elif detail.latencies:
+        raw, source = detail.latencies, "latencies"
+    else:
+        return (), None, None, "no per-request detail saved"
+    ok = detail.succeeded
+    values = tuple(v * 1000.0 for v, good in zip(raw, ok, strict=False) if good)
+    if w is None:
+        return values, None, source, "workload parameters unknown: no cold/warm split"
+    pre = w.pre_requests
+    if queries:
+        inferred = w.infer_pre_requests(queries)
+        if inferred is not None:
+            pre = inferred
+    try:
+        flags = prefix_repetition_cold_flags(
+            record.seed, w.num_prompts, w.prefix_repetition_num_prefixes,
+            shuffle=not w.disable_shuffle, pre_requests=pre)
+    except ValueError as exc:
+        return values, None, source, f"cold/warm split impossible: {exc}"
+    if len(flags) != len(raw):
+        return values, None, source, (
+            f"{len(raw)} per-request values but {len(flags)} requests planned: no split")
+    cold = tuple(c for c, good in zip(flags, ok, strict=True) if good)
+    return values, cold, source, None
+
+
+def _cold_warm(values: Sequence[float], cold: Sequence[bool], source: str) -> ColdWarm:
+    cold_ms = tuple(v for v, c in zip(values, cold, strict=True) if c)
+    warm_ms = tuple(v for v, c in zip(values, cold, strict=True) if not c)
+    slowest = max(range(len(values)), key=lambda i: values[i])
+    return ColdWarm(
+        source=source, cold_ms=cold_ms, warm_ms=warm_ms,
+        p99_all_ms=percentile(values, 99),
+        p99_warm_ms=percentile(warm_ms, 99) if warm_ms else None,
+        median_cold_ms=_median(cold_ms) if cold_ms else None,
+        median_warm_ms=_median(warm_ms) if warm_ms else None,
+        slowest_is_cold=bool(cold[slowest]) and bool(warm_ms))
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return math.fsum(kept) if kept else None
+
+
+def _bench_summary(views: Sequence[_RecordView]) -> BenchSummary:
+    views = sorted(views, key=lambda v: v.record.key.repetition)
+    first = views[0]
+    key = first.record.key
+    results = [v.record.bench_result for v in views]
+    values: list[float] = []
+    colds: list[bool] = []
+    sources = {v.per_request_source for v in views if v.per_request_source}
+    all_flags = True
+    notes: list[str] = []
+    for v in views:
+        values.extend(v.per_request_ms)
+        if v.per_request_cold is None:
+            all_flags = False
+        else:
+            colds.extend(v.per_request_cold)
+        if v.note:
+            notes.append(f"rep{v.record.key.repetition}: {v.note}")
+    source = "ttfts" if sources == {"ttfts"} else ("latencies" if sources else None)
+    cold_warm = None
+    if all_flags and values and source is not None and len(colds) == len(values):
+        cold_warm = _cold_warm(values, colds, source)
+    w = first.workload
+    kv = [v.kv_cache_usage for v in views if v.kv_cache_usage is not None]
+    return BenchSummary(
+        host=key.host, configuration=key.configuration, workload=key.workload,
+        repetitions=tuple(v.record.key.repetition for v in views),
+        median_ttft_ms=agg([r.median_ttft_ms for r in results]),
+        p99_ttft_ms=agg([r.p99_ttft_ms for r in results]),
+        mean_ttft_ms=agg([_num(r.data.get("mean_ttft_ms")) for r in results]),
+        output_throughput=agg([r.output_throughput for r in results]),
+        completed=sum(r.completed for r in results),
+        failed=sum(r.failed for r in results),
+        hit_ratio_queries=agg([v.hit_ratio_queries for v in views]),
+        hit_ratio_by_source=agg([v.hit_ratio_by_source for v in views]),
+        expected_block_aligned=first.expected_block_aligned,
+        expected_tutorial=first.expected_tutorial,
+        block_size=first.block_size,
+        prefix_caching_enabled=first.prefix_caching_enabled,
+        preemptions=_sum(v.preemptions for v in views),
+        evictions_sampled=_sum(v.evictions_sampled for v in views),
+        kv_cache_usage_max=max(kv) if kv else None,
+        hit_tokens=_sum(v.hit_tokens for v in views),
+        query_tokens=_sum(v.query_tokens for v in views),
+        request_rate=None if w is None else w.request_rate,
+        output_len=None if w is None else w.prefix_repetition_output_len,
+        max_concurrency=None if w is None else w.max_concurrency,
+        cold_warm=cold_warm,
+        per_request_ms=tuple(values),
+        per_request_cold=tuple(colds) if cold_warm is not None else (),
+        notes=tuple(notes))
+
+
+# -- tables --------------------------------------------------------------------------------
+
+STEP7_ROWS: Final = (
+    ("baseline (high overlap)", BASELINE, HIGH_OVERLAP),
+    ("cached (high overlap)", CACHED, HIGH_OVERLAP),
+    ("baseline (no overlap)", BASELINE, NO_OVERLAP),
+    ("cached (no overlap)", CACHED, NO_OVERLAP),
+)
+
+
+def _med(a: Agg | None) -> float | None:
+    return None if a is None else a.median
+
+
+def _step7(benches: Mapping[tuple[str, str], BenchSummary]) -> Step7:
+    rows = []
+    for label, conf, wl in STEP7_ROWS:
+        b = benches.get((conf, wl))
+        rows.append(Step7Row(label=label, configuration=conf, workload=wl,
+                             median_ttft_ms=None if b is None else b.median_ttft_ms,
+                             output_throughput=None if b is None else b.output_throughput))
+    reduction: dict[str, float | None] = {}
+    gain: dict[str, float | None] = {}
+    for wl in (HIGH_OVERLAP, NO_OVERLAP):
+        base, cached = benches.get((BASELINE, wl)), benches.get((CACHED, wl))
+        bt = _med(base.median_ttft_ms) if base else None
+        ct = _med(cached.median_ttft_ms) if cached else None
+        reduction[wl] = (1 - ct / bt) * 100 if bt and ct is not None else None
+        bo = _med(base.output_throughput) if base else None
+        co = _med(cached.output_throughput) if cached else None
+        gain[wl] = co / bo if bo and co is not None else None
+    return Step7(rows=tuple(rows), ttft_reduction_pct=reduction, throughput_gain=gain)
+
+
+def _step9(benches: Sequence[BenchSummary]) -> tuple[Step9Row, ...]:
+    rows = []
+    for b in benches:
+        # A server without prefix caching is expected to hit nothing.
+        off = b.configuration == BASELINE or b.prefix_caching_enabled is False
+        rows.append(Step9Row(
+            configuration=b.configuration, workload=b.workload,
+            hit_ratio_queries=_med(b.hit_ratio_queries),
+            hit_ratio_by_source=_med(b.hit_ratio_by_source),
+            expected_block_aligned=0.0 if off else b.expected_block_aligned,
+            expected_tutorial=0.0 if off else b.expected_tutorial,
+            hit_tokens=b.hit_tokens, query_tokens=b.query_tokens))
+    return tuple(rows)
+
+
+# -- verdicts -------------------------------------------------------------------------------
+
+def _range(a: Agg | None) -> str:
+    if a is None:
+        return "n/a"
+    if a.n == 1:
+        return f"{a.median:.1f}"
+    return f"{a.median:.1f} (min {a.min:.1f}, max {a.max:.1f}, n={a.n})"
+
+
+def _verdict_lower_ttft(host: HostView, t: Thresholds) -> Verdict:
+    name = "high_overlap_ttft_lower"
+    crit = ("The high-overlap workload shows measurably lower median TTFT compared to the "
+            "baseline.")
+    thr = (f"cached median TTFT <= {t.lower_ttft_max_ratio:.2f} x baseline; with >1 "
+           f"repetition each, slowest cached repetition < fastest baseline repetition")
+    base, cached = host.get(BASELINE, HIGH_OVERLAP), host.get(CACHED, HIGH_OVERLAP)
+    b = base.median_ttft_ms if base else None
+    c = cached.median_ttft_ms if cached else None
+    if b is None or c is None:
+        missing = [n for n, x in (("baseline/high_overlap", b), ("cached/high_overlap", c))
+                   if x is None]
+        return Verdict(name, crit, thr, UNKNOWN, f"missing: {', '.join(missing)}")
+    ratio = c.median / b.median if b.median else math.inf
+    separated = c.max < b.min if (b.n > 1 and c.n > 1) else None
+    ok = ratio <= t.lower_ttft_max_ratio and separated is not False
+    detail = (f"cached {_range(c)} ms vs baseline {_range(b)} ms: ratio {ratio:.3f} "
+              f"({(1 - ratio) * 100:.1f}% reduction)")
+    if separated is False:
+        detail += "; repetition ranges overlap (within noise)"
+    if b.n == 1 or c.n == 1:
+        detail += "; single repetition: noise not measured"
+    return Verdict(name, crit, thr, PASS if ok else FAIL, detail, {
+        "baseline_median_ttft_ms": b.median, "cached_median_ttft_ms": c.median,
+        "ratio": ratio, "ttft_reduction_pct": (1 - ratio) * 100,
+        "baseline_min_ms": b.min, "cached_max_ms": c.max})
+
+
+def _verdict_no_overlap(host: HostView, t: Thresholds) -> Verdict:
+    name = "no_overlap_no_regression"
+    crit = ("The no-overlap workload shows no meaningful TTFT difference (confirms no "
+            "regression from enabling caching).")
+    thr = f"|cached / baseline - 1| of median TTFT <= {t.no_overlap_max_rel_diff:.0%}"
+    base, cached = host.get(BASELINE, NO_OVERLAP), host.get(CACHED, NO_OVERLAP)
+    b = base.median_ttft_ms if base else None
+    c = cached.median_ttft_ms if cached else None
+    if b is None or c is None:
+        missing = [n for n, x in (("baseline/no_overlap", b), ("cached/no_overlap", c))
+                   if x is None]
+        return Verdict(name, crit, thr, UNKNOWN, f"missing: {', '.join(missing)}")
+    rel = c.median / b.median - 1 if b.median else math.inf
+    ok = abs(rel) <= t.no_overlap_max_rel_diff
+    detail = f"cached {_range(c)} ms vs baseline {_range(b)} ms: {rel * 100:+.1f}%"
+    return Verdict(name, crit, thr, PASS if ok else FAIL, detail, {
+        "baseline_median_ttft_ms": b.median, "cached_median_ttft_ms": c.median,
+        "rel_diff": rel})
+
+
+def _verdict_hit_rate(host: HostView, t: Thresholds) -> Verdict:
+    name = "hit_rate_matches_expected"
+    crit = ("The Prometheus cache hit rate matches the expected ratio derived from "
+            "num_prefixes, num_prompts, prefix_len and suffix_len.")
+    thr = (f"both signals within {t.hit_ratio_max_abs_diff * 100:.1f} percentage point(s) "
+           f"of the block-aligned expectation, cached high_overlap and no_overlap")
+    numbers: dict[str, float | str | None] = {}
+    parts: list[str] = []
+    status: Status = PASS
+    for wl in (HIGH_OVERLAP, NO_OVERLAP):
+        b = host.get(CACHED, wl)
+        exp = b.expected_block_aligned if b else None
+        if b is None or exp is None:
+            status = UNKNOWN if status == PASS else status
+            parts.append(f"{wl}: {'missing' if b is None else 'no expectation (block size)'}")
+            continue
+        numbers[f"{wl}_expected_block_aligned"] = exp
+        numbers[f"{wl}_expected_tutorial"] = b.expected_tutorial
+        seen_any = False
+        for sig, a in (("queries", b.hit_ratio_queries), ("by_source", b.hit_ratio_by_source)):
+            if a is None:
+                continue
+            seen_any = True
+            numbers[f"{wl}_{sig}"] = a.median
+            diff = a.median - exp
+            if abs(diff) > t.hit_ratio_max_abs_diff:
+                status = FAIL
+            parts.append(f"{wl} {sig} {a.median * 100:.2f}% vs expected {exp * 100:.2f}% "
+                         f"({diff * 100:+.2f} pp)")
+        if not seen_any:
+            status = UNKNOWN if status == PASS else status
+            parts.append(f"{wl}: no hit-rate signal in the metrics")
+    return Verdict(name, crit, thr, status, "; ".join(parts), numbers)
+
+
+def _verdict_throughput(host: HostView, t: Thresholds) -> Verdict:
+    name = "sustained_throughput_preserved"
+    crit = "Under sustained load, the throughput benefit is preserved."
+    thr = (f"sustained c=4 output throughput >= {t.throughput_min_ratio:g} x cached c=1, "
+           f"or >= {t.rate_bound_fraction:.0%} of the offered load (request_rate x "
+           f"output_len) when the rate caps it")
+    c1, c4 = host.get(CACHED, HIGH_OVERLAP), host.get(CACHED, SUSTAINED)
+    o1 = c1.output_throughput if c1 else None
+    o4 = c4.output_throughput if c4 else None
+    if o1 is None or o4 is None:
+        missing = [n for n, x in (("cached/high_overlap", o1), ("cached/sustained_c4", o4))
+                   if x is None]
+        return Verdict(name, crit, thr, UNKNOWN, f"missing: {', '.join(missing)}")
+    ratio = o4.median / o1.median if o1.median else math.inf
+    offered = c4.offered_output_rate if c4 else None
+    rate_bound = offered is not None and o4.median >= t.rate_bound_fraction * offered
+    ok = ratio >= t.throughput_min_ratio or rate_bound
+    detail = (f"c=4 {_range(o4)} tok/s vs c=1 {_range(o1)} tok/s: ratio {ratio:.2f}")
+    if offered is not None:
+        detail += f"; offered load {offered:.0f} tok/s ({o4.median / offered:.0%} served)"
+        if rate_bound and ratio < t.throughput_min_ratio:
+            detail += ("; the request rate caps c=4 throughput below c=1, and the server "
+                       "kept up with all of it")
+    return Verdict(name, crit, thr, PASS if ok else FAIL, detail, {
+        "c1_output_throughput": o1.median, "c4_output_throughput": o4.median,
+        "ratio": ratio, "offered_output_rate": offered})
+
+
+# -- issues ----------------------------------------------------------------------------------
+
+def _issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds) -> list[Issue]:
+    out: list[Issue] = []
+    name = host.name
+    ch = host.get(CACHED, HIGH_OVERLAP)
+    if ch is not None:
+        ratios = [a.median for a in (ch.hit_ratio_by_source, ch.hit_ratio_queries) if a]
+        if (ratios and max(ratios) == 0) or ch.prefix_caching_enabled is False:
+            ev = (f"cached high_overlap hit ratio "
+                  f"{max(ratios) * 100 if ratios else 0:.1f}%")
+            if ch.prefix_caching_enabled is False:
+                ev += "; vllm:cache_config_info says enable_prefix_caching=False"
+            out.append(Issue("zero_hit_rate", "No TTFT improvement: 0% cache hit rate",
+                             name, ev, FIX_ZERO_HITS))
+        base = host.get(BASELINE, HIGH_OVERLAP)
+        if ratios and max(ratios) > 0 and base and base.median_ttft_ms and ch.median_ttft_ms:
+            red = 1 - ch.median_ttft_ms.median / base.median_ttft_ms.median
+            if red < t.no_gain_max_reduction:
+                out.append(Issue(
+                    "hits_without_ttft_gain", "Cache hits but no TTFT improvement", name,
+                    f"hit ratio {max(ratios) * 100:.1f}% but median TTFT reduction "
+                    f"{red * 100:.1f}% (< {t.no_gain_max_reduction:.0%})", FIX_NO_GAIN,
+                    source="bundle"))
+    for b in host.benches.values():
+        if b.configuration != CACHED:
+            continue
+        signs = []
+        if b.preemptions:
+            signs.append(f"{b.preemptions:.0f} preemptions")
+        if b.evictions_sampled:
+            signs.append(f"{b.evictions_sampled:.0f} sampled block evictions")
+        under_load = (b.max_concurrency or 1) > 1
+        short = None
+        if under_load and b.expected_block_aligned and b.hit_ratio_by_source:
+            short = b.hit_ratio_by_source.median - b.expected_block_aligned
+            if short < -t.hit_ratio_max_abs_diff and (b.kv_cache_usage_max or 0) >= 0.9:
+                signs.append(f"hit ratio {short * 100:+.2f} pp below expected with KV cache "
+                             f"{b.kv_cache_usage_max:.0%} full")
+        if signs:
+            out.append(Issue("evictions_under_load", "Cache evictions under sustained load",
+                             name, f"{b.workload}: " + ", ".join(signs), FIX_EVICTIONS))
+    cn = host.get(CACHED, NO_OVERLAP)
+    if cn is not None and cn.hit_ratio_by_source and cn.hit_ratio_by_source.median > 0 and (
+            cn.expected_block_aligned == 0):
+        out.append(Issue(
+            "carry_over_hits", "Hits on the no-overlap workload (prompts reused across runs)",
+            name, f"cached no_overlap hit ratio {cn.hit_ratio_by_source.median * 100:.2f}% "
+            f"where 0% is expected", FIX_CARRY_OVER, source="bundle"))
+    for f in failures:
+        text = f"{f.error}\n{f.log_tail}"
+        if _OOM.search(text):
+            out.append(Issue("server_oom", "Server fails to start with OOM", name,
+                             f"{f.configuration}/{f.workload} rep{f.repetition}: {f.error}",
+                             FIX_OOM))
+        elif _START.search(text):
+            out.append(Issue(
+                "server_start_failed", "Server failed to start or became unhealthy", name,
+                f"{f.configuration}/{f.workload} rep{f.repetition}: {f.error}",
+                "Read the journal tail below (journalctl -u vllm-<configuration>). If it "
+                "shows an out-of-memory error: " + FIX_OOM, source="bundle"))
+    return out
+
+
+# -- hosts and fleet ---------------------------------------------------------------------------
+
+@dataclass
+class HostView:
+    name: str
+    benches: dict[tuple[str, str], BenchSummary]
+
+    def get(self, configuration: str, workload: str) -> BenchSummary | None:
+        return self.benches.get((configuration, workload))
+
+
+def _failure_info(rec: FailureRecord, path: Path, root: Path) -> FailureInfo:
+    tail = rec.journal_tail or ""
+    extra_tail = rec.extra.get("journal_tail") if rec.extra else None
+    if not tail and isinstance(extra_tail, list):
+        tail = "\n".join(str(x) for x in extra_tail)
+    elif not tail and isinstance(extra_tail, str):
+        tail = extra_tail
+    if rec.stderr:
+        tail = (rec.stderr.strip() + ("\n" + tail if tail else "")).strip()
+    lines = tail.splitlines()[-20:]
+    try:
+        rel = str(path.relative_to(root))
+    except ValueError:
+        rel = str(path)
+    return FailureInfo(host=rec.key.host, configuration=rec.key.configuration,
+                       workload=rec.key.workload, repetition=rec.key.repetition,
+                       error=rec.error, returncode=rec.returncode, path=rel,
+                       log_tail="\n".join(lines))
+
+
+def fleet_values(hosts: Sequence[HostSummary]) -> dict[str, dict[str, float]]:
+    """Per metric name, each host's value (its median over repetitions)."""
+    metrics: dict[str, dict[str, float]] = {}
+
+    def put(name: str, host: str, value: float | None) -> None:
+        if value is not None and math.isfinite(value):
+            metrics.setdefault(name, {})[host] = value
+
+    for h in hosts:
+        for b in h.benches:
+            prefix = f"{b.configuration}/{b.workload}"
+            put(f"{prefix}/median_ttft_ms", h.host, _med(b.median_ttft_ms))
+            put(f"{prefix}/p99_ttft_ms", h.host, _med(b.p99_ttft_ms))
+            put(f"{prefix}/output_throughput", h.host, _med(b.output_throughput))
+            if b.configuration == CACHED:
+                put(f"{prefix}/hit_ratio", h.host,
+                    _med(b.hit_ratio_by_source) if b.hit_ratio_by_source
+                    else _med(b.hit_ratio_queries))
+        for wl, v in h.step7.ttft_reduction_pct.items():
+            put(f"{wl}/ttft_reduction_pct", h.host, v)
+    return metrics
+
+
+def _fleet_metric(name: str, values: Mapping[str, float], t: Thresholds) -> FleetMetric:
+    hosts = sorted(values)
+    xs = [values[h] for h in hosts]
+    med = _median(xs)
+    zs = robust_z_scores(xs) if len(xs) >= 3 else [0.0] * len(xs)
+    outs: list[FleetOutlier] = []
+    relative_ok = not name.endswith(("hit_ratio", "ttft_reduction_pct"))
+    for h, x, z in zip(hosts, xs, zs, strict=True):
+        rel = (x / med - 1) if med else None
+        reasons = []
+        if len(xs) >= 3 and abs(z) > t.outlier_z:
+            reasons.append(f"robust z {z:+.1f} (> {t.outlier_z})")
+        if len(xs) >= 3 and relative_ok and rel is not None and abs(rel) > t.outlier_rel:
+            reasons.append(f"{rel * 100:+.0f}% from the fleet median (> {t.outlier_rel:.0%})")
+        if reasons:
+            outs.append(FleetOutlier(host=h, value=x, robust_z=z, rel_dev=rel,
+                                     reasons=tuple(reasons)))
+    return FleetMetric(name=name, values=dict(zip(hosts, xs, strict=True)), median=med,
+                       cv=coefficient_of_variation(xs), mad=mad(xs),
+                       robust_z=dict(zip(hosts, zs, strict=True)), outliers=tuple(outs))
+
+
+def _fleet(hosts: Sequence[HostSummary], data: RunData, t: Thresholds) -> FleetSummary:
+    metrics = [_fleet_metric(n, v, t) for n, v in sorted(fleet_values(hosts).items())]
+    departures: list[HitDeparture] = []
+    for h in hosts:
+        for b in h.benches:
+            if b.configuration != CACHED or b.expected_block_aligned is None:
+                continue
+            for sig, a in (("queries", b.hit_ratio_queries), ("by_source", b.hit_ratio_by_source)):
+                if a is not None and abs(a.median - b.expected_block_aligned) > (
+                        t.hit_ratio_max_abs_diff):
+                    departures.append(HitDeparture(
+                        host=h.host, configuration=b.configuration, workload=b.workload,
+                        signal=sig, measured=a.median, expected=b.expected_block_aligned))
+    fps = [data.fingerprints[h.host] for h in hosts if h.host in data.fingerprints]
+    return FleetSummary(
+        hosts=tuple(h.host for h in hosts), metrics=tuple(metrics),
+        hit_departures=tuple(departures),
+        fingerprint_groups=tuple(group_by_identity(fps)), drift=tuple(drift(fps)),
+        hosts_without_fingerprint=tuple(h.host for h in hosts
+                                        if h.host not in data.fingerprints))
+
+
+def build_summary(
+    run_dir: str | Path,
+    thresholds: Thresholds | None = None,
+    *,
+    now: datetime | None = None,
+) -> Summary:
+    """Everything the report shows, decided from the run directory."""
+    t = thresholds or Thresholds()
+    data = load_run(run_dir)
+    known = data.workloads()
+    views = [_view(r, known) for r in data.records]
+    grouped: dict[str, dict[tuple[str, str], list[_RecordView]]] = {}
+    for v in views:
+        k = v.record.key
+        grouped.setdefault(k.host, {}).setdefault((k.configuration, k.workload), []).append(v)
+    failures = [_failure_info(f, p, data.run_dir) for f, p in data.failures]
+    hosts: list[HostSummary] = []
+    for host in data.hosts:
+        benches = {key: _bench_summary(vs) for key, vs in sorted(grouped.get(host, {}).items())}
+        hv = HostView(host, benches)
+        host_failures = [f for f in failures if f.host == host]
+        verdicts = (_verdict_lower_ttft(hv, t), _verdict_no_overlap(hv, t),
+                    _verdict_hit_rate(hv, t), _verdict_throughput(hv, t))
+        hosts.append(HostSummary(
+            host=host, benches=tuple(benches.values()), step7=_step7(benches),
+            step9=_step9(list(benches.values())), verdicts=verdicts,
+            issues=tuple(_issues(hv, host_failures, t)),
+            fingerprint=data.fingerprints.get(host), failures=tuple(host_failures)))
+    return Summary(
+        run_id=data.run_id, run=data.run,
+        generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),
+        thresholds=t, hosts=tuple(hosts), fleet=_fleet(hosts, data, t),
+        failures=tuple(failures), warnings=tuple(data.warnings))

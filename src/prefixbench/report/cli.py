@@ -1,0 +1,156 @@
+"""``prefixbench report`` and ``prefixbench compare``: argv in, exit code out.
+
+Exit codes: 0 every confirmation verdict passed (or is UNKNOWN) / no regression;
+2 usage or input error (one line on stderr); 3 a confirmation verdict failed (or, with
+``--fleet-gate``, a host was flagged by the fleet checks); 4 regression against the
+reference; 5 the S3 upload failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+from prefixbench.atomic import write_text_atomic
+from prefixbench.report.build import ReportInputError, build_summary
+from prefixbench.report.compare import (
+    Comparison,
+    ToleranceError,
+    Tolerances,
+    compare,
+    load_tolerances,
+)
+from prefixbench.report.upload import UploadError, upload_run
+from prefixbench.report.write import FORMATS, write_outputs
+from prefixbench.results import json_safe
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UPLOAD", "EXIT_USAGE",
+           "compare_main", "report_main"]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_FAILED = 3
+EXIT_REGRESSION = 4
+EXIT_UPLOAD = 5
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
+
+
+def _formats(text: str) -> list[str]:
+    out: list[str] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if item == "all":
+            out += [f for f in FORMATS if f not in out]
+        elif item in FORMATS:
+            if item not in out:
+                out.append(item)
+        else:
+            raise argparse.ArgumentTypeError(
+                f"unknown format {item!r} (choose from {', '.join(FORMATS)}, all)")
+    return out
+
+
+def _fail(prog: str, message: str, err: TextIO) -> int:
+    print(f"{prog}: error: {message}", file=err)
+    return EXIT_USAGE
+
+
+def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+                err: TextIO | None = None) -> int:
+    """``RUN_DIR [--format json,md,html,csv|all] [--upload s3://bucket/prefix]
+    [--fleet-gate]``."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    prog = "prefixbench report"
+    parser = _Parser(prog=prog, description="Summarise a run directory: tables, verdicts, "
+                     "fleet spread; writes summary.json, report.md, report.html, results.csv.")
+    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("--format", type=_formats, default=list(FORMATS),
+                        help="comma-separated: json, md, html, csv or all (default all)")
+    parser.add_argument("--upload", metavar="S3_URI",
+                        help="after writing, upload the run directory to s3://bucket/prefix")
+    parser.add_argument("--fleet-gate", action="store_true",
+                        help="exit 3 also when the fleet checks flag a host (outlier, "
+                             "hit-ratio departure, fingerprint drift)")
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except _UsageError as exc:
+        return _fail(prog, str(exc), err)
+    try:
+        summary = build_summary(args.run_dir)
+        paths = write_outputs(summary, args.run_dir, args.format)
+    except (ReportInputError, OSError) as exc:
+        return _fail(prog, str(exc), err)
+    for h in summary.hosts:
+        verdicts = " ".join(f"{v.name}={v.status}" for v in h.verdicts)
+        print(f"{h.host}: {h.status} ({verdicts}); {len(h.issues)} issue(s), "
+              f"{len(h.failures)} failure(s)", file=out)
+    fleet = summary.fleet
+    if fleet.flagged:
+        print(f"fleet: outliers {', '.join(fleet.outlier_hosts) or 'none'}; "
+              f"{len(fleet.hit_departures)} hit-ratio departure(s); "
+              f"{len(fleet.drift)} drifting fingerprint field(s)", file=out)
+    for w in summary.warnings:
+        print(f"warning: {w}", file=err)
+    for p in paths:
+        print(f"wrote {p}", file=out)
+    print(f"overall: {summary.status}", file=out)
+    if args.upload:
+        try:
+            keys = upload_run(args.run_dir, args.upload)
+        except UploadError as exc:
+            print(f"{prog}: error: {exc}", file=err)
+            return EXIT_UPLOAD
+        print(f"uploaded {len(keys)} file(s) to {args.upload}", file=out)
+    if summary.failed_verdicts or (args.fleet_gate and fleet.flagged):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _print_comparison(c: Comparison, out: TextIO) -> None:
+    for i in c.items:
+        if i.status == "ok":
+            continue
+        cur = "n/a" if i.current is None else f"{i.current:.4g}"
+        ref = "n/a" if i.reference is None else f"{i.reference:.4g}"
+        allowed = "" if i.allowed is None else f" (allowed {i.allowed:.4g})"
+        print(f"{i.status.upper()}: {i.label}: {ref} -> {cur}{allowed}", file=out)
+    n = len(c.regressions)
+    print(f"{n} regression(s) in {len(c.items)} metric(s) against {c.reference_run_id}"
+          + (": " + ", ".join(r.label for r in c.regressions) if n else ""), file=out)
+
+
+def compare_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+                 err: TextIO | None = None) -> int:
+    """``RUN_DIR REFERENCE_DIR [--tolerances FILE]``; writes RUN_DIR/comparison.json."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    prog = "prefixbench compare"
+    parser = _Parser(prog=prog, description="Compare a run against a reference run; exit 4 "
+                     "on regression beyond the tolerances.")
+    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("reference_dir", metavar="REFERENCE_DIR")
+    parser.add_argument("--tolerances", metavar="FILE",
+                        help="YAML overriding the default tolerances (see RUNBOOK.md)")
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        tol = load_tolerances(args.tolerances) if args.tolerances else Tolerances()
+        result = compare(args.run_dir, args.reference_dir, tol)
+    except (_UsageError, ToleranceError, ReportInputError, OSError) as exc:
+        return _fail(prog, str(exc), err)
+    write_text_atomic(Path(args.run_dir) / "comparison.json",
+                      json.dumps(json_safe(result.to_dict()), indent=2, sort_keys=True) + "\n")
+    _print_comparison(result, out)
+    return EXIT_OK if result.ok else EXIT_REGRESSION

@@ -1,0 +1,261 @@
+"""The report as a sequence of blocks, rendered to Markdown or to one HTML file."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from prefixbench.report import plots
+from prefixbench.report.model import Summary
+from prefixbench.report.tables import (
+    Table,
+    bench_table,
+    coldwarm_table,
+    departures_table,
+    drift_table,
+    failures_table,
+    fleet_table,
+    groups_table,
+    issues_table,
+    step7_lines,
+    step7_table,
+    step8_lines,
+    step8_table,
+    step9_table,
+    verdict_table,
+)
+
+__all__ = ["Block", "blocks", "render_html", "render_markdown"]
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Para:
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Pre:
+    text: str
+
+
+@dataclass(frozen=True)
+class Plot:
+    title: str
+    svg: str
+
+
+Block = Heading | Para | Bullets | Pre | Table | Plot
+
+
+def _run_line(s: Summary) -> str:
+    r = s.run
+    parts = [f"run `{s.run_id}`"]
+    if r.get("started_at"):
+        parts.append(f"started {r['started_at']}")
+    parts.append(f"ended {r['ended_at']}" if r.get("ended_at") else "still running (no ended_at)")
+    if r.get("bundle_version"):
+        parts.append(f"bundle {r['bundle_version']}")
+    if r.get("inventory"):
+        parts.append(f"inventory {r['inventory']}")
+    if r.get("repetitions"):
+        parts.append(f"{r['repetitions']} repetition(s)")
+    return ", ".join(parts)
+
+
+def blocks(s: Summary) -> list[Block]:
+    out: list[Block] = [
+        Heading(1, f"Prefix caching benchmark report: {s.run_id}"),
+        Para(f"Overall: **{s.status}**. {_run_line(s)}; generated {s.generated_at}."),
+    ]
+    if not s.hosts:
+        out.append(Para("No host has results yet."))
+    overview = tuple(
+        (h.host, h.status, *(v.status for v in h.verdicts), str(len(h.issues)),
+         str(len(h.failures))) for h in s.hosts)
+    out += [Heading(2, "Hosts at a glance"), Table(
+        ("Host", "Overall", "TTFT lower (high overlap)", "No regression (no overlap)",
+         "Hit rate as expected", "Throughput under load", "Issues", "Failures"), overview)]
+    if s.hosts:
+        out += [Heading(2, "Plots"),
+                Plot("Median TTFT by host and configuration", plots.host_bars(s)),
+                Plot("Hit ratio measured vs expected", plots.hit_ratio_plot(s))]
+    for h in s.hosts:
+        out += [Heading(2, f"Host {h.host}: {h.status}"),
+                Heading(3, "Confirmation"), verdict_table(h)]
+        if h.issues:
+            out += [Heading(3, "Common issues found"), issues_table(h)]
+        out += [Heading(3, "Step 7: four runs side by side"), step7_table(h),
+                Bullets(tuple(step7_lines(h))),
+                Heading(3, "Step 8: sustained load (cached, concurrency 1 vs 4)"),
+                step8_table(h), Bullets(tuple(step8_lines(h))),
+                Heading(3, "Step 9: cache hit rate"), step9_table(h),
+                Heading(3, "Cold vs warm requests"),
+                Para("Cold = first request to use its prefix (reconstructed from the seed); "
+                     "a cold request pays the full prefill, so it sets the tail of a cached "
+                     "run without being a regression."),
+                coldwarm_table(h)]
+        if any(b.per_request_ms for b in h.benches):
+            out.append(Plot(f"{h.host}: per-request distribution by run",
+                            plots.distribution_plot(h)))
+        out += [Heading(3, "All runs (median across repetitions, [min-max])"), bench_table(h)]
+        if h.failures:
+            out += [Heading(3, "Failures")]
+            for f in h.failures:
+                out += [Para(f"{f.configuration} / {f.workload} rep{f.repetition}: {f.error}"
+                             f" (file {f.path})")]
+                if f.log_tail:
+                    out.append(Pre(f.log_tail))
+    fleet = s.fleet
+    out += [Heading(2, "Fleet reproducibility"),
+            Para(f"{len(fleet.hosts)} host(s). Outlier hosts: "
+                 f"{', '.join(fleet.outlier_hosts) or 'none'}. Hit-ratio departures > "
+                 f"{s.thresholds.hit_ratio_max_abs_diff * 100:.0f} pp: "
+                 f"{len(fleet.hit_departures)}. Fingerprint groups: {len(fleet.fingerprint_groups)}"
+                 f"; drifting fields: {len(fleet.drift)}."),
+            fleet_table(fleet)]
+    if fleet.hit_departures:
+        out += [Heading(3, "Hosts whose hit ratio departs from the expected one"),
+                departures_table(fleet)]
+    out += [Heading(3, "Fingerprints"), groups_table(fleet)]
+    if fleet.drift:
+        out += [Heading(3, "Drift from the majority fingerprint"), drift_table(fleet)]
+    if fleet.hosts_without_fingerprint:
+        out.append(Para("No fingerprint for: " + ", ".join(fleet.hosts_without_fingerprint)))
+    if s.failures:
+        out += [Heading(2, "Failures"), failures_table(s)]
+    if s.warnings:
+        out += [Heading(2, "Warnings"), Bullets(s.warnings)]
+    t = s.thresholds
+    out += [Heading(2, "Thresholds"), Bullets((
+        f"TTFT lower: cached median <= {t.lower_ttft_max_ratio} x baseline, outside the "
+        f"repetition range when reps > 1",
+        f"No regression: no-overlap median TTFT within +/-{t.no_overlap_max_rel_diff:.0%}",
+        f"Hit rate: within {t.hit_ratio_max_abs_diff * 100:.1f} pp of the block-aligned "
+        f"expectation",
+        f"Throughput: c=4 >= {t.throughput_min_ratio} x c=1, or >= "
+        f"{t.rate_bound_fraction:.0%} of the offered load",
+        f"Fleet outlier: |robust z| > {t.outlier_z} or > {t.outlier_rel:.0%} from the "
+        f"fleet median (3+ hosts)"))]
+    return out
+
+
+# -- Markdown ----------------------------------------------------------------------------------
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(t: Table) -> str:
+    if not t.rows:
+        return "_none_"
+    head = "| " + " | ".join(_md_cell(h) for h in t.headers) + " |"
+    sep = "|" + "|".join("---:" if i in t.numeric else "---"
+                         for i in range(len(t.headers))) + "|"
+    body = ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
+    return "\n".join([head, sep, *body])
+
+
+def render_markdown(s: Summary) -> str:
+    parts: list[str] = []
+    for b in blocks(s):
+        if isinstance(b, Heading):
+            parts.append("#" * b.level + " " + b.text)
+        elif isinstance(b, Para):
+            parts.append(b.text)
+        elif isinstance(b, Bullets):
+            parts.append("\n".join(f"- {i}" for i in b.items))
+        elif isinstance(b, Pre):
+            parts.append("```\n" + b.text + "\n```")
+        elif isinstance(b, Table):
+            parts.append(_md_table(b))
+        elif isinstance(b, Plot):
+            parts.append(f"_(plot in report.html: {b.title})_")
+    return "\n\n".join(parts) + "\n"
+
+
+# -- HTML ----------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;
+color:#1d232a;background:#fff;max-width:1340px}
+h1{font-size:24px;margin:0 0 8px}h2{font-size:20px;border-bottom:2px solid #dde3ea;
+padding-bottom:4px;margin-top:32px}h3{font-size:16px;margin:20px 0 6px}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
+th,td{border:1px solid #d0d7de;padding:4px 8px;vertical-align:top;text-align:left}
+th{background:#f3f5f8}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.PASS{background:#d9f5dd;color:#135f24;font-weight:600}
+.FAIL{background:#fde0de;color:#8a1a12;font-weight:600}
+.UNKNOWN{background:#fff3cd;color:#6b5200;font-weight:600}
+pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-size:12px}
+figure{margin:8px 0 16px}figcaption{font-size:13px;color:#57606a}
+ul{margin:4px 0 12px}code{background:#f3f5f8;padding:0 3px}
+"""
+
+
+def _inline(text: str) -> str:
+    """Escape, then turn ``**x**`` and backquoted code into tags (the only markup used)."""
+    out = html.escape(text)
+    while "**" in out:
+        a = out.find("**")
+        b = out.find("**", a + 2)
+        if b < 0:
+            break
+        inner = out[a + 2:b]
+        out = out[:a] + f'<strong class="{inner}">{inner}</strong>' + out[b + 2:]
+    while out.count("`") >= 2:
+        a = out.find("`")
+        b = out.find("`", a + 1)
+        out = out[:a] + "<code>" + out[a + 1:b] + "</code>" + out[b + 1:]
+    return out
+
+
+def _html_table(t: Table) -> str:
+    if not t.rows:
+        return "<p><em>none</em></p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
+    rows = []
+    for row in t.rows:
+        cells = []
+        for i, c in enumerate(row):
+            cls = []
+            if i in t.numeric:
+                cls.append("num")
+            if c in ("PASS", "FAIL", "UNKNOWN"):
+                cls.append(c)
+            attr = f' class="{" ".join(cls)}"' if cls else ""
+            cells.append(f"<td{attr}>{html.escape(c)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def render_html(s: Summary) -> str:
+    parts: list[str] = []
+    for b in blocks(s):
+        if isinstance(b, Heading):
+            parts.append(f"<h{b.level}>{_inline(b.text)}</h{b.level}>")
+        elif isinstance(b, Para):
+            parts.append(f"<p>{_inline(b.text)}</p>")
+        elif isinstance(b, Bullets):
+            parts.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
+        elif isinstance(b, Pre):
+            parts.append(f"<pre>{html.escape(b.text)}</pre>")
+        elif isinstance(b, Table):
+            parts.append(_html_table(b))
+        elif isinstance(b, Plot):
+            parts.append(f"<figure>{b.svg}<figcaption>{html.escape(b.title)}"
+                         f"</figcaption></figure>")
+    title = html.escape(f"prefixbench report {s.run_id}")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{title}</title><style>{_CSS}</style></head><body>\n"
+            + "\n".join(parts) + "\n</body></html>\n")

@@ -1,0 +1,214 @@
+"""Inline SVG plots, written by hand (no plotting library, no external assets)."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+
+from prefixbench.report.model import CACHED, HostSummary, Summary
+from prefixbench.stats import percentile
+
+__all__ = ["distribution_plot", "grouped_bars", "hit_ratio_plot", "host_bars", "nice_ticks"]
+
+COLORS = {"baseline": "#8c959f", "cached": "#2f6fde", "queries": "#2f6fde",
+          "by_source": "#54aeff", "cold": "#d1242f", "warm": "#2f6fde"}
+_FONT = 'font-family="system-ui,sans-serif" font-size="12"'
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def nice_ticks(hi: float, n: int = 5) -> list[float]:
+    """About ``n`` round tick values from 0 to at least ``hi``."""
+    if hi <= 0 or not math.isfinite(hi):
+        return [0.0, 1.0]
+    raw = hi / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    count = math.ceil(hi / step - 1e-9)
+    return [i * step for i in range(count + 1)]
+
+
+def _num(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def grouped_bars(
+    title: str,
+    groups: Sequence[str],
+    series: Sequence[tuple[str, str]],
+    values: Sequence[Sequence[float | None]],
+    *,
+    unit: str,
+    markers: Sequence[Sequence[tuple[float, str, str]]] | None = None,
+    fraction: bool = False,
+) -> str:
+    """Vertical grouped bars: ``values[g][s]`` for group ``g`` and series ``s``.
+
+    ``markers[g]`` are horizontal lines across group ``g``: (value, color, label).
+    ``fraction`` shows the axis in percent.
+    """
+    bar_w, gap = 26, 22
+    left, top, bottom, right = 64, 34, 70, 150
+    plot_h = 220
+    group_w = bar_w * len(series) + gap
+    width = left + max(group_w * len(groups), 200) + right
+    height = top + plot_h + bottom
+    finite = [v for row in values for v in row if v is not None and math.isfinite(v)]
+    finite += [m[0] for row in (markers or []) for m in row]
+    ticks = nice_ticks(max(finite, default=1.0) * 1.05)
+    ymax = ticks[-1] or 1.0
+
+    def y(v: float) -> float:
+        return top + plot_h - plot_h * v / ymax
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}" {_FONT}>',
+           f'<text x="{left}" y="18" font-size="14" font-weight="600">{_e(title)}</text>']
+    for t in ticks:
+        label = f"{t * 100:.0f}%" if fraction else f"{t:g}"
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{_num(y(t))}" '
+                   f'y2="{_num(y(t))}" stroke="#e5e8ec"/>'
+                   f'<text x="{left - 6}" y="{_num(y(t) + 4)}" text-anchor="end">{label}</text>')
+    out.append(f'<text x="14" y="{top + plot_h / 2}" transform="rotate(-90 14 '
+               f'{top + plot_h / 2})" text-anchor="middle">{_e(unit)}</text>')
+    for g, name in enumerate(groups):
+        x0 = left + g * group_w + gap / 2
+        for s, (_sname, color) in enumerate(series):
+            v = values[g][s]
+            if v is None or not math.isfinite(v):
+                continue
+            x = x0 + s * bar_w
+            out.append(f'<rect x="{_num(x)}" y="{_num(y(v))}" width="{bar_w - 3}" '
+                       f'height="{_num(top + plot_h - y(v))}" fill="{color}">'
+                       f'<title>{_e(name)} {_e(series[s][0])}: {v:.4g}</title></rect>')
+        for value, color, label in (markers[g] if markers else ()):
+            out.append(f'<line x1="{_num(x0 - 4)}" x2="{_num(x0 + bar_w * len(series) + 1)}" '
+                       f'y1="{_num(y(value))}" y2="{_num(y(value))}" stroke="{color}" '
+                       f'stroke-width="2.5"><title>{_e(label)}: {value:.4g}</title></line>')
+        cx = x0 + bar_w * len(series) / 2
+        out.append(f'<text x="{_num(cx)}" y="{top + plot_h + 16}" text-anchor="end" '
+                   f'transform="rotate(-25 {_num(cx)} {top + plot_h + 16})">{_e(name)}</text>')
+    out.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" '
+               f'y2="{top + plot_h}" stroke="#57606a"/>')
+    legend = [(n, c, "rect") for n, c in series]
+    seen: set[str] = set()
+    for row in markers or []:
+        for _v, c, label in row:
+            if label not in seen:
+                seen.add(label)
+                legend.append((label, c, "line"))
+    for i, (label, color, kind) in enumerate(legend):
+        ly = top + 8 + i * 18
+        lx = width - right + 12
+        if kind == "rect":
+            out.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="12" fill="{color}"/>')
+        else:
+            out.append(f'<line x1="{lx}" x2="{lx + 12}" y1="{ly - 3}" y2="{ly - 3}" '
+                       f'stroke="{color}" stroke-width="2.5"/>')
+        out.append(f'<text x="{lx + 18}" y="{ly + 1}">{_e(label)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def host_bars(s: Summary) -> str:
+    """Per host, median TTFT (ms) of each configuration, one chart per workload."""
+    workloads: list[str] = []
+    for h in s.hosts:
+        for b in h.benches:
+            if b.workload not in workloads:
+                workloads.append(b.workload)
+    charts = []
+    confs = [("baseline", COLORS["baseline"]), ("cached", COLORS["cached"])]
+    for wl in workloads:
+        hosts = [h.host for h in s.hosts]
+        values = []
+        for h in s.hosts:
+            row: list[float | None] = []
+            for conf, _c in confs:
+                found = h.bench(conf, wl)
+                row.append(found.median_ttft_ms.median
+                           if found and found.median_ttft_ms else None)
+            values.append(row)
+        charts.append(grouped_bars(f"Median TTFT: {wl}", hosts, confs, values, unit="ms"))
+    return '<div style="display:flex;flex-wrap:wrap;gap:12px">' + "".join(charts) + "</div>"
+
+
+def hit_ratio_plot(s: Summary) -> str:
+    """Both measured hit ratios per host and cached workload, with both expectations."""
+    groups: list[str] = []
+    values: list[list[float | None]] = []
+    markers: list[list[tuple[float, str, str]]] = []
+    for h in s.hosts:
+        for b in h.benches:
+            if b.configuration != CACHED:
+                continue
+            groups.append(f"{h.host} {b.workload}")
+            values.append([b.hit_ratio_queries.median if b.hit_ratio_queries else None,
+                           b.hit_ratio_by_source.median if b.hit_ratio_by_source else None])
+            row = []
+            if b.expected_block_aligned is not None:
+                row.append((b.expected_block_aligned, "#1d232a", "expected (block-aligned)"))
+            if b.expected_tutorial is not None and b.expected_tutorial != (
+                    b.expected_block_aligned):
+                row.append((b.expected_tutorial, "#bf8700", "expected (tutorial formula)"))
+            markers.append(row)
+    if not groups:
+        return "<p><em>no cached runs</em></p>"
+    return grouped_bars("Cache hit ratio, measured vs expected", groups,
+                        [("hits / queries", COLORS["queries"]),
+                         ("cache_hit / (hit+compute)", COLORS["by_source"])],
+                        values, unit="hit ratio", markers=markers, fraction=True)
+
+
+def distribution_plot(h: HostSummary) -> str:
+    """Box and strip plot of per-request times per run; cold requests in red."""
+    rows = [b for b in h.benches if b.per_request_ms]
+    left, right, top, row_h = 210, 30, 40, 46
+    width = 1100
+    height = top + row_h * len(rows) + 40
+    hi = max((max(b.per_request_ms) for b in rows), default=1.0)
+    ticks = nice_ticks(hi * 1.02, 8)
+    xmax = ticks[-1] or 1.0
+    plot_w = width - left - right
+
+    def x(v: float) -> float:
+        return left + plot_w * v / xmax
+
+    sources = {b.cold_warm.source for b in rows if b.cold_warm}
+    what = "TTFT" if sources == {"ttfts"} or not sources else "latency"
+    title = (f"{h.host}: per-request {what} (ms); red = cold (first use of a prefix), "
+             f"blue = warm")
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}" {_FONT}>',
+           f'<text x="{left}" y="18" font-size="14" font-weight="600">{_e(title)}</text>']
+    bottom = top + row_h * len(rows)
+    for t in ticks:
+        out.append(f'<line x1="{_num(x(t))}" x2="{_num(x(t))}" y1="{top - 6}" y2="{bottom}" '
+                   f'stroke="#eef0f3"/><text x="{_num(x(t))}" y="{bottom + 16}" '
+                   f'text-anchor="middle">{t:g}</text>')
+    for i, b in enumerate(rows):
+        cy = top + row_h * i + row_h / 2
+        vals = list(b.per_request_ms)
+        q1, med, q3 = (percentile(vals, q) for q in (25, 50, 75))
+        out.append(f'<text x="{left - 10}" y="{_num(cy + 4)}" text-anchor="end">'
+                   f'{_e(b.configuration)} / {_e(b.workload)}</text>')
+        out.append(f'<line x1="{_num(x(min(vals)))}" x2="{_num(x(max(vals)))}" '
+                   f'y1="{_num(cy)}" y2="{_num(cy)}" stroke="#57606a"/>')
+        out.append(f'<rect x="{_num(x(q1))}" y="{_num(cy - 12)}" '
+                   f'width="{_num(max(x(q3) - x(q1), 1))}" height="24" fill="#f3f5f8" '
+                   f'stroke="#57606a"/>')
+        out.append(f'<line x1="{_num(x(med))}" x2="{_num(x(med))}" y1="{_num(cy - 12)}" '
+                   f'y2="{_num(cy + 12)}" stroke="#1d232a" stroke-width="2"/>')
+        cold = b.per_request_cold or (False,) * len(vals)
+        for j, (v, c) in enumerate(zip(vals, cold, strict=False)):
+            jitter = ((j * 7919) % 17 - 8) * 1.1
+            color = COLORS["cold"] if c else COLORS["warm"]
+            r = 3.2 if c else 2.2
+            out.append(f'<circle cx="{_num(x(v))}" cy="{_num(cy + jitter)}" r="{r}" '
+                       f'fill="{color}" fill-opacity="{0.9 if c else 0.55}"/>')
+    out.append(f'<text x="{left + plot_w / 2}" y="{bottom + 32}" text-anchor="middle">'
+               f'{what} (ms)</text></svg>')
+    return "".join(out)

@@ -1,0 +1,190 @@
+"""The report's tables as plain data (headers and rows of strings), shared by the
+Markdown and HTML renderers so both show the same figures."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from prefixbench.report.model import (
+    HIGH_OVERLAP,
+    NO_OVERLAP,
+    Agg,
+    FleetSummary,
+    HostSummary,
+    Summary,
+)
+
+__all__ = [
+    "Table",
+    "bench_table",
+    "coldwarm_table",
+    "departures_table",
+    "drift_table",
+    "failures_table",
+    "fleet_table",
+    "fmt",
+    "groups_table",
+    "issues_table",
+    "step7_lines",
+    "step7_table",
+    "step8_lines",
+    "step8_table",
+    "step9_table",
+    "verdict_table",
+]
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    #: Column indices holding numbers (right-aligned).
+    numeric: tuple[int, ...] = ()
+
+
+def fmt(x: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:{spec}}{suffix}"
+
+
+def _agg(a: Agg | None, spec: str = ".1f") -> str:
+    if a is None:
+        return "n/a"
+    if a.n == 1:
+        return fmt(a.median, spec)
+    return f"{fmt(a.median, spec)} [{fmt(a.min, spec)}-{fmt(a.max, spec)}]"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.2f}%"
+
+
+def step7_table(h: HostSummary) -> Table:
+    rows = tuple((r.label, _agg(r.median_ttft_ms), _agg(r.output_throughput, ".2f"))
+                 for r in h.step7.rows)
+    return Table(("Run", "median_ttft_ms", "output_throughput"), rows, (1, 2))
+
+
+def step7_lines(h: HostSummary) -> list[str]:
+    red, gain = h.step7.ttft_reduction_pct, h.step7.throughput_gain
+    return [
+        f"High-overlap TTFT reduction: {fmt(red.get(HIGH_OVERLAP), '.1f', '%')}",
+        f"High-overlap throughput gain: {fmt(gain.get(HIGH_OVERLAP), '.2f', 'x')}",
+        f"No-overlap TTFT reduction: {fmt(red.get(NO_OVERLAP), '.1f', '%')}",
+        f"No-overlap throughput gain: {fmt(gain.get(NO_OVERLAP), '.2f', 'x')}",
+    ]
+
+
+def step8_table(h: HostSummary) -> Table:
+    c1, c4 = h.step8()
+    rows = []
+    for label in ("median_ttft_ms", "p99_ttft_ms", "output_throughput"):
+        cells = [_agg(getattr(b, label)) if b is not None else "n/a" for b in (c1, c4)]
+        rows.append((label, *cells))
+    return Table(("Metric", "concurrency=1", "concurrency=4"), tuple(rows), (1, 2))
+
+
+def step8_lines(h: HostSummary) -> list[str]:
+    """What explains the tail: is the p99 set by cold requests?"""
+    out = []
+    for b in h.step8():
+        if b is None or b.cold_warm is None:
+            continue
+        cw = b.cold_warm
+        what = "TTFT" if cw.source == "ttfts" else "latency (per-request TTFT not saved)"
+        line = (f"{b.workload} (c={b.max_concurrency}): per-request {what} p99 "
+                f"{fmt(cw.p99_all_ms)} ms all, {fmt(cw.p99_warm_ms)} ms warm only; "
+                f"median cold {fmt(cw.median_cold_ms)} ms vs warm {fmt(cw.median_warm_ms)} ms")
+        if cw.slowest_is_cold:
+            line += ("; the slowest request is a cold one (first use of a prefix): the tail "
+                     "is the cold start, not a regression")
+        out.append(line)
+    return out
+
+
+def step9_table(h: HostSummary) -> Table:
+    rows = []
+    for r in h.step9:
+        rows.append((f"{r.configuration} / {r.workload}", _pct(r.hit_ratio_queries),
+                     _pct(r.hit_ratio_by_source), _pct(r.expected_block_aligned),
+                     _pct(r.expected_tutorial),
+                     fmt(r.diff_pp(r.hit_ratio_by_source), "+.2f", " pp")))
+    return Table(("Run", "hits/queries", "cache_hit/(hit+compute)", "expected (block-aligned)",
+                  "expected (tutorial formula)", "by_source - expected"), tuple(rows),
+                 (1, 2, 3, 4, 5))
+
+
+def verdict_table(h: HostSummary) -> Table:
+    rows = tuple((v.status, v.criterion, v.detail, v.threshold) for v in h.verdicts)
+    return Table(("Verdict", "Criterion (tutorial)", "Numbers", "Threshold"), rows)
+
+
+def issues_table(h: HostSummary) -> Table:
+    rows = tuple((i.title, i.evidence, i.fix, i.source) for i in h.issues)
+    return Table(("Issue", "Evidence", "Fix", "Source"), rows)
+
+
+def coldwarm_table(h: HostSummary) -> Table:
+    rows = []
+    for b in h.benches:
+        cw = b.cold_warm
+        if cw is None:
+            rows.append((f"{b.configuration} / {b.workload}", "n/a", "", "", "", "", "",
+                         "; ".join(b.notes) or "no per-request detail"))
+            continue
+        rows.append((f"{b.configuration} / {b.workload}", cw.source,
+                     f"{len(cw.cold_ms)} / {len(cw.warm_ms)}", fmt(cw.median_cold_ms),
+                     fmt(cw.median_warm_ms), fmt(cw.p99_all_ms), fmt(cw.p99_warm_ms),
+                     "slowest request is cold" if cw.slowest_is_cold else ""))
+    return Table(("Run", "per-request", "cold / warm", "median cold ms", "median warm ms",
+                  "p99 all ms", "p99 warm ms", "note"), tuple(rows), (3, 4, 5, 6))
+
+
+def bench_table(h: HostSummary) -> Table:
+    rows = []
+    for b in h.benches:
+        rows.append((f"{b.configuration} / {b.workload}", str(len(b.repetitions)),
+                     _agg(b.median_ttft_ms), _agg(b.p99_ttft_ms),
+                     _agg(b.output_throughput), f"{b.completed}/{b.completed + b.failed}",
+                     fmt(b.preemptions, ".0f"), fmt(b.kv_cache_usage_max, ".0%")))
+    return Table(("Run", "reps", "median TTFT ms [min-max]", "p99 TTFT ms [min-max]",
+                  "output tok/s [min-max]", "completed", "preemptions", "KV usage max"),
+                 tuple(rows), (1, 2, 3, 4, 6, 7))
+
+
+def fleet_table(f: FleetSummary) -> Table:
+    rows = []
+    for m in f.metrics:
+        outs = "; ".join(f"{o.host}: {', '.join(o.reasons)}" for o in m.outliers)
+        spec = ".4f" if m.name.endswith("hit_ratio") else ".1f"
+        rows.append((m.name, str(len(m.values)), fmt(m.median, spec),
+                     fmt(m.cv * 100 if m.cv is not None else None, ".1f", "%"),
+                     fmt(m.mad, spec), outs or "-"))
+    return Table(("Metric", "hosts", "median", "CV", "MAD", "outliers"), tuple(rows),
+                 (1, 2, 3, 4))
+
+
+def groups_table(f: FleetSummary) -> Table:
+    rows = tuple((str(i + 1), ", ".join(g.hosts), "majority" if g.majority else "drift")
+                 for i, g in enumerate(f.fingerprint_groups))
+    return Table(("Group", "Hosts", "Role"), rows)
+
+
+def drift_table(f: FleetSummary) -> Table:
+    rows = tuple((d.host, d.field, str(d.value), str(d.majority_value)) for d in f.drift)
+    return Table(("Host", "Field", "Value", "Majority value"), rows)
+
+
+def departures_table(f: FleetSummary) -> Table:
+    rows = tuple((d.host, f"{d.configuration} / {d.workload}", d.signal, _pct(d.measured),
+                  _pct(d.expected), f"{d.diff_pp:+.2f} pp") for d in f.hit_departures)
+    return Table(("Host", "Run", "Signal", "Measured", "Expected", "Difference"), rows)
+
+
+def failures_table(s: Summary) -> Table:
+    rows = tuple((f.host, f"{f.configuration} / {f.workload} rep{f.repetition}", f.error,
+                  "" if f.returncode is None else str(f.returncode), f.path)
+                 for f in s.failures)
+    return Table(("Host", "Benchmark", "Reason", "rc", "File"), rows)
