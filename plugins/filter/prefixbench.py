@@ -81,6 +81,11 @@ def prefixbench_bench_items(settings: Mapping[str, Any]) -> list[dict[str, Any]]
     return [item.as_dict() for item in experiment.bench_items(settings)]
 
 
+def prefixbench_pip_args(settings: Mapping[str, Any], no_deps: bool = False) -> str:
+    """pip's index options for the vLLM environment (each value is a validated URL/host)."""
+    return " ".join(provision.pip_index_args(settings, no_deps=no_deps))
+
+
 class FilterModule:
     """Expose the filters."""
 
@@ -89,6 +94,7 @@ class FilterModule:
             "prefixbench_plan": prefixbench_plan,
             "prefixbench_unit_spec": prefixbench_unit_spec,
             "prefixbench_bench_items": prefixbench_bench_items,
+            "prefixbench_pip_args": prefixbench_pip_args,
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,
             "prefixbench_os_refusal": prefixbench_os_refusal,

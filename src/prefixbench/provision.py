@@ -97,3 +97,14 @@ def adoptable(release: Release, rc: Any, version_output: str) -> bool:
     """Whether a virtualenv whose vllm-neuron reported ``version_output`` can be adopted."""
     wanted = release.pip_packages.get("vllm-neuron")
     return rc == 0 and wanted is not None and version_output.strip() == wanted
+
+
+def pip_index_args(settings: Mapping[str, Any], *, no_deps: bool) -> list[str]:
+    """pip's index options for the vLLM environment, from the validated settings."""
+    args = ["--no-deps"] if no_deps else []
+    args += ["--index-url", str(settings["vllm_env_index_url"])]
+    for url in settings.get("vllm_env_extra_index_urls") or []:
+        args += ["--extra-index-url", str(url)]
+    for host in settings.get("vllm_env_trusted_hosts") or []:
+        args += ["--trusted-host", str(host)]
+    return args

@@ -127,6 +127,8 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             pattern=r"^(https?|file)://\S+$"),
     Setting("vllm_env_extra_index_urls", "list_str", "Extra pip index URLs (the Neuron "
             "pip repository).", ["https://pip.repos.neuron.amazonaws.com"]),
+    Setting("vllm_env_trusted_hosts", "list_str", "Hosts pip may fetch from over plain "
+            "HTTP (the simulated fleet's index).", []),
     Setting("vllm_env_requirements_url", "str", "A pinned requirements file (URL or host "
             "path) installed with --no-deps instead of the release's pip packages.", ""),
     Setting("vllm_env_system_packages", "list_str", "Debian packages the environment "

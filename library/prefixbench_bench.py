@@ -1,0 +1,110 @@
+#!/usr/bin/python
+"""Documentation of the prefixbench_bench action (the work is done by the action plugin
+plugins/action/prefixbench_bench.py on the controller; `ansible-doc prefixbench_bench`
+reads this file)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: prefixbench_bench
+short_description: Run one workload of the tutorial with vllm bench serve and keep the result
+description:
+  - On the target, snapshots the server's C(/metrics), runs C(vllm bench serve) for one
+    workload (an argv, never a shell string, with C(--save-result)), and snapshots
+    C(/metrics) again.
+  - On the controller, writes the result atomically to
+    C(<run_dir>/<host>/<configuration>/<workload>/rep<k>.json) with its metadata, the
+    deltas of both step-9 signals (summed over engines), the expected hit ratio from the
+    workload and the server's own block size, and the measured ratios.
+  - A bench that fails (non-zero exit, timeout, server restarted during it) writes a
+    C(rep<k>.failed.json) marker with the reason, stderr and the unit's journal tail,
+    and returns C(status=failed) without failing the task, so the other workloads and
+    hosts go on.
+  - A bench whose result already exists in the run directory is not run again (resume).
+  - In check mode nothing runs; the result says what would run.
+options:
+  run_dir:
+    description: The run directory on the controller (results/<run_id>).
+    type: path
+    required: true
+  configuration:
+    description: Server configuration under test.
+    type: str
+    required: true
+    choices: [baseline, cached]
+  workload:
+    description: The workload, keys mirroring vllm bench serve flags, with its seed.
+    type: dict
+    required: true
+  repetition:
+    description: Repetition number, from 1.
+    type: int
+    default: 1
+  base_url:
+    description: Base URL of the server as seen from the host.
+    type: str
+    required: true
+  model:
+    description: Model name the server serves.
+    type: str
+    required: true
+  tokenizer:
+    description: Tokenizer directory on the host (offline); empty to use the model's.
+    type: str
+    default: ""
+  vllm_executable:
+    description: The vllm executable on the host.
+    type: str
+    required: true
+  unit:
+    description: systemd unit of the server, for the journal tail on failure.
+    type: str
+    required: true
+  timeout:
+    description: Seconds the bench may take before it is stopped and marked failed.
+    type: int
+    default: 3600
+author: prefixbench
+"""
+
+EXAMPLES = r"""
+- name: Bench the cached server with the tutorial's high-overlap workload
+  prefixbench_bench:
+    run_dir: results/20261129T090000Z
+    configuration: cached
+    workload:
+      name: high_overlap
+      prefix_repetition_prefix_len: 3072
+      prefix_repetition_suffix_len: 1024
+      prefix_repetition_num_prefixes: 5
+      prefix_repetition_output_len: 128
+      num_prompts: 50
+      max_concurrency: 1
+      seed: 1000
+    repetition: 1
+    base_url: http://127.0.0.1:8000
+    model: openai/gpt-oss-120b
+    vllm_executable: /opt/vllm-prefixbench/venv/bin/vllm
+    unit: vllm-cached.service
+"""
+
+RETURN = r"""
+status:
+  description: done (ran now), skipped (result already in the run directory), failed, or planned (check mode).
+  type: str
+  returned: always
+path:
+  description: The result (or failure marker) file on the controller.
+  type: str
+  returned: when status is not planned
+summary:
+  description: median_ttft_ms, p99_ttft_ms, output_throughput, expected_ratio, hit_ratio_queries, hit_ratio_by_source.
+  type: dict
+  returned: when status is done or skipped
+argv:
+  description: The vllm bench serve command that ran (or would run).
+  type: list
+  elements: str
+  returned: always
+"""

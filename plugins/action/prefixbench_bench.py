@@ -1,0 +1,160 @@
+"""Action plugin: one workload of the tutorial on one host, its result on the controller.
+
+Thin: the host-side steps are ansible.builtin modules (uri, tempfile, command, slurp,
+file); every decision and the record itself come from prefixbench.benchrun. Documented
+in library/prefixbench_bench.py (`ansible-doc prefixbench_bench`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+try:
+    from prefixbench import benchrun
+    from prefixbench.results import RunLayout
+except ImportError:  # running from a checkout without the editable install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from prefixbench import benchrun
+    from prefixbench.results import RunLayout
+
+display = Display()
+
+ARGUMENT_SPEC = {
+    "run_dir": {"type": "path", "required": True},
+    "configuration": {"type": "str", "required": True, "choices": ["baseline", "cached"]},
+    "workload": {"type": "dict", "required": True},
+    "repetition": {"type": "int", "default": 1},
+    "base_url": {"type": "str", "required": True},
+    "model": {"type": "str", "required": True},
+    "tokenizer": {"type": "str", "default": ""},
+    "vllm_executable": {"type": "str", "required": True},
+    "unit": {"type": "str", "required": True},
+    "timeout": {"type": "int", "default": 3600},
+}
+
+
+class _HostError(Exception):
+    """A host-side step failed; the message says which and why."""
+
+
+class ActionModule(ActionBase):
+    """Run one bench; keep its result (or its failure) on the controller."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+    _supports_check_mode = True
+    _supports_async = False
+
+    def _module(self, name: str, args: dict[str, Any], task_vars: dict[str, Any]
+                ) -> dict[str, Any]:
+        out = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+        return dict(out)
+
+    def _metrics(self, base_url: str, task_vars: dict[str, Any]) -> str:
+        out = self._module("ansible.builtin.uri",
+                           {"url": f"{base_url}/metrics", "return_content": True,
+                            "timeout": 30}, task_vars)
+        if out.get("failed") or out.get("status") != 200:
+            raise _HostError(f"GET {base_url}/metrics failed: "
+                             f"{out.get('msg') or out.get('status')}")
+        return str(out.get("content", ""))
+
+    def _journal(self, unit: str, task_vars: dict[str, Any]) -> str:
+        out = self._module("ansible.builtin.command",
+                           {"argv": ["journalctl", "--unit", unit, "--lines", "200",
+                                     "--no-pager", "--output", "short-iso"]}, task_vars)
+        return str(out.get("stdout", ""))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        host = str(task_vars.get("inventory_hostname", "?"))
+        try:
+            req = benchrun.BenchRequest.from_args(host, args)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AnsibleActionFail(f"{host}: invalid bench request: {exc}") from None
+        run_dir = Path(args["run_dir"])
+        layout = RunLayout(run_dir.parent, run_dir.name)
+        argv = req.argv("<remote tmp>", args["timeout"])
+        result.update(changed=False, argv=argv)
+
+        if req.key in layout.completed():
+            record_path = layout.result_path(req.key)
+            record = benchrun.BenchmarkRecord.from_dict(
+                json.loads(record_path.read_text()), str(record_path))
+            result.update(status="skipped", path=str(record_path),
+                          summary=benchrun.summary(record),
+                          msg=f"already done in {record_path} (resume)")
+            return result
+        if self._play_context.check_mode:
+            result.update(status="planned", msg=f"would run: {' '.join(argv)}")
+            return result
+
+        started = benchrun.now_iso()
+        remote_dir = ""
+        try:
+            before = self._metrics(req.base_url, task_vars)
+            tmpdir = self._module("ansible.builtin.tempfile",
+                                  {"state": "directory", "prefix": "prefixbench."}, task_vars)
+            if tmpdir.get("failed"):
+                raise _HostError(f"cannot create a temp dir: {tmpdir.get('msg')}")
+            remote_dir = str(tmpdir["path"])
+            argv = req.argv(remote_dir, args["timeout"])
+            result["argv"] = argv
+            display.display(f"{host}: {req.configuration} {req.workload.name} "
+                            f"rep{req.repetition}: running vllm bench serve")
+            ran = self._module("ansible.builtin.command", {"argv": argv}, task_vars)
+            if ran.get("rc") != 0:
+                why = "timed out" if ran.get("rc") in (124, 137) else f"exited {ran.get('rc')}"
+                return self._failed(result, layout, req, started, f"vllm bench serve {why}",
+                                    ran.get("rc"), str(ran.get("stderr", "")), args, task_vars)
+            after = self._metrics(req.base_url, task_vars)
+            slurped = self._module("ansible.builtin.slurp",
+                                   {"src": f"{remote_dir}/{req.result_filename}"}, task_vars)
+            if slurped.get("failed"):
+                raise _HostError(f"no result file: {slurped.get('msg')}")
+            bench_json = base64.b64decode(slurped["content"]).decode("utf-8")
+            record = benchrun.build_record(
+                req, metrics_before=before, metrics_after=after, bench_json=bench_json,
+                started_at=started, ended_at=benchrun.now_iso(),
+                extra={"argv": argv, "stdout_tail": str(ran.get("stdout", ""))[-4000:]})
+        except (_HostError, ValueError) as exc:
+            return self._failed(result, layout, req, started, str(exc), None, "", args,
+                                task_vars)
+        finally:
+            if remote_dir:
+                self._module("ansible.builtin.file", {"path": remote_dir, "state": "absent"},
+                             task_vars)
+        path = layout.write_result(record)
+        summary = benchrun.summary(record)
+        display.display(benchrun.summary_line(summary))
+        result.update(status="done", path=str(path), summary=summary,
+                      msg=benchrun.summary_line(summary))
+        return result
+
+    def _failed(self, result: dict[str, Any], layout: RunLayout,
+                req: benchrun.BenchRequest, started: str, error: str, rc: Any, stderr: str,
+                args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        try:
+            journal = self._journal(args["unit"], task_vars)
+        except Exception as exc:  # noqa: BLE001 - the failure record matters more
+            journal = f"(journal unavailable: {exc})"
+        record = benchrun.build_failure(req, error=error, started_at=started,
+                                        ended_at=benchrun.now_iso(),
+                                        returncode=rc if isinstance(rc, int) else None,
+                                        stderr=stderr, journal_tail=journal)
+        path = layout.write_failure(record)
+        display.warning(f"{req.host}: {req.configuration} {req.workload.name} "
+                        f"rep{req.repetition} failed: {error} (details in {path})")
+        result.update(status="failed", path=str(path), msg=error, stderr_tail=stderr[-2000:])
+        return result
