@@ -6,6 +6,26 @@ options, take the cached result or ask EC2, and hand the transform to the pure h
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+
+try:
+    from prefixbench import ec2
+except ImportError:  # running from a checkout without the editable install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from prefixbench import ec2
+
+try:
+    import boto3
+    import botocore.exceptions
+except ImportError:  # reported when the plugin is used, not when it is loaded
+    boto3 = None
+
 DOCUMENTATION = r"""
 name: prefixbench_ec2
 short_description: Running Trn2/Trn3 EC2 instances as the prefixbench fleet
@@ -101,26 +121,6 @@ keyed_groups:
   - key: ec2_tags.Team | default('none')
     prefix: team
 """
-
-import sys
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
-
-from ansible.errors import AnsibleParserError
-from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
-
-try:
-    from prefixbench import ec2
-except ImportError:  # running from a checkout without the editable install
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import ec2
-
-try:
-    import boto3
-    import botocore.exceptions
-except ImportError:  # reported when the plugin is used, not when it is loaded
-    boto3 = None
 
 NAME = "prefixbench_ec2"
 
