@@ -51,7 +51,7 @@ def grouped_bars(
     ``fraction`` shows the axis in percent.
     """
     bar_w, gap = 26, 22
-    left, top, bottom, right = 64, 34, 70, 150
+    left, top, bottom, right = 100, 34, 90, 230
     plot_h = 220
     group_w = bar_w * len(series) + gap
     width = left + max(group_w * len(groups), 200) + right

@@ -1,0 +1,310 @@
+"""The run report on synthetic run directories built from the recorded fixtures."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_runs import fingerprint, fixture_bench, make_run, scale_times
+
+from prefixbench.report import ReportInputError, build_summary
+from prefixbench.report.cli import compare_main, report_main
+from prefixbench.report.compare import compare, load_tolerances
+from prefixbench.report.model import FAIL, PASS, UNKNOWN
+from prefixbench.report.write import write_outputs
+from prefixbench.results import FailureRecord, ResultKey, RunLayout
+
+
+def _verdicts(summary: Any, host: str) -> dict[str, str]:
+    return {v.name: v.status for v in summary.host(host).verdicts}
+
+
+def test_step7_equals_the_tutorials_snippet_on_the_fixtures(tmp_path: Path) -> None:
+    s = build_summary(make_run(tmp_path))
+    h = s.host("host-a")
+    # The tutorial's snippet, applied to the fixture files directly.
+    bh, ch = fixture_bench("baseline", "high_overlap"), fixture_bench("cached", "high_overlap")
+    reduction = (1 - ch["median_ttft_ms"] / bh["median_ttft_ms"]) * 100
+    gain = ch["output_throughput"] / bh["output_throughput"]
+    assert h.step7.ttft_reduction_pct["high_overlap"] == pytest.approx(reduction)
+    assert h.step7.throughput_gain["high_overlap"] == pytest.approx(gain)
+    assert f"{reduction:.1f}" == "54.6"
+    rows = {r.label: r for r in h.step7.rows}
+    assert f"{rows['baseline (high overlap)'].median_ttft_ms.median:.1f}" == "158.5"  # type: ignore[union-attr]
+    assert f"{rows['cached (high overlap)'].median_ttft_ms.median:.1f}" == "71.9"  # type: ignore[union-attr]
+    for label, conf, wl in (("baseline (no overlap)", "baseline", "no_overlap"),
+                            ("cached (no overlap)", "cached", "no_overlap")):
+        d = fixture_bench(conf, wl)
+        assert rows[label].median_ttft_ms.median == d["median_ttft_ms"]  # type: ignore[union-attr]
+        assert rows[label].output_throughput.median == d["output_throughput"]  # type: ignore[union-attr]
+
+
+def test_verdicts_issues_and_hit_rates_on_the_fixtures(tmp_path: Path) -> None:
+    s = build_summary(make_run(tmp_path))
+    h = s.host("host-a")
+    v = _verdicts(s, "host-a")
+    assert v["high_overlap_ttft_lower"] == PASS
+    # Recorded: cached no-overlap 173.1 vs 154.5 ms (+12.1%), outside +/-10%.
+    assert v["no_overlap_no_regression"] == FAIL
+    # Recorded with seed 0 on both: 3.88% carried-over hits where 0% is expected.
+    assert v["hit_rate_matches_expected"] == FAIL
+    # c=4 at 2 req/s x 128 tokens is capped at 256 tok/s and served 255.1.
+    assert v["sustained_throughput_preserved"] == PASS
+    rows = {(r.configuration, r.workload): r for r in h.step9}
+    hi = rows[("cached", "high_overlap")]
+    assert hi.hit_ratio_queries == pytest.approx(0.675)
+    assert hi.hit_ratio_by_source == pytest.approx(0.675)
+    assert hi.expected_block_aligned == pytest.approx(0.675)
+    assert hi.expected_tutorial == pytest.approx(0.675)
+    assert rows[("cached", "no_overlap")].hit_ratio_by_source == pytest.approx(7936 / 204800)
+    assert rows[("baseline", "high_overlap")].expected_block_aligned == 0.0
+    codes = {i.code for i in h.issues}
+    assert "carry_over_hits" in codes
+    assert "zero_hit_rate" not in codes
+    assert s.status == FAIL
+
+
+def test_cold_requests_explain_the_p99_rise(tmp_path: Path) -> None:
+    h = build_summary(make_run(tmp_path)).host("host-a")
+    cached = h.bench("cached", "high_overlap")
+    assert cached is not None and cached.cold_warm is not None
+    cw = cached.cold_warm
+    assert cw.source == "latencies"  # the fixtures predate --save-detailed
+    assert (len(cw.cold_ms), len(cw.warm_ms)) == (5, 45)
+    assert cw.slowest_is_cold
+    assert cw.p99_warm_ms is not None and cw.p99_warm_ms < cw.p99_all_ms
+    assert cw.median_cold_ms is not None and cw.median_warm_ms is not None
+    assert cw.median_cold_ms > cw.median_warm_ms
+
+
+def test_ttfts_are_preferred_over_latencies(tmp_path: Path) -> None:
+    def with_ttfts(host: str, conf: str, wl: str, rep: int, b: dict[str, Any]) -> dict[str, Any]:
+        b = dict(b)
+        b["ttfts"] = [x / 4 for x in b["latencies"]]
+        return b
+
+    h = build_summary(make_run(tmp_path, transform=with_ttfts)).host("host-a")
+    cached = h.bench("cached", "high_overlap")
+    assert cached is not None and cached.cold_warm is not None
+    assert cached.cold_warm.source == "ttfts"
+    lat = fixture_bench("cached", "high_overlap")["latencies"]
+    assert max(cached.per_request_ms) == pytest.approx(max(lat) * 1000 / 4)
+
+
+def test_unknown_when_a_workload_is_missing(tmp_path: Path) -> None:
+    benches = (("baseline", "high_overlap"), ("cached", "high_overlap"),
+               ("baseline", "no_overlap"))
+    s = build_summary(make_run(tmp_path, benches=benches))
+    v = _verdicts(s, "host-a")
+    assert v["high_overlap_ttft_lower"] == PASS
+    assert v["no_overlap_no_regression"] == UNKNOWN
+    assert v["sustained_throughput_preserved"] == UNKNOWN
+    verdict = next(x for x in s.host("host-a").verdicts
+                   if x.name == "sustained_throughput_preserved")
+    assert "cached/sustained_c4" in verdict.detail
+
+
+def test_repetitions_aggregate_median_min_max(tmp_path: Path) -> None:
+    factors = {1: 1.0, 2: 1.1, 3: 0.95}
+
+    def vary(host: str, conf: str, wl: str, rep: int, b: dict[str, Any]) -> dict[str, Any]:
+        return scale_times(b, factors[rep])
+
+    s = build_summary(make_run(tmp_path, repetitions=3, transform=vary))
+    b = s.host("host-a").bench("cached", "high_overlap")
+    assert b is not None and b.median_ttft_ms is not None
+    base = fixture_bench("cached", "high_overlap")["median_ttft_ms"]
+    assert b.median_ttft_ms.n == 3
+    assert b.median_ttft_ms.median == pytest.approx(base)
+    assert b.median_ttft_ms.min == pytest.approx(base * 0.95)
+    assert b.median_ttft_ms.max == pytest.approx(base * 1.1)
+    # Cached repetitions (max 79 ms) are all faster than every baseline one (min 151 ms).
+    assert _verdicts(s, "host-a")["high_overlap_ttft_lower"] == PASS
+
+
+def test_overlapping_repetitions_are_not_measurably_lower(tmp_path: Path) -> None:
+    def noisy(host: str, conf: str, wl: str, rep: int, b: dict[str, Any]) -> dict[str, Any]:
+        if conf == "cached" and wl == "high_overlap":
+            return scale_times(b, 1.2 if rep == 1 else 2.5)  # 86 and 180 ms
+        return b
+
+    s = build_summary(make_run(tmp_path, repetitions=2, transform=noisy))
+    verdict = next(v for v in s.host("host-a").verdicts if v.name == "high_overlap_ttft_lower")
+    assert verdict.status == FAIL
+    assert "within noise" in verdict.detail
+
+
+def _fleet_run(root: Path, run_id: str = "fleet-1", slow: float = 3.0) -> Path:
+    factors = {"host-a": 1.0, "host-b": 1.02, "host-c": slow}
+
+    def per_host(host: str, conf: str, wl: str, rep: int, b: dict[str, Any]) -> dict[str, Any]:
+        return scale_times(b, factors[host])
+
+    fps = {h: fingerprint(h) for h in factors}
+    fps["host-b"] = fingerprint("host-b", packages={"aws-neuronx-runtime-lib": "2.34.10.0"})
+    return make_run(root, tuple(factors), run_id=run_id, transform=per_host,
+                    fingerprints=fps)
+
+
+def test_fleet_flags_package_drift_and_a_slow_host(tmp_path: Path) -> None:
+    s = build_summary(_fleet_run(tmp_path))
+    f = s.fleet
+    assert [g.hosts for g in f.fingerprint_groups] == [("host-a", "host-c"), ("host-b",)]
+    assert [(d.host, d.field, d.value, d.majority_value) for d in f.drift] == [
+        ("host-b", "neuron_packages.aws-neuronx-runtime-lib", "2.34.10.0", "2.33.10.0")]
+    assert f.outlier_hosts == ["host-c"]
+    ttft = next(m for m in f.metrics if m.name == "cached/high_overlap/median_ttft_ms")
+    (out,) = ttft.outliers
+    assert out.host == "host-c" and abs(out.robust_z) > 3.5
+    assert ttft.cv is not None and ttft.cv > 0.5
+    # Every host carries the fixtures' seed-0 carry-over: departures on all three.
+    assert {d.host for d in f.hit_departures} == {"host-a", "host-b", "host-c"}
+    md = (s.run_id, [h.host for h in s.hosts])
+    assert md == ("fleet-1", ["host-a", "host-b", "host-c"])
+
+
+def test_outputs_are_written_and_html_is_self_contained(tmp_path: Path) -> None:
+    run = _fleet_run(tmp_path)
+    paths = write_outputs(build_summary(run), run)
+    assert sorted(p.name for p in paths) == [
+        "report.html", "report.md", "results.csv", "summary.json"]
+    html = (run / "report.html").read_text()
+    assert html.count("<svg") >= 3 + 3  # bars per workload, hit ratio, 3 distributions
+    for needle in ("Step 7: four runs side by side", "Step 8", "Step 9", "Confirmation",
+                   "High-overlap TTFT reduction: 54.6%", "Fleet reproducibility",
+                   "aws-neuronx-runtime-lib", "cold (first use of a prefix)"):
+        assert needle in html, needle
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in html and "<script" not in html and "<link" not in html
+    data = json.loads((run / "summary.json").read_text())
+    assert data["schema_version"] == 1
+    assert data["hosts"][0]["step7"]["ttft_reduction_pct"]["high_overlap"] == pytest.approx(
+        54.63, abs=0.01)
+    assert data["fleet"]["outlier_hosts"] == ["host-c"]
+    rows = list(csv.DictReader(io.StringIO((run / "results.csv").read_text())))
+    assert len(rows) == 3 * 5
+    assert {r["status"] for r in rows} == {"ok"}
+    md = (run / "report.md").read_text()
+    assert "| cached (high overlap) | 71.9 |" in md
+    assert not list(run.glob(".*.tmp"))
+
+
+def test_failures_are_listed_and_oom_maps_to_the_tutorials_fix(tmp_path: Path) -> None:
+    run = make_run(tmp_path, benches=(("baseline", "high_overlap"),))
+    layout = RunLayout(tmp_path, "run-1")
+    layout.write_failure(FailureRecord(
+        key=ResultKey("host-a", "cached", "high_overlap", 1), seed=0, bundle_version="0.1.0",
+        started_at="t0", ended_at="t1", error="server did not become healthy in 1200 s",
+        returncode=None, extra={"journal_tail": [
+            "vllm-cached.service: starting", "RuntimeError: Failed to allocate KV cache: "
+            "out of memory on NeuronCore 3"]}))
+    s = build_summary(run)
+    (fail,) = s.failures
+    assert fail.error.startswith("server did not become healthy")
+    assert "out of memory" in fail.log_tail
+    issue = next(i for i in s.host("host-a").issues if i.code == "server_oom")
+    assert "VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION" in issue.fix
+    write_outputs(s, run)
+    rows = list(csv.DictReader(io.StringIO((run / "results.csv").read_text())))
+    assert [r["status"] for r in rows] == ["ok", "failed"]
+    assert "Failed to allocate KV cache" in (run / "report.html").read_text()
+
+
+def test_zero_hit_rate_and_evictions_are_detected(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    for path in run.glob("host-a/cached/*/rep1.json"):
+        data = json.loads(path.read_text())
+        counters = data["metrics_delta"]["counters"]
+        if path.parent.name == "high_overlap":
+            data["measured"]["hit_ratio_queries"] = 0.0
+            data["measured"]["hit_ratio_by_source"] = 0.0
+        if path.parent.name == "sustained_c4":
+            counters["num_preemptions"] = 7.0
+            data["measured"]["preemptions"] = 7.0
+        path.write_text(json.dumps(data))
+    h = build_summary(run).host("host-a")
+    issues = {i.code: i for i in h.issues}
+    assert "--no-enable-prefix-caching" in issues["zero_hit_rate"].fix
+    assert "7 preemptions" in issues["evictions_under_load"].evidence
+    assert "max_num_seqs" in issues["evictions_under_load"].fix
+
+
+def test_hits_without_ttft_gain(tmp_path: Path) -> None:
+    def slow_cached(host: str, conf: str, wl: str, rep: int, b: dict[str, Any]) -> dict[str, Any]:
+        return scale_times(b, 2.1) if (conf, wl) == ("cached", "high_overlap") else b
+
+    h = build_summary(make_run(tmp_path, transform=slow_cached)).host("host-a")
+    assert "hits_without_ttft_gain" in {i.code for i in h.issues}
+
+
+def test_compare_names_the_regressed_metric(tmp_path: Path) -> None:
+    ref = make_run(tmp_path / "ref", ("host-a", "host-b"), run_id="ref")
+
+    def regress(host: str, conf: str, wl: str, rep: int, b: dict[str, Any]) -> dict[str, Any]:
+        return scale_times(b, 1.5) if (host, conf, wl) == ("host-b", "cached", "no_overlap") else b
+
+    cur = make_run(tmp_path / "cur", ("host-a", "host-b"), run_id="cur", transform=regress)
+    result = compare(cur, ref)
+    labels = {r.label for r in result.regressions}
+    assert "host-b:cached/no_overlap/median_ttft_ms" in labels
+    assert "host-b:cached/no_overlap/output_throughput" in labels
+    assert not any(lbl.startswith("host-a:") for lbl in labels)
+    out, err = io.StringIO(), io.StringIO()
+    assert compare_main([str(cur), str(ref)], out=out, err=err) == 4
+    assert "host-b:cached/no_overlap/median_ttft_ms" in out.getvalue()
+    assert json.loads((cur / "comparison.json").read_text())["regressions"]
+    # Identical runs compare clean.
+    assert compare_main([str(ref), str(ref)], out=io.StringIO(), err=io.StringIO()) == 0
+    # A loose tolerance file lets the same regression through.
+    tol = tmp_path / "tol.yml"
+    tol.write_text("tolerances:\n  median_ttft_ms: {rel: 0.6}\n  output_throughput: {rel: 0.6}\n"
+                   "  ttft_reduction_pct: {abs: 100}\n")
+    assert load_tolerances(tol).for_metric("x/median_ttft_ms").rel == 0.6
+    assert compare_main([str(cur), str(ref), "--tolerances", str(tol)],
+                        out=io.StringIO(), err=io.StringIO()) == 0
+
+
+def test_cli_exit_codes(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    out, err = io.StringIO(), io.StringIO()
+    assert report_main([str(run)], out=out, err=err) == 3  # fixtures fail two verdicts
+    assert "overall: FAIL" in out.getvalue()
+    assert (run / "report.html").exists()
+    err = io.StringIO()
+    assert report_main([str(tmp_path / "nope")], out=io.StringIO(), err=err) == 2
+    assert err.getvalue().count("\n") == 1 and "not a directory" in err.getvalue()
+    err = io.StringIO()
+    assert report_main([str(run), "--format", "pdf"], out=io.StringIO(), err=err) == 2
+    assert err.getvalue().count("\n") == 1
+    assert report_main([], out=io.StringIO(), err=io.StringIO()) == 2
+    ok = make_run(tmp_path / "ok", benches=(("baseline", "high_overlap"),
+                                            ("cached", "high_overlap")))
+    assert report_main([str(ok), "--format", "json"], out=io.StringIO(),
+                       err=io.StringIO()) == 0  # PASS + UNKNOWNs
+    assert not (ok / "report.html").exists()
+    bad = tmp_path / "tol.yml"
+    bad.write_text("tolerances:\n  p50: {rel: 1}\n")
+    err = io.StringIO()
+    assert compare_main([str(run), str(run), "--tolerances", str(bad)], out=io.StringIO(),
+                        err=err) == 2
+    assert "unknown metric" in err.getvalue()
+
+
+def test_empty_directory_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(ReportInputError, match="run directory"):
+        build_summary(tmp_path)
+
+
+def test_report_on_a_run_still_in_progress(tmp_path: Path) -> None:
+    run = make_run(tmp_path, benches=(("baseline", "high_overlap"),))
+    data = json.loads((run / "run.json").read_text())
+    del data["ended_at"]
+    (run / "run.json").write_text(json.dumps(data))
+    s = build_summary(run)
+    assert s.status == UNKNOWN
+    write_outputs(s, run)
+    assert "still running" in (run / "report.md").read_text()
