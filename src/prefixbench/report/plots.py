@@ -72,7 +72,8 @@ def grouped_bars(
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{_num(y(t))}" '
                    f'y2="{_num(y(t))}" stroke="#e5e8ec"/>'
                    f'<text x="{left - 6}" y="{_num(y(t) + 4)}" text-anchor="end">{label}</text>')
-    out.append(f'<text x="14" y="{top + plot_h / 2}" transform="rotate(-90 14 '
+    ux = left - 48
+    out.append(f'<text x="{ux}" y="{top + plot_h / 2}" transform="rotate(-90 {ux} '
                f'{top + plot_h / 2})" text-anchor="middle">{_e(unit)}</text>')
     for g, name in enumerate(groups):
         x0 = left + g * group_w + gap / 2
