@@ -1,0 +1,335 @@
+"""The ``prefixbench`` command: run the benchmark with a live view, report, compare, sim.
+
+``run`` drives ``benchmark.yml`` through ansible-runner and prints a view of the run fed
+by its events (:mod:`prefixbench.runview`); ``report`` and ``compare`` are
+:mod:`prefixbench.report.cli`; ``sim`` is the simulated fleet's command
+(:mod:`prefixbench.sim.cli`). Heavy modules are imported when a subcommand needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from prefixbench.runview import (
+    EXIT_ANSIBLE,
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+    LiveView,
+    exit_code,
+    regression_lines,
+    summary_lines,
+)
+
+__all__ = ["RunRequest", "build_parser", "main", "parse_extravars", "run_request"]
+
+PROG = "prefixbench"
+
+EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}  success: every verdict passed (or is UNKNOWN), no regression
+  {EXIT_ERROR}  the simulated fleet (sim) failed
+  {EXIT_USAGE}  usage or input error (bad arguments, missing inventory or run directory)
+  {EXIT_FAILED}  a confirmation verdict failed (run, report)
+  {EXIT_REGRESSION}  regression against the reference run (run --reference, compare)
+  {EXIT_ANSIBLE}  run: the ansible run failed (a task failed outside the report, a host was
+     unreachable, ansible-runner could not start); report --upload: the upload failed
+"""
+
+#: Repository holding benchmark.yml and ansible.cfg (the editable install lives in it).
+_DEFAULT_PROJECT = Path(__file__).resolve().parents[2]
+
+
+class UsageError(Exception):
+    """A bad argument: one line on stderr, exit 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Benchmark vLLM prefix caching on Trn2/Trn3 fleets (Ansible bundle).",
+        epilog=EXIT_CODES + "\nexamples:\n"
+        "  prefixbench sim up 3 && prefixbench run -i inventories/sim\n"
+        "  prefixbench run -i inventories/aws --run-id nightly -e prefixbench_repetitions=3\n"
+        "  prefixbench compare results/nightly results/reference\n")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run", help="run benchmark.yml against an inventory with a live view",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES,
+        description="Run the whole experiment (preflight, provision, deploy, bench, report) "
+        "through ansible-runner, showing per host its phase, the health wait while the "
+        "server compiles, the workload k/n, then the verdicts of summary.json.")
+    run.add_argument("-i", "--inventory", action="append", required=True, metavar="INVENTORY",
+                     help="inventory path (repeatable); relative paths are tried from the "
+                     "current directory, then from the project directory")
+    run.add_argument("--run-id", help="run directory name under the results directory; "
+                     "reuse one to resume a run (default: a new timestamped id)")
+    run.add_argument("-e", "--extra-vars", action="append", default=[], metavar="K=V|@FILE",
+                     help="extra variable (repeatable); V is read as YAML (3 -> int, "
+                     "true -> bool); @FILE loads a YAML/JSON mapping")
+    run.add_argument("-l", "--limit", help="ansible --limit host pattern")
+    run.add_argument("--tags", help="ansible --tags (comma-separated)")
+    run.add_argument("--reference", metavar="REFERENCE_DIR",
+                     help="after the run, compare it against this run directory (exit 4 on "
+                     "regression)")
+    run.add_argument("--playbook", default="benchmark.yml",
+                     help="playbook in the project directory (default benchmark.yml)")
+    run.add_argument("--project-dir", type=Path, default=_DEFAULT_PROJECT,
+                     help=f"the bundle's checkout (default {_DEFAULT_PROJECT})")
+    run.add_argument("-v", "--verbose", action="count", default=0,
+                     help="ansible verbosity (-v ... -vvvv), in the kept artifacts")
+    run.add_argument("--raw", action="store_true",
+                     help="print ansible-playbook's own output instead of the live view")
+
+    report = sub.add_parser("report", add_help=False,
+                            help="summarise a run directory (RUN_DIR [--format ...] "
+                            "[--upload S3_URI] [--fleet-gate]; see report --help)")
+    report.add_argument("args", nargs=argparse.REMAINDER)
+    compare = sub.add_parser("compare", add_help=False,
+                             help="compare RUN_DIR against REFERENCE_DIR [--tolerances FILE]; "
+                             "exit 4 on regression")
+    compare.add_argument("args", nargs=argparse.REMAINDER)
+
+    sim = sub.add_parser("sim", help="the simulated fleet: up N | down | status | setup")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="ACTION")
+    up = sim_sub.add_parser("up", help="bring the simulated fleet to N hosts (idempotent)")
+    up.add_argument("count", type=int, nargs="?", default=3, help="number of hosts (default 3)")
+    sim_sub.add_parser("down", help="remove every simulated host")
+    sim_sub.add_parser("status", help="show each simulated host and its vllm-* units")
+    sim_sub.add_parser("setup", help="install the host tools the simulated fleet needs (root)")
+    return parser
+
+
+def parse_extravars(items: Sequence[str], read: Callable[[Path], str] | None = None
+                    ) -> dict[str, Any]:
+    """``["a=1", "b=x y", "@vars.yml"]`` -> ``{"a": 1, "b": "x y", ...}``; later wins."""
+    read = read or (lambda p: p.read_text(encoding="utf-8"))
+    out: dict[str, Any] = {}
+    for item in items:
+        if item.startswith("@"):
+            path = Path(item[1:])
+            try:
+                data = yaml.safe_load(read(path))
+            except (OSError, yaml.YAMLError) as exc:
+                raise UsageError(f"-e {item}: cannot read: {exc}") from None
+            if not isinstance(data, Mapping):
+                raise UsageError(f"-e {item}: expected a mapping of variables")
+            out.update({str(k): v for k, v in data.items()})
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not key.strip().isidentifier():
+            raise UsageError(f"-e {item!r}: expected NAME=VALUE or @FILE")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything ``run`` hands ansible-runner, decided from the arguments alone."""
+
+    project_dir: Path
+    playbook: str
+    inventories: tuple[str, ...]
+    extravars: dict[str, Any] = field(default_factory=dict)
+    limit: str | None = None
+    tags: str | None = None
+    verbosity: int = 0
+    raw: bool = False
+    reference: Path | None = None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.extravars.get("prefixbench_run_id") or "")
+
+    def runner_kwargs(self, private_data_dir: str) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "private_data_dir": private_data_dir,
+            "project_dir": str(self.project_dir),
+            "playbook": self.playbook,
+            "inventory": list(self.inventories),
+            "extravars": dict(self.extravars),
+            "envvars": {"ANSIBLE_CONFIG": str(self.project_dir / "ansible.cfg")},
+            "quiet": not self.raw,
+            "suppress_env_files": True,
+        }
+        if self.limit:
+            kwargs["limit"] = self.limit
+        if self.tags:
+            kwargs["cmdline"] = f"--tags {self.tags}"
+        if self.verbosity:
+            kwargs["verbosity"] = self.verbosity
+        return kwargs
+
+
+def _resolve_inventory(raw: str, project: Path, cwd: Path) -> str:
+    for base in (cwd, project):
+        candidate = (base / raw).resolve()
+        if candidate.exists():
+            return str(candidate)
+    raise UsageError(f"inventory {raw!r} not found (looked in {cwd} and {project})")
+
+
+def run_request(args: argparse.Namespace, cwd: Path | None = None) -> RunRequest:
+    """Validate ``run``'s arguments (exit 2 on a problem) into a :class:`RunRequest`."""
+    cwd = cwd or Path.cwd()
+    project = Path(args.project_dir).resolve()
+    if not (project / args.playbook).is_file():
+        raise UsageError(f"no playbook {args.playbook} in {project} (use --project-dir)")
+    extravars = parse_extravars(args.extra_vars)
+    if args.run_id:
+        extravars["prefixbench_run_id"] = args.run_id
+    if args.tags and any(c.isspace() for c in args.tags):
+        raise UsageError("--tags: comma-separated, without spaces")
+    reference = None
+    if args.reference:
+        reference = Path(args.reference)
+        if not reference.is_dir():
+            raise UsageError(f"--reference {args.reference}: not a directory")
+    return RunRequest(
+        project_dir=project, playbook=args.playbook,
+        inventories=tuple(_resolve_inventory(i, project, cwd) for i in args.inventory),
+        extravars=extravars, limit=args.limit, tags=args.tags, verbosity=args.verbose,
+        raw=args.raw, reference=reference)
+
+
+def _fresh_json(path: Path, since: float) -> Mapping[str, Any] | None:
+    """The JSON document at ``path`` if it was written during this run."""
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, Mapping) else None
+
+
+def _run(req: RunRequest, out: TextIO, err: TextIO) -> int:
+    try:
+        runner: Any = importlib.import_module("ansible_runner")
+    except ImportError:
+        print(f"{PROG}: error: ansible-runner is not installed in {sys.executable}'s "
+              "environment (run scripts/bootstrap)", file=err)
+        return EXIT_ANSIBLE
+    # ansible-runner starts ansible-playbook from PATH: the one next to this interpreter.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    view = LiveView()
+
+    def on_event(event: dict[str, Any]) -> bool:
+        if not req.raw:
+            for line in view.feed(event):
+                print(line, file=out, flush=True)
+        else:
+            view.feed(event)
+        return True
+
+    private = tempfile.mkdtemp(prefix="prefixbench-run-")
+    started = time.time()
+    print(f"{PROG}: running {req.playbook} on {', '.join(req.inventories)}"
+          + (f" (run id {req.run_id})" if req.run_id else ""), file=out, flush=True)
+    try:
+        result = runner.run(event_handler=on_event, **req.runner_kwargs(private))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; artifacts in {private}", file=err)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - any runner failure is one line and exit 5
+        print(f"{PROG}: error: ansible-runner failed to start: {exc}", file=err)
+        return EXIT_ANSIBLE
+    status, rc = str(result.status), result.rc
+
+    run_dir = Path(view.run_dir) if view.run_dir else (
+        req.project_dir / "results" / req.run_id if req.run_id else None)
+    summary_failed: bool | None = None
+    regressed = False
+    if run_dir is not None:
+        summary = _fresh_json(run_dir / "summary.json", started)
+        if summary is not None:
+            lines, summary_failed = summary_lines(summary)
+            print("== verdicts (summary.json)", file=out)
+            for line in lines:
+                print(line, file=out)
+        else:
+            print(f"no summary.json written in {run_dir}; "
+                  f"`{PROG} report {run_dir}` writes one", file=out)
+        if req.reference is not None and run_dir.is_dir():
+            rc_compare = _report_module("compare", [str(run_dir), str(req.reference)], err)
+            regressed = rc_compare == EXIT_REGRESSION
+            if rc_compare not in (EXIT_OK, EXIT_REGRESSION):
+                print(f"{PROG}: the comparison with {req.reference} failed", file=err)
+        else:
+            comparison = _fresh_json(run_dir / "comparison.json", started)
+            for line in regression_lines(comparison or {}):
+                regressed = True
+                print(line, file=out)
+    code = exit_code(view, runner_status=status, rc=rc, summary_failed=summary_failed,
+                     regressed=regressed)
+    artifacts = Path(private) / "artifacts"
+    if code == EXIT_OK:
+        shutil.rmtree(private, ignore_errors=True)
+    else:
+        print(f"ansible output kept in {artifacts}/*/stdout", file=out)
+    print(f"{PROG}: ansible-runner {status} (rc {rc}); exit {code}", file=out, flush=True)
+    return code
+
+
+def _report_module(command: str, argv: Sequence[str], err: TextIO) -> int:
+    try:
+        module: Any = importlib.import_module("prefixbench.report.cli")
+    except ImportError as exc:
+        print(f"{PROG} {command}: unavailable: prefixbench.report.cli cannot be imported "
+              f"({exc})", file=err)
+        return EXIT_USAGE
+    entry = module.report_main if command == "report" else module.compare_main
+    return int(entry(list(argv)))
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from prefixbench.sim import cli as sim_cli  # noqa: PLC0415 - root-only tooling
+
+    argv = [args.sim_command] + ([str(args.count)] if args.sim_command == "up" else [])
+    return int(sim_cli.main(argv))
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+         err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # report/compare own their arguments (and their --help).
+    if argv and argv[0] in ("report", "compare"):
+        return _report_module(argv[0], argv[1:], err)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: 0 for --help, 2 for a usage error
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        if args.command == "run":
+            return _run(run_request(args), out, err)
+        if args.command == "sim":
+            return _sim(args)
+    except UsageError as exc:
+        print(f"{PROG} {args.command}: error: {exc}", file=err)
+        return EXIT_USAGE
+    return EXIT_USAGE  # unreachable: the subcommand is required
+
+
+if __name__ == "__main__":
+    sys.exit(main())
