@@ -91,7 +91,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 status:
-  description: done (ran now), skipped (result already in the run directory), failed, or planned (check mode).
+  description: >-
+    done (ran now), skipped (result already in the run directory), failed, or planned
+    (check mode).
   type: str
   returned: always
 path:
@@ -99,7 +101,9 @@ path:
   type: str
   returned: when status is not planned
 summary:
-  description: median_ttft_ms, p99_ttft_ms, output_throughput, expected_ratio, hit_ratio_queries, hit_ratio_by_source.
+  description: >-
+    median_ttft_ms, p99_ttft_ms, output_throughput, expected_ratio, hit_ratio_queries,
+    hit_ratio_by_source.
   type: dict
   returned: when status is done or skipped
 argv:

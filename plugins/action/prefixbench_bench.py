@@ -116,8 +116,10 @@ class ActionModule(ActionBase):
             ran = self._module("ansible.builtin.command", {"argv": argv}, task_vars)
             if ran.get("rc") != 0:
                 why = "timed out" if ran.get("rc") in (124, 137) else f"exited {ran.get('rc')}"
-                return self._failed(result, layout, req, started, f"vllm bench serve {why}",
-                                    ran.get("rc"), str(ran.get("stderr", "")), args, task_vars)
+                return self._failed(result, layout, req, started=started,
+                                    error=f"vllm bench serve {why}", rc=ran.get("rc"),
+                                    stderr=str(ran.get("stderr", "")), args=args,
+                                    task_vars=task_vars)
             after = self._metrics(req.base_url, task_vars)
             slurped = self._module("ansible.builtin.slurp",
                                    {"src": f"{remote_dir}/{req.result_filename}"}, task_vars)
@@ -129,8 +131,8 @@ class ActionModule(ActionBase):
                 started_at=started, ended_at=benchrun.now_iso(),
                 extra={"argv": argv, "stdout_tail": str(ran.get("stdout", ""))[-4000:]})
         except (_HostError, ValueError) as exc:
-            return self._failed(result, layout, req, started, str(exc), None, "", args,
-                                task_vars)
+            return self._failed(result, layout, req, started=started, error=str(exc),
+                                rc=None, stderr="", args=args, task_vars=task_vars)
         finally:
             if remote_dir:
                 self._module("ansible.builtin.file", {"path": remote_dir, "state": "absent"},
@@ -143,8 +145,9 @@ class ActionModule(ActionBase):
         return result
 
     def _failed(self, result: dict[str, Any], layout: RunLayout,
-                req: benchrun.BenchRequest, started: str, error: str, rc: Any, stderr: str,
-                args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+                req: benchrun.BenchRequest, *, started: str, error: str, rc: Any,
+                stderr: str, args: dict[str, Any], task_vars: dict[str, Any]
+                ) -> dict[str, Any]:
         try:
             journal = self._journal(args["unit"], task_vars)
         except Exception as exc:  # noqa: BLE001 - the failure record matters more

@@ -128,6 +128,7 @@ def summary(record: BenchmarkRecord) -> dict[str, Any]:
         "completed": result.completed, "failed_requests": result.failed,
         "expected_ratio": record.expected.get("block_aligned_ratio",
                                               record.expected.get("tutorial_ratio")),
+        "prefix_caching_enabled": record.measured.get("prefix_caching_enabled"),
         "hit_ratio_queries": record.measured.get("hit_ratio_queries"),
         "hit_ratio_by_source": record.measured.get("hit_ratio_by_source"),
     }
@@ -137,7 +138,10 @@ def summary_line(s: Mapping[str, Any]) -> str:
     """One console line for a finished bench."""
     def pct(v: Any) -> str:
         return "n/a" if v is None else f"{float(v) * 100:.2f}%"
-    return (f"{s['host']} {s['configuration']} {s['workload']} rep{s['repetition']}: "
+    head = (f"{s['host']} {s['configuration']} {s['workload']} rep{s['repetition']}: "
             f"median TTFT {s['median_ttft_ms']:.1f} ms, p99 {s['p99_ttft_ms']:.1f} ms, "
-            f"{s['output_throughput']:.1f} tok/s, hit ratio {pct(s['hit_ratio_queries'])} "
-            f"(expected {pct(s['expected_ratio'])})")
+            f"{s['output_throughput']:.1f} tok/s, ")
+    if s.get("prefix_caching_enabled") is False:
+        return head + f"prefix caching off ({pct(s['hit_ratio_by_source'])} from cache)"
+    return head + (f"hit ratio {pct(s['hit_ratio_queries'])} "
+                   f"(expected {pct(s['expected_ratio'])})")

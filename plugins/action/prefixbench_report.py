@@ -1,0 +1,48 @@
+"""Action plugin: write summary.json, report.md, report.html and results.csv of a run.
+
+Thin adapter over prefixbench.report; runs on the controller only. Failed verdicts are
+reported, not raised: the run's outcome is in summary.json (and in `prefixbench run`'s
+exit code); only an unreadable run directory fails the task.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+try:
+    from prefixbench.report.build import ReportInputError
+    from prefixbench.report.phase import report_run
+except ImportError:  # running from a checkout without the editable install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from prefixbench.report.build import ReportInputError
+    from prefixbench.report.phase import report_run
+
+ARGUMENT_SPEC = {"run_dir": {"type": "path", "required": True}}
+
+
+class ActionModule(ActionBase):
+    """Report a run directory."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+    _supports_check_mode = True
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        run_dir = Path(args["run_dir"])
+        if self._play_context.check_mode:
+            result.update(changed=False, msg=f"check mode: would write the report of {run_dir}")
+            return result
+        try:
+            shown = report_run(run_dir)
+        except ReportInputError as exc:
+            raise AnsibleActionFail(f"cannot report {run_dir}: {exc}") from None
+        result.update(changed=True, **shown, msg=shown["lines"])
+        return result
