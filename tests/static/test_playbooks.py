@@ -30,7 +30,8 @@ def test_list_hosts_shows_the_sample_fleet_in_its_groups(
 def test_preflight_passes_on_the_sample_inventory_without_touching_hosts(
         repo_root: Path, ansible_env: dict[str, str]) -> None:
     # The sample hosts' addresses do not exist: success proves nothing connected.
-    out = run(["ansible-playbook", "benchmark.yml", "-i", "trn2_fleet"], repo_root, ansible_env)
+    out = run(["ansible-playbook", "playbooks/preflight.yml", "-i", "trn2_fleet"], repo_root,
+              ansible_env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "total: 3 hosts, 18 benches" in out.stdout
 
