@@ -86,6 +86,13 @@ def prefixbench_pip_args(settings: Mapping[str, Any], no_deps: bool = False) -> 
     return " ".join(provision.pip_index_args(settings, no_deps=no_deps))
 
 
+def prefixbench_pending_items(settings: Mapping[str, Any], run_dir: str, host: str,
+                              configuration: str) -> list[dict[str, Any]]:
+    """The benches of one server not yet in the run directory (what a resume runs)."""
+    return [item.as_dict() for item in
+            experiment.pending_items(settings, Path(run_dir), host, configuration)]
+
+
 class FilterModule:
     """Expose the filters."""
 
@@ -94,6 +101,7 @@ class FilterModule:
             "prefixbench_plan": prefixbench_plan,
             "prefixbench_unit_spec": prefixbench_unit_spec,
             "prefixbench_bench_items": prefixbench_bench_items,
+            "prefixbench_pending_items": prefixbench_pending_items,
             "prefixbench_pip_args": prefixbench_pip_args,
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,

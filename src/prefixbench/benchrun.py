@@ -85,7 +85,10 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
     server restarted during the bench, which makes the deltas meaningless).
     """
     bench = json.loads(bench_json)
-    parse_bench_result(bench, f"{req.key} result JSON")
+    result = parse_bench_result(bench, f"{req.key} result JSON")
+    if result.failed:
+        raise ValueError(f"{result.failed} of {result.failed + result.completed} requests "
+                         "failed (the server went away or refused them)")
     before = metrics.extract_signals(metrics_before)
     after = metrics.extract_signals(metrics_after)
     delta = metrics.delta(before, after)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from prefixbench.results import ResultKey, RunLayout
 from prefixbench.workloads import Workload, load_workloads, plan_seeds, tutorial_workloads
 
 
@@ -53,3 +55,12 @@ def bench_items(settings: Mapping[str, Any]) -> list[BenchItem]:
         rep = (i - 1) // len(workloads) + 1
         out.append(BenchItem(workload=workload, repetition=rep, index=i, total=total))
     return out
+
+
+def pending_items(settings: Mapping[str, Any], run_dir: Path, host: str,
+                  configuration: str) -> list[BenchItem]:
+    """The benches of one server that have no result in the run directory yet (resume)."""
+    done = RunLayout(run_dir.parent, run_dir.name).completed()
+    return [item for item in bench_items(settings)
+            if ResultKey(host=host, configuration=configuration, workload=item.workload.name,
+                         repetition=item.repetition) not in done]

@@ -54,13 +54,21 @@ def sim_fleet() -> Iterator[SimFleetHandle]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the harness's own tests (test_simfleet.py) before the other integration tests.
+    """Run the integration tests in the order the bundle's phases build on each other.
 
-    They check the fleet itself first, and their last one (down, nothing left, up again)
-    hands every later test freshly booted hosts. Only the integration items swap places.
+    The harness's own tests (test_simfleet.py) come first: their last one (down, nothing
+    left, up again) hands every later test freshly booted hosts. Then provision (which
+    starts from bare hosts), the server units, and the benchmark (which need provisioned
+    hosts). Only the integration items swap places.
     """
     here = Path(__file__).resolve().parent
     slots = [i for i, it in enumerate(items) if here in Path(str(it.path)).resolve().parents]
-    ordered = sorted((items[i] for i in slots), key=lambda it: it.path.name != "test_simfleet.py")
+    order = ["test_simfleet.py", "test_provision.py", "test_units.py", "test_benchmark.py"]
+
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return order.index(name) if name in order else len(order)
+
+    ordered = sorted((items[i] for i in slots), key=rank)
     for i, item in zip(slots, ordered, strict=True):
         items[i] = item

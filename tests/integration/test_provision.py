@@ -3,35 +3,14 @@ a second run with nothing changed, and check mode that tells the truth."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from prefixbench.sim.testing import SimFleetHandle
+from prefixbench.sim.testing import SimFleetHandle, recap
+from prefixbench.sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
-
-RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)",
-                   re.MULTILINE)
-
-
-def playbook(root: Path, env: dict[str, str], *args: str,
-             timeout: float = 1500) -> tuple[subprocess.CompletedProcess[str], float]:
-    start = time.monotonic()
-    proc = subprocess.run(["ansible-playbook", "-i", "inventories/sim", *args], cwd=root,
-                          env=env, capture_output=True, text=True, timeout=timeout,
-                          check=False)
-    return proc, time.monotonic() - start
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    return {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)),
-                         "unreachable": int(m.group(4)), "failed": int(m.group(5))}
-            for m in RECAP.finditer(output)}
-
 
 def neuron_list_present(fleet: SimFleetHandle) -> list[str]:
     return [h.name for h in fleet.hosts

@@ -7,9 +7,11 @@
 from __future__ import annotations
 
 import atexit
+import re
 import signal
 import subprocess
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,3 +83,24 @@ def fleet_session(fleet: Fleet, count: int = FLEET_SIZE) -> Iterator[SimFleetHan
         finally:
             atexit.unregister(teardown)
             signal.signal(signal.SIGTERM, previous)
+
+
+RECAP: Final = re.compile(
+    r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
+
+
+def run_playbook(root: Path, env: Mapping[str, str], *args: str, inventory: str = "inventories/sim",
+                 timeout: float = 1500) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``ansible-playbook -i <inventory> ARGS`` from the repository root; (result, seconds)."""
+    start = time.monotonic()
+    proc = subprocess.run(["ansible-playbook", "-i", inventory, *args], cwd=root,
+                          env=dict(env), capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    return proc, time.monotonic() - start
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP of an ansible-playbook run: per host ok/changed/unreachable/failed."""
+    return {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)),
+                         "unreachable": int(m.group(4)), "failed": int(m.group(5))}
+            for m in RECAP.finditer(output)}

@@ -1,0 +1,92 @@
+"""benchmark.yml on the simulated fleet: every host, both configurations, the tutorial's
+three workloads (smaller, same proportions); a server killed mid-run; the resume."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from prefixbench.results import RunLayout
+from prefixbench.sim.testing import SimFleetHandle
+from prefixbench.sim.testing import run_playbook as playbook
+
+pytestmark = pytest.mark.integration
+
+RUN_ID = "integration-benchmark"
+WORKLOADS = ("high_overlap", "no_overlap", "sustained_c4")
+
+
+def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts: Path,
+                                        repo_root: Path, ansible_env: dict[str, str]) -> None:
+    fleet = sim_fleet
+    victim = fleet.hosts[-1]
+    results = repo_root / "results"
+    run_dir = results / RUN_ID
+    if run_dir.exists():
+        subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    args = ["benchmark.yml", "--skip-tags", "provision",
+            "-e", "@tests/integration/vars/small_workloads.yml",
+            "-e", f"prefixbench_run_id={RUN_ID}"]
+
+    # 1. The whole run, with one host's server killed once its cached phase has begun.
+    start = time.monotonic()
+    proc = subprocess.Popen(["ansible-playbook", "-i", "inventories/sim", *args],
+                            cwd=repo_root, env=ansible_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    trigger = run_dir / victim.name / "cached" / "high_overlap" / "rep1.json"
+    killed = False
+    while proc.poll() is None and time.monotonic() - start < 2400:
+        if not killed and trigger.exists():
+            pid = fleet.sh(victim, "systemctl show -p MainPID --value vllm-cached.service")
+            fleet.ssh(victim, ["kill", "-9", pid.strip()])
+            killed = True
+        time.sleep(1)
+    out, _ = proc.communicate(timeout=600)
+    wall = time.monotonic() - start
+    assert killed, "the victim never reached its cached phase\n" + out[-5000:]
+    assert proc.returncode == 0, out[-8000:]
+
+    layout = RunLayout(results, RUN_ID)
+    done = layout.completed()
+    failures = layout.failures()
+    assert failures, "killing the server mid-run left no failure marker\n" + out[-5000:]
+    assert all(k.host == victim.name for k in failures), failures
+    for path in failures.values():
+        record = json.loads(path.read_text())
+        assert record["journal_tail"], f"{path}: no journal tail"
+    assert layout.stale_temp_files() == []
+
+    # Every other host has its 2 x 3 results; the ratios are the tutorial's.
+    by_key = {(r.key.host, r.key.configuration, r.key.workload): r
+              for r in layout.load_results()}
+    for host in fleet.hosts:
+        expected_keys = {(host.name, c, w) for c in ("baseline", "cached") for w in WORKLOADS}
+        have = {k for k in by_key if k[0] == host.name}
+        if host is not victim:
+            assert have == expected_keys, (host.name, have)
+        hi = by_key[(host.name, "cached", "high_overlap")]
+        measured = hi.measured["hit_ratio_queries"]
+        aligned = hi.expected["block_aligned_ratio"]
+        assert abs(measured - aligned) <= 0.01, (host.name, measured, aligned)
+        base = by_key[(host.name, "baseline", "high_overlap")]
+        assert base.measured["hit_ratio_by_source"] == 0.0
+        assert hi.bench["median_ttft_ms"] < base.bench["median_ttft_ms"], host.name
+        no = by_key.get((host.name, "cached", "no_overlap"))
+        if no is not None:
+            assert no.measured["hit_ratio_queries"] <= 0.01, (host.name, no.measured)
+    assert (run_dir / "summary.json").exists() and (run_dir / "report.html").exists()
+
+    # 2. The rerun with the same run id does only what is missing.
+    missing = len(failures)
+    rerun, rerun_wall = playbook(repo_root, ansible_env, *args, timeout=2400)
+    assert rerun.returncode == 0, rerun.stdout[-8000:]
+    ran = rerun.stdout.count("running vllm bench serve")
+    assert ran == missing, (ran, missing)
+    assert layout.failures() == {}
+    assert len(layout.completed()) == len(done) + missing == len(fleet.hosts) * 6
+    print(f"\nbenchmark on {len(fleet.hosts)} simulated hosts: {wall:.0f} s "
+          f"(one server killed mid-run); resume of {missing} bench(es): {rerun_wall:.0f} s")

@@ -1,0 +1,108 @@
+"""The two server units on a simulated host: valid units, argv vLLM accepts, the switch
+between configurations, and systemd bringing a killed server back."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from prefixbench import server, settings
+from prefixbench.sim.testing import SimFleetHandle, recap
+from prefixbench.sim.testing import run_playbook as playbook
+
+pytestmark = pytest.mark.integration
+
+VENV_PY = "/opt/vllm-prefixbench/venv/bin/python"
+HERE = Path(__file__).resolve().parent
+
+
+def metrics(fleet: SimFleetHandle, host_name: str) -> str:
+    host = fleet.host(host_name)
+    return fleet.ssh(host, ["curl", "-fsS", "http://127.0.0.1:8000/metrics"])
+
+
+def caching_label(page: str) -> str:
+    match = re.search(r'vllm:cache_config_info\{[^}]*enable_prefix_caching="(\w+)"', page)
+    assert match, "no vllm:cache_config_info on /metrics"
+    return match.group(1)
+
+
+def start_and_wait(fleet: SimFleetHandle, repo_root: Path, env: dict[str, str], host: str,
+                   configuration: str) -> float:
+    """Start a configuration with the role's own start tasks; return seconds to healthy."""
+    proc, _ = playbook(
+        repo_root, env, "tests/integration/helpers/start_configuration.yml",
+        "--limit", host, "-e", f"start_configuration={configuration}", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    match = re.search(r"healthy after (\d+) s", proc.stdout)
+    assert match, proc.stdout[-3000:]
+    return float(match.group(1))
+
+
+def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str, str]) -> None:
+    fleet = sim_fleet
+    host = fleet.hosts[0]
+
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/deploy.yml", "--limit", host.name)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/deploy.yml", "--limit", host.name)
+    assert recap(proc.stdout)[host.name]["changed"] == 0, proc.stdout[-5000:]
+
+    # Both units, and the Neuron variant of the tutorial's unit, verify cleanly.
+    for unit in ("vllm-baseline.service", "vllm-cached.service"):
+        out = fleet.fleet.ssh(host, ["systemd-analyze", "verify", f"/etc/systemd/system/{unit}"])
+        assert out.returncode == 0 and out.stderr.strip() == "", (unit, out.stderr)
+
+    # vLLM's own parser accepts the argv of both configurations, sim and tutorial (Neuron).
+    sim = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
+                             "prefixbench_platform": "cpu",
+                             "vllm_service_model": "/opt/models/tiny-llama",
+                             "vllm_service_hf_overrides": {}}, "sim").settings
+    tutorial = settings.validate({"prefixbench_instance_type": "trn3.48xlarge",
+                                  "vllm_service_model": "openai/gpt-oss-120b"}, "t").settings
+    fleet.sh(host, "mkdir -p /root/pb && cat > /root/pb/parse.py <<'EOF'\n"
+             + (HERE / "helpers" / "parse_vllm_argv.py").read_text() + "\nEOF")
+    for name, values in (("sim", sim), ("tutorial", tutorial)):
+        for configuration in server.CONFIGURATIONS:
+            argv = server.serve_argv(values, configuration)
+            parsed = json.loads(fleet.ssh(host, [VENV_PY, "/root/pb/parse.py",
+                                                 json.dumps(argv)], timeout=180))
+            # baseline says --no-enable-prefix-caching; cached leaves vLLM's default (on).
+            expected = (None, True) if configuration == "cached" else (False,)
+            assert parsed["enable_prefix_caching"] in expected, (name, parsed)
+            assert parsed["max_num_batched_tokens"] == 1024
+            if name == "tutorial":
+                assert parsed["hf_overrides"] == {"quantization_config": {}}
+                assert parsed["additional_config"]["neuron_config"][
+                    "kv_segment_size_buckets"] == [1024]
+
+    # Baseline: healthy, caching off. Then cached: the baseline stops, caching on.
+    first = start_and_wait(fleet, repo_root, ansible_env, host.name, "baseline")
+    assert caching_label(metrics(fleet, host.name)) == "False"
+    second = start_and_wait(fleet, repo_root, ansible_env, host.name, "cached")
+    assert caching_label(metrics(fleet, host.name)) == "True"
+    states = fleet.sh(host, "systemctl is-active vllm-baseline.service "
+                            "vllm-cached.service || true").split()
+    assert states == ["inactive", "active"]
+    print(f"\ntime to healthy on {host.name}: baseline (first) {first:.0f} s, "
+          f"cached (second, compile cache reused) {second:.0f} s")
+
+    # kill -9 of the server: systemd brings it back.
+    main_pid = fleet.sh(host, "systemctl show -p MainPID --value vllm-cached.service").strip()
+    restarts = int(fleet.sh(host, "systemctl show -p NRestarts --value vllm-cached.service"))
+    fleet.ssh(host, ["kill", "-9", main_pid])
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        now = int(fleet.sh(host, "systemctl show -p NRestarts --value vllm-cached.service"))
+        code = fleet.sh(host, "curl -s -o /dev/null -w '%{http_code}' "
+                              "http://127.0.0.1:8000/health || true").strip()
+        if now > restarts and code == "200":
+            break
+        time.sleep(5)
+    else:
+        pytest.fail("vllm-cached.service did not come back after kill -9")
+    fleet.sh(host, "systemctl stop vllm-cached.service")
