@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # Binaries of the venv first, so ansible-runner and ansible-lint find their tools.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-SIM_HOSTS ?= 3
+SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
 .PHONY: help venv system-deps lint test-fast test test-integration demo sim-up sim-down sim-status lock clean
