@@ -18,11 +18,11 @@ from ansible.utils.display import Display
 
 try:
     from prefixbench import health
-    from prefixbench.atomic import write_text_atomic
+    from prefixbench.atomic import write_json_atomic, write_text_atomic
 except ImportError:  # running from a checkout without the editable install
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
     from prefixbench import health
-    from prefixbench.atomic import write_text_atomic
+    from prefixbench.atomic import write_json_atomic, write_text_atomic
 
 display = Display()
 
@@ -34,6 +34,7 @@ ARGUMENT_SPEC = {
     "progress_every": {"type": "int", "default": 30},
     "journal_lines": {"type": "int", "default": 200},
     "log_file": {"type": "path", "required": False},
+    "record_file": {"type": "path", "required": False},
 }
 
 
@@ -80,6 +81,11 @@ class ActionModule(ActionBase):
             elapsed = time.monotonic() - start
             decision = health.decide(probe, elapsed, args["timeout"], restarts_at_start)
             if decision.verdict == "healthy":
+                if args.get("record_file"):
+                    write_json_atomic(Path(args["record_file"]),
+                                      {"unit": args["unit"], "elapsed_s": round(elapsed, 1),
+                                       "healthy_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                   time.gmtime())})
                 result.update(changed=False, elapsed=round(elapsed, 1), msg=decision.reason)
                 return result
             if decision.verdict == "failed":
