@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from prefixbench import experiment, plan, provision, releases, server
+    from prefixbench import collect, experiment, plan, provision, releases, server
 except ImportError:  # running from a checkout without the editable install
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import experiment, plan, provision, releases, server
+    from prefixbench import collect, experiment, plan, provision, releases, server
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
@@ -93,6 +93,12 @@ def prefixbench_pending_items(settings: Mapping[str, Any], run_dir: str, host: s
             experiment.pending_items(settings, Path(run_dir), host, configuration)]
 
 
+def prefixbench_fingerprint(host: str, settings: Mapping[str, Any],
+                            raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The host's fingerprint.json content from the raw facts the tasks read."""
+    return collect.fingerprint(host, settings, raw)
+
+
 class FilterModule:
     """Expose the filters."""
 
@@ -102,6 +108,7 @@ class FilterModule:
             "prefixbench_unit_spec": prefixbench_unit_spec,
             "prefixbench_bench_items": prefixbench_bench_items,
             "prefixbench_pending_items": prefixbench_pending_items,
+            "prefixbench_fingerprint": prefixbench_fingerprint,
             "prefixbench_pip_args": prefixbench_pip_args,
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,

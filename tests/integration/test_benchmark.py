@@ -79,6 +79,11 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         if no is not None:
             assert no.measured["hit_ratio_queries"] <= 0.01, (host.name, no.measured)
     assert (run_dir / "summary.json").exists() and (run_dir / "report.html").exists()
+    for host in fleet.hosts:
+        fp = json.loads((run_dir / host.name / "fingerprint.json").read_text())
+        assert set(fp["units"]) == {"vllm-baseline.service", "vllm-cached.service"}
+        assert fp["vllm_version"] and fp["neuron_packages"]["aws-neuronx-runtime-lib"]
+        assert fp["model"]["revision"].startswith("sha256:")
 
     # 2. The rerun with the same run id does only what is missing.
     missing = len(failures)
