@@ -17,7 +17,10 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Literal
+
+import yaml
 
 Kind = Literal["str", "int", "bool", "float", "list_int", "list_str", "dict", "list_dict"]
 
@@ -78,6 +81,9 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("prefixbench_neuron_release", "str", "Neuron SDK release whose pinned versions "
             "are installed (a manifest in prefixbench/data/neuron_releases/).", "2.31",
             pattern=r"^\d+\.\d+$"),
+    Setting("prefixbench_model_profile", "str", "Model profile (gpt-oss-120b, gpt-oss-20b): "
+            "the model, its path and tensor-parallel degree; inventory keys override it. "
+            "Empty: none.", "", pattern=r"^$|^[\w.-]+$"),
     Setting("prefixbench_platform", "str", "Accelerator platform of the hosts: neuron on "
             "Trn2/Trn3, cpu on the simulated fleet.", "neuron", choices=("neuron", "cpu")),
     Setting("prefixbench_instance_type", "str", "EC2 instance type of the host (host "
@@ -329,6 +335,27 @@ def _check_bounds(setting: Setting, result: Any) -> None:
             raise _Invalid(f"{item!r} does not match the expected form {setting.pattern}")
 
 
+PROFILES_DIR: Final = Path(__file__).resolve().parent / "data" / "profiles"
+
+
+def available_profiles() -> list[str]:
+    """Names of the model profiles shipped with the bundle."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yml"))
+
+
+def load_profile(name: str) -> dict[str, Any]:
+    """The settings a model profile sets; ``ValueError`` naming the known ones if unknown."""
+    path = PROFILES_DIR / f"{name}.yml"
+    if not path.is_file():
+        raise ValueError(f"{name!r} is not a known profile (known: "
+                         f"{', '.join(available_profiles())})")
+    data = yaml.safe_load(path.read_text()) or {}
+    unknown = sorted(set(data) - set(BY_NAME))
+    if not isinstance(data, dict) or unknown:
+        raise ValueError(f"{name!r}: profile sets unknown settings {unknown}")
+    return data
+
+
 def plain(value: Any) -> Any:
     """A copy of ``value`` made of builtin types only.
 
@@ -367,6 +394,13 @@ def validate(values: Mapping[str, Any], host: str = "all",
     from prefixbench import rules  # noqa: F401, PLC0415 - registers the tutorial's rules
 
     result = ValidationResult(host=host)
+    profile_name = values.get("prefixbench_model_profile") or ""
+    if profile_name:
+        try:
+            values = {**load_profile(str(profile_name)), **values}
+        except ValueError as exc:
+            result.problems.append(f"{host}: prefixbench_model_profile {exc}")
+            return result
     for setting in CATALOGUE:
         if setting.name in values and values[setting.name] is not None:
             try:

@@ -129,3 +129,23 @@ def test_cross_field_rules_run_only_on_valid_values() -> None:
         assert check().problems == ["h1: probe says no"]
     finally:
         settings.RULES.remove(probe)
+
+
+def test_a_model_profile_fills_the_model_and_tp_and_the_inventory_wins() -> None:
+    base = {"prefixbench_instance_type": "trn2.48xlarge"}
+    r20 = settings.validate({**base, "prefixbench_model_profile": "gpt-oss-20b"}, host="h1")
+    assert r20.ok, r20.problems
+    assert r20.settings["vllm_service_model"] == "/opt/models/gpt-oss-20b"
+    assert r20.settings["model_cache_repo_id"] == "openai/gpt-oss-20b"
+    assert r20.settings["vllm_service_tensor_parallel_size"] == 8
+    mine = settings.validate({**base, "prefixbench_model_profile": "gpt-oss-120b",
+                              "vllm_service_tensor_parallel_size": 16}, host="h1")
+    assert mine.settings["vllm_service_tensor_parallel_size"] == 16
+    assert mine.settings["vllm_service_served_model_name"] == "openai/gpt-oss-120b"
+
+
+def test_an_unknown_profile_names_the_known_ones() -> None:
+    result = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
+                                "prefixbench_model_profile": "llama"}, host="h1")
+    assert result.problems == ["h1: prefixbench_model_profile 'llama' is not a known profile "
+                               "(known: gpt-oss-120b, gpt-oss-20b)"]
