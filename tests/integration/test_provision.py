@@ -73,6 +73,20 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Pa
     print(f"\nprovision on {len(fleet.hosts)} simulated hosts: first run {first:.0f} s, "
           f"second run {second:.0f} s, check mode {check:.0f} s")
 
+    # 6. An unreachable host drops out; the others still run the whole phase.
+    down = fleet.hosts[-1]
+    fleet.fleet.exec(down, ["systemctl", "stop", "ssh.service", "ssh.socket"])
+    try:
+        no_reuse = {**ansible_env, "ANSIBLE_SSH_ARGS": "-o ControlMaster=no"}
+        proc, _ = playbook(repo_root, no_reuse, "playbooks/provision.yml")
+    finally:
+        fleet.fleet.exec(down, ["systemctl", "start", "ssh.service"])
+    rec = recap(proc.stdout)
+    assert rec[down.name]["unreachable"] == 1, proc.stdout[-4000:]
+    for host in fleet.hosts[:-1]:
+        assert rec[host.name]["failed"] == 0 and rec[host.name]["unreachable"] == 0, rec
+        assert rec[host.name]["ok"] > 20, rec
+
     # The result is usable: the tools, vLLM on the expected platform, the model.
     for host in fleet.hosts:
         listing = fleet.sh(host, "/opt/aws/neuron/bin/neuron-ls -j")
