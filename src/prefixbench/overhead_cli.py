@@ -77,7 +77,7 @@ def _plugin(host_name: str, runs: int) -> int:
                                model="tiny-llama", tokenizer="/opt/models/tiny-llama",
                                vllm_executable="/opt/vllm-prefixbench/venv/bin/vllm")
             t0 = time.monotonic()
-            out = fleet.ssh(host, req.argv("/root", 3600), timeout=3600)
+            out = fleet.ssh(host, req.argv("/var/lib/vllm-prefixbench", 3600), timeout=3600)
             direct_s.append(time.monotonic() - t0)
             if out.returncode != 0:
                 print(out.stderr[-3000:], file=sys.stderr)

@@ -31,13 +31,13 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Pa
     assert neuron_list_present(fleet) == []
 
     # 2. An unsupported OS is refused at the first task, on every host.
-    fleet.sh(trn2, "cp /etc/os-release /root/os-release.orig && "
+    fleet.sh(trn2, "cp /etc/os-release /var/tmp/os-release.orig && "
                    "sed -i 's/^ID=.*/ID=fedora/;s/^VERSION_ID=.*/VERSION_ID=\"40\"/;"
                    "s/^NAME=.*/NAME=Fedora/' /etc/os-release")
     try:
         proc, _ = playbook(repo_root, ansible_env, "playbooks/provision.yml")
     finally:
-        fleet.sh(trn2, "cp /root/os-release.orig /etc/os-release")
+        fleet.sh(trn2, "cp /var/tmp/os-release.orig /etc/os-release")
     assert proc.returncode != 0
     assert "is not supported by Neuron SDK 2.31.0" in proc.stdout
     assert all(r["changed"] == 0 for r in recap(proc.stdout).values()), proc.stdout
@@ -46,8 +46,8 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Pa
     # 3. A host with a Neuron package at another version is reported precisely.
     old = next((sim_artifacts / "neuron-apt").rglob("aws-neuronx-runtime-lib_2.32.31.0*.deb"))
     url = f"http://10.213.0.1:8080/{old.relative_to(sim_artifacts).as_posix()}"
-    fleet.sh(trn2, f"curl -fsS -o /root/old-runtime.deb {url} && "
-                   "dpkg -i /root/old-runtime.deb >/dev/null")
+    fleet.sh(trn2, f"curl -fsS -o /var/tmp/old-runtime.deb {url} && "
+                   "dpkg -i /var/tmp/old-runtime.deb >/dev/null")
     proc, _ = playbook(repo_root, ansible_env, "playbooks/provision.yml")
     assert proc.returncode != 0
     assert (f"{trn2.name}: aws-neuronx-runtime-lib is 2.32.31.0, Neuron SDK wants 2.33.10.0"

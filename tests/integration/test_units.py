@@ -64,12 +64,12 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
                              "vllm_service_hf_overrides": {}}, "sim").settings
     tutorial = settings.validate({"prefixbench_instance_type": "trn3.48xlarge",
                                   "vllm_service_model": "openai/gpt-oss-120b"}, "t").settings
-    fleet.sh(host, "mkdir -p /root/pb && cat > /root/pb/parse.py <<'EOF'\n"
+    fleet.sh(host, "mkdir -p /var/tmp/pb && cat > /var/tmp/pb/parse.py <<'EOF'\n"
              + (HERE / "helpers" / "parse_vllm_argv.py").read_text() + "\nEOF")
     for name, values in (("sim", sim), ("tutorial", tutorial)):
         for configuration in server.CONFIGURATIONS:
             argv = server.serve_argv(values, configuration)
-            parsed = json.loads(fleet.ssh(host, [VENV_PY, "/root/pb/parse.py",
+            parsed = json.loads(fleet.ssh(host, [VENV_PY, "/var/tmp/pb/parse.py",
                                                  json.dumps(argv)], timeout=180))
             # baseline says --no-enable-prefix-caching; cached leaves vLLM's default (on).
             expected = (None, True) if configuration == "cached" else (False,)
