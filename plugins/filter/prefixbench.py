@@ -99,6 +99,13 @@ def prefixbench_fingerprint(host: str, settings: Mapping[str, Any],
     return collect.fingerprint(host, settings, raw)
 
 
+def prefixbench_host_problems(name: str, host: str, facts: Mapping[str, Any],
+                              packages: Mapping[str, Any], allow_upgrade: bool) -> list[str]:
+    """What must stop provisioning on a host: unsupported OS, version drift."""
+    return provision.host_problems(releases.load_release(name), host, facts, packages,
+                                   bool(allow_upgrade))
+
+
 class FilterModule:
     """Expose the filters."""
 
@@ -114,6 +121,7 @@ class FilterModule:
             "prefixbench_adoptable": prefixbench_adoptable,
             "prefixbench_os_refusal": prefixbench_os_refusal,
             "prefixbench_drift": prefixbench_drift,
+            "prefixbench_host_problems": prefixbench_host_problems,
             "prefixbench_missing_packages": prefixbench_missing_packages,
             "prefixbench_device_problems": prefixbench_device_problems,
         }

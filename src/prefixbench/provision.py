@@ -108,3 +108,22 @@ def pip_index_args(settings: Mapping[str, Any], *, no_deps: bool) -> list[str]:
     for host in settings.get("vllm_env_trusted_hosts") or []:
         args += ["--trusted-host", str(host)]
     return args
+
+
+def host_problems(release: Release, host: str, facts: Mapping[str, Any],
+                  packages: Mapping[str, Sequence[Mapping[str, Any]]],
+                  allow_upgrade: bool) -> list[str]:
+    """Everything that must stop provisioning on ``host``, one line each.
+
+    An OS the release does not support; pinned packages at other versions, unless
+    upgrades are allowed (then the install moves them).
+    """
+    problems = []
+    refusal = os_refusal(release, str(facts.get("distribution", "")),
+                         str(facts.get("distribution_version", "")),
+                         str(facts.get("distribution_major_version", "")))
+    if refusal:
+        problems.append(f"{host}: {refusal}")
+    if not allow_upgrade:
+        problems += [d.line(host) for d in drift(release, installed_versions(packages))]
+    return problems

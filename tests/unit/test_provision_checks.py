@@ -1,0 +1,29 @@
+"""What stops provisioning on a host, before anything changes."""
+
+from __future__ import annotations
+
+from prefixbench import provision, releases
+
+REL = releases.load_release("2.31")
+DEBIAN = {"distribution": "Debian", "distribution_version": "12.15",
+          "distribution_major_version": "12"}
+
+
+def test_a_supported_host_at_the_pins_has_no_problem() -> None:
+    pkgs = {"aws-neuronx-runtime-lib": [{"version": "2.33.10.0-abc"}]}
+    assert provision.host_problems(REL, "h", DEBIAN, pkgs, allow_upgrade=False) == []
+
+
+def test_unsupported_os_and_drift_are_each_one_line() -> None:
+    fedora = {"distribution": "Fedora", "distribution_version": "40",
+              "distribution_major_version": "40"}
+    pkgs = {"aws-neuronx-runtime-lib": [{"version": "2.32.31.0-abc"}]}
+    lines = provision.host_problems(REL, "h", fedora, pkgs, allow_upgrade=False)
+    assert len(lines) == 2
+    assert lines[0].startswith("h: Fedora 40 is not supported by Neuron SDK 2.31.0")
+    assert lines[1] == "h: aws-neuronx-runtime-lib is 2.32.31.0, Neuron SDK wants 2.33.10.0"
+
+
+def test_allowed_upgrades_turn_drift_into_work_not_a_problem() -> None:
+    pkgs = {"aws-neuronx-runtime-lib": [{"version": "2.32.31.0"}]}
+    assert provision.host_problems(REL, "h", DEBIAN, pkgs, allow_upgrade=True) == []
