@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from prefixbench import experiment, instances, releases, settings
+from prefixbench import experiment, instances, releases, settings, sweep
 from prefixbench.server import TRN3_ONLY_ENVIRONMENT, family
 from prefixbench.workloads import WorkloadError
 
@@ -165,3 +165,19 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
             yield (f"workload {w.name}: prefix_repetition_prefix_len {shared} spans no whole "
                    f"{segment}-token segment, so prefix caching has nothing to skip "
                    f"(the tutorial uses 3072 = 3 segments)")
+
+
+@settings.rule
+def sweep_points_valid(s: Mapping[str, Any]) -> Iterator[str]:
+    """Every point of a segment-size sweep passes the rules above with its own settings."""
+    try:
+        points = sweep.points(s)
+    except ValueError as exc:
+        yield str(exc)
+        return
+    for point in points:
+        for check in settings.RULES:
+            if check is sweep_points_valid:
+                continue
+            for line in check(point.settings):
+                yield f"sweep point {point.name}: {line}"

@@ -108,6 +108,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "before it is stopped and marked failed.", 3600, minimum=30),
     Setting("prefixbench_skip_provision", "bool", "Skip the provision phase (hosts already "
             "provisioned, e.g. a DLAMI with the pinned versions).", False),
+    Setting("prefixbench_sweep_segment_sizes", "list_int", "Segment-size sweep: one "
+            "baseline/cached server pair per kv_segment_size_buckets value, each with the "
+            "matching num_batched_tokens_buckets and max-num-batched-tokens. Empty: no "
+            "sweep, the inventory's server settings.", [], choices=(512, 1024, 2048, 4096)),
     Setting("prefixbench_workloads", "list_dict", "Benchmark workloads; each key mirrors a "
             "`vllm bench serve` flag in snake_case. Empty: the tutorial's three.", []),
     # --- Neuron SDK (roles/neuron_sdk) -------------------------------------------------
