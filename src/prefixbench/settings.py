@@ -163,8 +163,31 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             pattern=r"^[\w./-]+$"),
     Setting("model_cache_dir", "str", "Directory on the host that holds the model.",
             "/opt/models/gpt-oss-120b", pattern=r"^/[\w./-]*$"),
-    Setting("model_cache_s3_uri", "str", "s3://bucket/prefix of the model mirror "
-            "(source s3).", "", pattern=r"^$|^s3://[a-z0-9.-]{3,63}(/[\w./-]*)?$"),
+    Setting("model_cache_s3_bucket", "str", "Bucket of the model mirror (source s3); "
+            "one per region, so a fleet downloads the model once per region.", "",
+            pattern=r"^$|^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),
+    Setting("model_cache_s3_prefix", "str", "Key prefix of the model in that bucket, "
+            "e.g. gpt-oss-120b; empty: the whole bucket.", "",
+            pattern=r"^$|^[\w.=+-]+(/[\w.=+-]+)*/?$"),
+    Setting("model_cache_s3_region", "str", "Region of the bucket; empty: boto3's default "
+            "on the host (AWS_REGION, ~/.aws/config).", "",
+            pattern=r"^$|^[a-z]{2}(-[a-z]+)+-\d+$"),
+    Setting("model_cache_s3_endpoint_url", "str", "Endpoint of an S3-compatible mirror; "
+            "empty: AWS S3.", "", pattern=r"^$|^https?://\S+$"),
+    Setting("model_cache_s3_delete_extra", "bool", "Delete files in model_cache_dir that "
+            "the mirror does not hold (off: extra files are left alone).", False),
+    Setting("model_cache_s3_boto3", "str", "How boto3 gets onto the host: apt "
+            "(python3-boto3), venv (pip into model_cache_s3_venv), present (already "
+            "importable by the host's Python).", "apt", choices=("apt", "venv", "present")),
+    Setting("model_cache_s3_venv", "str", "Virtualenv that holds boto3 (model_cache_s3_boto3 "
+            "venv).", "/opt/prefixbench-s3/venv", pattern=r"^/[\w./-]*$"),
+    Setting("model_cache_s3_pip_args", "list_str", "Extra pip arguments for that install, "
+            "e.g. [--no-index, --find-links, <URL>].", []),
+    Setting("model_cache_s3_access_key_id", "str", "Access key id for the mirror; empty: the "
+            "host's boto3 credential chain (the instance profile on EC2).", "",
+            secret=True),
+    Setting("model_cache_s3_secret_access_key", "str", "Secret key of that access key (keep "
+            "it in Ansible Vault).", "", secret=True),
     Setting("model_cache_hf_token", "str", "Hub token (keep it in Ansible Vault).", "",
             secret=True),
     # --- vLLM server (roles/vllm_service) ----------------------------------------------
