@@ -169,6 +169,9 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("model_cache_s3_prefix", "str", "Key prefix of the model in that bucket, "
             "e.g. gpt-oss-120b; empty: the whole bucket.", "",
             pattern=r"^$|^[\w.=+-]+(/[\w.=+-]+)*/?$"),
+    Setting("model_cache_s3_uri", "str", "Shorthand for bucket and prefix: "
+            "s3://bucket/prefix (source s3); set it or model_cache_s3_bucket, not both.", "",
+            pattern=r"^$|^s3://[a-z0-9.-]{3,63}(/[\w./-]*)?$"),
     Setting("model_cache_s3_region", "str", "Region of the bucket; empty: boto3's default "
             "on the host (AWS_REGION, ~/.aws/config).", "",
             pattern=r"^$|^[a-z]{2}(-[a-z]+)+-\d+$"),
