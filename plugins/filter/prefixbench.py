@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from prefixbench import collect, experiment, plan, provision, releases, server
+    from prefixbench import collect, experiment, plan, provision, releases, server, sweep
 except ImportError:  # running from a checkout without the editable install
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import collect, experiment, plan, provision, releases, server
+    from prefixbench import collect, experiment, plan, provision, releases, server, sweep
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
@@ -106,6 +106,11 @@ def prefixbench_host_problems(name: str, host: str, facts: Mapping[str, Any],
                                    bool(allow_upgrade))
 
 
+def prefixbench_sweep_points(settings: Mapping[str, Any], run_dir: str) -> list[dict[str, Any]]:
+    """The segment-size sweep's points: name, size, run directory and settings."""
+    return [point.as_dict(run_dir) for point in sweep.points(settings)]
+
+
 class FilterModule:
     """Expose the filters."""
 
@@ -115,6 +120,7 @@ class FilterModule:
             "prefixbench_unit_spec": prefixbench_unit_spec,
             "prefixbench_bench_items": prefixbench_bench_items,
             "prefixbench_pending_items": prefixbench_pending_items,
+            "prefixbench_sweep_points": prefixbench_sweep_points,
             "prefixbench_fingerprint": prefixbench_fingerprint,
             "prefixbench_pip_args": prefixbench_pip_args,
             "prefixbench_release": prefixbench_release,

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefixbench import __version__, experiment
+from prefixbench import __version__, experiment, sweep
 from prefixbench.atomic import write_json_atomic
 
 SCHEMA_VERSION = 1
@@ -34,6 +34,7 @@ def run_meta(run_id: str, settings: Mapping[str, Any], hosts: Sequence[str],
         "workloads": [w.to_dict() for w in experiment.workloads_of(settings)],
         "repetitions": int(settings.get("prefixbench_repetitions", 1)),
         "base_seed": int(settings.get("prefixbench_base_seed", 1000)),
+        "sweep_segment_sizes": [p.segment_size for p in sweep.points(settings)],
     }
 
 
@@ -53,9 +54,18 @@ def open_run(results_dir: Path, run_id: str, settings: Mapping[str, Any],
         meta.setdefault("resumed_at", []).append(now)
         meta.pop("ended_at", None)
         write_json_atomic(meta_path, meta)
+        _open_points(run_dir, settings, hosts, inventory)
         return run_dir, True
     write_json_atomic(meta_path, run_meta(run_id, settings, hosts, inventory, now))
+    _open_points(run_dir, settings, hosts, inventory)
     return run_dir, False
+
+
+def _open_points(run_dir: Path, settings: Mapping[str, Any], hosts: Sequence[str],
+                 inventory: Sequence[str]) -> None:
+    """Open one run directory per sweep point (``<run>/sweep/seg<size>``)."""
+    for point in sweep.points(settings):
+        open_run(run_dir / sweep.SWEEP_DIR, point.name, point.settings, hosts, inventory)
 
 
 def close_run(run_dir: Path) -> None:
@@ -64,3 +74,6 @@ def close_run(run_dir: Path) -> None:
     meta = json.loads(meta_path.read_text())
     meta["ended_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     write_json_atomic(meta_path, meta)
+    for point_dir in sweep.point_dirs(run_dir):
+        if (point_dir / "run.json").exists():
+            close_run(point_dir)

@@ -294,6 +294,17 @@ def summary_lines(summary: Mapping[str, Any]) -> tuple[list[str], bool]:
     """The verdicts of ``summary.json`` (one line per host) and whether any failed."""
     lines: list[str] = []
     failed = False
+    if summary.get("kind") == "sweep":
+        for point in summary.get("points") or []:
+            if not isinstance(point, Mapping):
+                continue
+            bad = [str(v) for v in point.get("failed_verdicts") or []]
+            failed = failed or bool(bad)
+            lines.append(f"  seg{point.get('segment_size')}: {point.get('status')}"
+                         + (f" (FAIL {', '.join(bad)})" if bad else ""))
+        best = summary.get("best")
+        if isinstance(best, Mapping):
+            lines.append(f"  best segment size: {best.get('segment_size')}")
     for host in summary.get("hosts") or []:
         if not isinstance(host, Mapping):
             continue

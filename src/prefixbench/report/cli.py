@@ -24,6 +24,7 @@ from prefixbench.report.compare import (
     compare,
     load_tolerances,
 )
+from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
 from prefixbench.report.upload import UploadError, upload_run
 from prefixbench.report.write import FORMATS, write_outputs
 from prefixbench.results import json_safe
@@ -88,6 +89,8 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except _UsageError as exc:
         return _fail(prog, str(exc), err)
+    if is_sweep(args.run_dir):
+        return _report_sweep(prog, args, out, err)
     try:
         summary = build_summary(args.run_dir)
         paths = write_outputs(summary, args.run_dir, args.format)
@@ -117,6 +120,26 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     if summary.failed_verdicts or (args.fleet_gate and fleet.flagged):
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _report_sweep(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        sweep, paths = report_sweep(args.run_dir)
+    except (ReportInputError, OSError) as exc:
+        return _fail(prog, str(exc), err)
+    for line in sweep_lines(sweep):
+        print(line, file=out)
+    for p in paths:
+        print(f"wrote {p}", file=out)
+    print(f"overall: {sweep.status}", file=out)
+    if args.upload:
+        try:
+            keys = upload_run(args.run_dir, args.upload)
+        except UploadError as exc:
+            print(f"{prog}: error: {exc}", file=err)
+            return EXIT_UPLOAD
+        print(f"uploaded {len(keys)} file(s) to {args.upload}", file=out)
+    return EXIT_FAILED if sweep.failed_verdicts else EXIT_OK
 
 
 def _print_comparison(c: Comparison, out: TextIO) -> None:

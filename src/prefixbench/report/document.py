@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefixbench.report import plots
@@ -25,7 +26,8 @@ from prefixbench.report.tables import (
     verdict_table,
 )
 
-__all__ = ["Block", "blocks", "render_html", "render_markdown"]
+__all__ = ["Block", "Bullets", "Heading", "Para", "Plot", "Pre", "blocks", "html_of",
+           "markdown_of", "render_html", "render_markdown"]
 
 
 @dataclass(frozen=True)
@@ -167,8 +169,13 @@ def _md_table(t: Table) -> str:
 
 
 def render_markdown(s: Summary) -> str:
+    return markdown_of(blocks(s))
+
+
+def markdown_of(content: Sequence[Block]) -> str:
+    """Blocks as one Markdown document."""
     parts: list[str] = []
-    for b in blocks(s):
+    for b in content:
         if isinstance(b, Heading):
             parts.append("#" * b.level + " " + b.text)
         elif isinstance(b, Para):
@@ -240,8 +247,13 @@ def _html_table(t: Table) -> str:
 
 
 def render_html(s: Summary) -> str:
+    return html_of(blocks(s), f"prefixbench report {s.run_id}")
+
+
+def html_of(content: Sequence[Block], title_text: str) -> str:
+    """Blocks as one self-contained HTML page."""
     parts: list[str] = []
-    for b in blocks(s):
+    for b in content:
         if isinstance(b, Heading):
             parts.append(f"<h{b.level}>{_inline(b.text)}</h{b.level}>")
         elif isinstance(b, Para):
@@ -255,7 +267,7 @@ def render_html(s: Summary) -> str:
         elif isinstance(b, Plot):
             parts.append(f"<figure>{b.svg}<figcaption>{html.escape(b.title)}"
                          f"</figcaption></figure>")
-    title = html.escape(f"prefixbench report {s.run_id}")
+    title = html.escape(title_text)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{title}</title><style>{_CSS}</style></head><body>\n"
             + "\n".join(parts) + "\n</body></html>\n")
