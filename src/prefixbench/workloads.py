@@ -19,6 +19,20 @@ repeating by chance has probability ``vocab_size ** -128``. :func:`carry_over` r
 planned sequence through :mod:`prefixbench.cachesim` with the prompts regenerated as
 vLLM does (:mod:`prefixbench.prefix_repetition`) and reports, per run, the hits that
 only exist because of earlier runs: 0 for a valid plan.
+
+Your own prompts (``dataset_name: custom``)
+--------------------------------------------
+A custom workload replays a JSONL file of the user's prompts with vLLM's ``custom``
+dataset. Its keys: ``dataset_path`` (the file on the *controller*; a relative path is
+resolved against the current directory when the workload is built, and kept absolute
+from then on), ``num_prompts`` (0, the default: every line; more than the file holds is
+refused by :func:`prefixbench.custom.prepare`, since vLLM would oversample at random),
+``custom_output_len`` (``--custom-output-len``, default 256 as in vLLM; -1 takes each
+line's ``output_tokens``), and the shared keys. The ``prefix_repetition_*`` keys are
+refused on a custom workload (and ``dataset_path`` / ``custom_output_len`` on a
+``prefix_repetition`` one). :mod:`prefixbench.custom` turns the file into what the
+bench sends. The seed only orders the prompts, so a custom workload repeated on one
+caching server finds its own prompts cached: seed isolation cannot apply to it.
 """
 
 from __future__ import annotations
@@ -53,6 +67,12 @@ __all__ = [
 MAX_SEED: Final = 2**32 - 1
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _METADATA_KEY: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+CUSTOM: Final = "custom"
+DATASETS: Final = ("prefix_repetition", CUSTOM)
+_PREFIX_KEYS: Final = frozenset({
+    "prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
+    "prefix_repetition_num_prefixes", "prefix_repetition_output_len"})
+_CUSTOM_KEYS: Final = frozenset({"dataset_path", "custom_output_len"})
 
 
 class WorkloadError(ValueError):
@@ -61,14 +81,18 @@ class WorkloadError(ValueError):
 
 @dataclass(frozen=True)
 class Workload:
-    """One ``vllm bench serve`` run of the ``prefix_repetition`` dataset."""
+    """One ``vllm bench serve`` run: the ``prefix_repetition`` dataset, or ``custom``.
+
+    The ``prefix_repetition_*`` fields are 0 on a custom workload; ``num_prompts`` 0 on
+    a custom workload means every line of its file.
+    """
 
     name: str
-    prefix_repetition_prefix_len: int
-    prefix_repetition_suffix_len: int
-    prefix_repetition_num_prefixes: int
-    prefix_repetition_output_len: int
-    num_prompts: int
+    prefix_repetition_prefix_len: int = 0
+    prefix_repetition_suffix_len: int = 0
+    prefix_repetition_num_prefixes: int = 0
+    prefix_repetition_output_len: int = 0
+    num_prompts: int = 0
     max_concurrency: int | None = None
     #: Requests per second; ``inf`` (vLLM's default) sends them all at once.
     request_rate: float = math.inf
@@ -85,14 +109,25 @@ class Workload:
     percentile_metrics: str | None = None
     metric_percentiles: str | None = None
     disable_shuffle: bool = False
+    #: custom only: the user's JSONL file on the controller (made absolute).
+    dataset_path: str | None = None
+    #: custom only: ``--custom-output-len``; -1 uses each line's ``output_tokens``.
+    custom_output_len: int = 256
 
     def __post_init__(self) -> None:
         where = f"workload {self.name!r}"
         if not _NAME.match(self.name):
             raise WorkloadError(f"{where}: name must be letters, digits, '_.-' (max 64)")
-        if self.dataset_name != "prefix_repetition":
+        if self.dataset_name not in DATASETS:
             raise WorkloadError(f"{where}: dataset_name {self.dataset_name!r} is not "
-                                f"supported (only prefix_repetition)")
+                                f"supported (only {' or '.join(DATASETS)})")
+        self._check_shared(where)
+        if self.dataset_name == CUSTOM:
+            self._check_custom(where)
+            return
+        if self.dataset_path is not None or self.custom_output_len != 256:
+            raise WorkloadError(f"{where}: dataset_path and custom_output_len apply to "
+                                f"dataset_name custom only")
         for key in ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
                     "num_warmups"):
             if getattr(self, key) < 0:
@@ -108,6 +143,26 @@ class Workload:
                 f"{where}: num_prompts ({self.num_prompts}) must be >= "
                 f"prefix_repetition_num_prefixes ({self.prefix_repetition_num_prefixes}); "
                 f"vLLM refuses it")
+
+    def _check_custom(self, where: str) -> None:
+        for key in sorted(_PREFIX_KEYS):
+            if getattr(self, key) != 0:
+                raise WorkloadError(f"{where}: {key} does not apply to dataset_name custom")
+        path = self.dataset_path
+        if not path or not path.strip() or any(c in path for c in "\n\r\x00"):
+            raise WorkloadError(f"{where}: dataset_path must name the prompts file (a "
+                                f"JSONL file on the controller)")
+        if not Path(path).is_absolute():
+            object.__setattr__(self, "dataset_path", str(Path.cwd() / path))
+        if self.num_prompts < 0:
+            raise WorkloadError(f"{where}: num_prompts must be >= 1 (or 0: every line)")
+        if self.custom_output_len != -1 and self.custom_output_len < 1:
+            raise WorkloadError(f"{where}: custom_output_len must be >= 1, or -1 to use "
+                                f"each line's output_tokens")
+
+    def _check_shared(self, where: str) -> None:
+        if self.num_warmups < 0:
+            raise WorkloadError(f"{where}: num_warmups must be >= 0")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise WorkloadError(f"{where}: max_concurrency must be >= 1")
         if not self.request_rate > 0:
@@ -121,12 +176,27 @@ class Workload:
 
     # -- derived --------------------------------------------------------------------
     @property
+    def is_custom(self) -> bool:
+        """The user's own prompts (``dataset_name: custom``)."""
+        return self.dataset_name == CUSTOM
+
+    def _prefix_repetition_only(self, what: str) -> None:
+        if self.is_custom:
+            raise WorkloadError(
+                f"workload {self.name!r}: {what} is defined for prefix_repetition "
+                f"workloads only; predict a custom workload with prefixbench.whatif")
+
+    @property
     def prompts_per_prefix(self) -> int:
+        self._prefix_repetition_only("prompts_per_prefix")
         return self.num_prompts // self.prefix_repetition_num_prefixes
 
     @property
     def requests_sent(self) -> int:
-        """Measured requests vLLM actually sends (a remainder is dropped)."""
+        """Measured requests vLLM actually sends (a remainder is dropped). For a custom
+        workload: ``num_prompts`` (0 until resolved against its file)."""
+        if self.is_custom:
+            return self.num_prompts
         return self.prompts_per_prefix * self.prefix_repetition_num_prefixes
 
     @property
@@ -137,16 +207,26 @@ class Workload:
 
     @property
     def prompt_len(self) -> int:
+        self._prefix_repetition_only("prompt_len")
         return self.prefix_repetition_prefix_len + self.prefix_repetition_suffix_len
 
+    @property
+    def output_len(self) -> int | None:
+        """Output tokens per request; ``None`` when each line of a custom file says."""
+        if self.is_custom:
+            return None if self.custom_output_len == -1 else self.custom_output_len
+        return self.prefix_repetition_output_len
+
     def tutorial_ratio(self) -> float:
-        """The tutorial's step-9 formula for this workload."""
+        """The tutorial's step-9 formula for this workload (prefix_repetition only)."""
+        self._prefix_repetition_only("the tutorial's formula")
         return tutorial_expected_ratio(self.num_prompts, self.prefix_repetition_num_prefixes,
                                        self.prefix_repetition_prefix_len,
                                        self.prefix_repetition_suffix_len)
 
     def expected(self, block_size: int, *, bos_tokens: int = 0) -> ExpectedCache:
         """Block-aligned expectation with the server's own block size."""
+        self._prefix_repetition_only("the block-aligned formula")
         return block_aligned_expected(
             self.num_prompts, self.prefix_repetition_num_prefixes,
             self.prefix_repetition_prefix_len, self.prefix_repetition_suffix_len,
@@ -168,7 +248,10 @@ class Workload:
     def infer_pre_requests(self, queries_delta: float, *, bos_tokens: int = 0) -> int | None:
         """How many extra copies of the first prompt the server saw, from the measured
         ``prefix_cache_queries`` delta (a vLLM that sends a ready check by default shows
-        up here as 1). ``None`` when the delta is not a whole number of prompts."""
+        up here as 1). ``None`` when the delta is not a whole number of prompts, and
+        for a custom workload (its prompts have no common length)."""
+        if self.is_custom:
+            return None
         per_prompt = self.prompt_len + bos_tokens
         prompts = queries_delta / per_prompt
         if prompts != int(prompts) or prompts < self.requests_sent:
@@ -180,9 +263,18 @@ class Workload:
         data["seed"] = seed
         return Workload.from_dict(data)
 
+    def with_num_prompts(self, num_prompts: int) -> Workload:
+        """The same workload sending ``num_prompts`` (a custom one's resolved count)."""
+        data = self.to_dict()
+        data["num_prompts"] = num_prompts
+        return Workload.from_dict(data)
+
     # -- (de)serialisation -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The workload's keys; those of the other dataset kind are left out."""
         data = asdict(self)
+        for key in _CUSTOM_KEYS if not self.is_custom else _PREFIX_KEYS:
+            del data[key]
         if math.isinf(self.request_rate):
             data["request_rate"] = "inf"
         return data
@@ -196,7 +288,17 @@ class Workload:
             raise WorkloadError(
                 f"workload {name!r}: unknown key(s) {', '.join(unknown)}; known: "
                 f"{', '.join(sorted(known))}")
-        missing = [k for k, f in known.items() if k not in data and _required(f.name)]
+        dataset = data.get("dataset_name", "prefix_repetition")
+        if dataset not in DATASETS:
+            raise WorkloadError(f"workload {name!r}: dataset_name {dataset!r} is not "
+                                f"supported (only {' or '.join(DATASETS)})")
+        foreign = sorted(set(data) & (_PREFIX_KEYS if dataset == CUSTOM else _CUSTOM_KEYS))
+        if foreign:
+            raise WorkloadError(
+                f"workload {name!r}: key(s) {', '.join(foreign)} do not apply to "
+                f"dataset_name {dataset}")
+        required = _REQUIRED_CUSTOM if dataset == CUSTOM else _REQUIRED
+        missing = [k for k in known if k not in data and k in required]
         if missing:
             raise WorkloadError(f"workload {name!r}: missing key(s) {', '.join(missing)}")
         values: dict[str, Any] = {}
@@ -208,17 +310,14 @@ class Workload:
 _REQUIRED: Final = frozenset({
     "name", "prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
     "prefix_repetition_num_prefixes", "prefix_repetition_output_len", "num_prompts"})
+_REQUIRED_CUSTOM: Final = frozenset({"name", "dataset_path"})
 _INT: Final = frozenset({
     "prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
     "prefix_repetition_num_prefixes", "prefix_repetition_output_len", "num_prompts",
-    "num_warmups"})
+    "num_warmups", "custom_output_len"})
 _OPT_INT: Final = frozenset({"max_concurrency", "seed", "ready_check_timeout_sec"})
 _FLOAT: Final = frozenset({"request_rate", "burstiness"})
 _BOOL: Final = frozenset({"ignore_eos", "save_detailed", "disable_shuffle"})
-
-
-def _required(key: str) -> bool:
-    return key in _REQUIRED
 
 
 def _coerce(name: str, key: str, value: Any) -> Any:
@@ -291,12 +390,17 @@ def bench_argv(
     result_filename: str,
     metadata: Mapping[str, str] | None = None,
     executable: Sequence[str] = ("vllm",),
+    dataset_path: str | None = None,
 ) -> list[str]:
     """The exact ``vllm bench serve`` argv for one run (a list, never a shell string).
 
     The workload must have a seed (see :func:`plan_seeds`): relying on vLLM's default
     seed 0 is what contaminates workloads. ``metadata`` lands in the result JSON
-    (``--metadata k=v ...``).
+    (``--metadata k=v ...``). A custom workload needs ``dataset_path``, the prepared
+    file *on the host* (:func:`prefixbench.custom.prepare`; it must end in ``.jsonl``),
+    and a resolved ``num_prompts`` (:meth:`Workload.with_num_prompts`); it is sent with
+    ``--skip-chat-template`` (the prepared text is exactly what the server gets) and
+    ``--no-oversample``.
     """
     if workload.seed is None:
         raise WorkloadError(f"workload {workload.name!r} has no seed; assign one with "
@@ -315,15 +419,33 @@ def bench_argv(
             "--model", model]
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
-    argv += [
-        "--dataset-name", w.dataset_name,
-        "--prefix-repetition-prefix-len", str(w.prefix_repetition_prefix_len),
-        "--prefix-repetition-suffix-len", str(w.prefix_repetition_suffix_len),
-        "--prefix-repetition-num-prefixes", str(w.prefix_repetition_num_prefixes),
-        "--prefix-repetition-output-len", str(w.prefix_repetition_output_len),
-        "--num-prompts", str(w.num_prompts),
-        "--seed", str(w.seed),
-    ]
+    if w.is_custom:
+        if (not dataset_path or not dataset_path.endswith(".jsonl")
+                or any(c in dataset_path for c in "\n\r\x00")):
+            raise WorkloadError(f"workload {w.name!r}: a custom workload needs the host "
+                                f"path of its prepared .jsonl file, got {dataset_path!r}")
+        if w.num_prompts < 1:
+            raise WorkloadError(f"workload {w.name!r}: num_prompts is not resolved; "
+                                f"prepare its file first (prefixbench.custom.prepare)")
+        argv += [
+            "--dataset-name", w.dataset_name,
+            "--dataset-path", dataset_path,
+            "--custom-output-len", str(w.custom_output_len),
+            "--skip-chat-template",
+            "--no-oversample",
+            "--num-prompts", str(w.num_prompts),
+            "--seed", str(w.seed),
+        ]
+    else:
+        argv += [
+            "--dataset-name", w.dataset_name,
+            "--prefix-repetition-prefix-len", str(w.prefix_repetition_prefix_len),
+            "--prefix-repetition-suffix-len", str(w.prefix_repetition_suffix_len),
+            "--prefix-repetition-num-prefixes", str(w.prefix_repetition_num_prefixes),
+            "--prefix-repetition-output-len", str(w.prefix_repetition_output_len),
+            "--num-prompts", str(w.num_prompts),
+            "--seed", str(w.seed),
+        ]
     if w.max_concurrency is not None:
         argv += ["--max-concurrency", str(w.max_concurrency)]
     if not math.isinf(w.request_rate):
@@ -461,6 +583,9 @@ def carry_over(
     for w in sequence:
         if w.seed is None:
             raise WorkloadError(f"workload {w.name!r} has no seed")
+        if w.is_custom:
+            raise WorkloadError(f"workload {w.name!r}: carry-over is modelled for "
+                                f"prefix_repetition workloads only")
         prompts = [p.tokens for p in generate_prompts(
             w.seed, w.num_prompts, w.prefix_repetition_num_prefixes,
             prefix_len=w.prefix_repetition_prefix_len,
