@@ -16,7 +16,9 @@
     BOS is added), no decoder (decoding joins tokens with single spaces). Every id
     decodes to one word that encodes back to that id, so the ``prefix_repetition``
     dataset's decode -> encode keeps token counts exact and the server counts the same
-    prompt tokens as the client.
+    prompt tokens as the client. ``tokenizer_config.json`` carries a ``chat_template``
+    made of vocabulary words (:data:`CHAT_TEMPLATE`: ``t10`` user, ``t11`` assistant,
+    ``t12`` system, ``t13`` end of turn), so chat-messages prompt files work too.
 
 All files are written mode 0644 (the service user must read them). The model is
 published under ``<www>/models/``: the directory ``tiny-llama/`` (with ``SHA256SUMS``),
@@ -53,7 +55,21 @@ MODEL_NAME: Final = "tiny-llama"
 SPECIAL_TOKENS: Final = ("<unk>", "<s>", "</s>", "<pad>")
 UNK_ID, BOS_ID, EOS_ID, PAD_ID = 0, 1, 2, 3
 FILE_MODE: Final = 0o644
-_LAYOUT: Final = 1
+_LAYOUT: Final = 2
+
+#: Role markers and end of turn are vocabulary words, so a rendered chat encodes to
+#: known ids. Unknown roles are refused, as real templates do.
+CHAT_TEMPLATE: Final = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}t12 "
+    "{% elif message['role'] == 'user' %}t10 "
+    "{% elif message['role'] == 'assistant' %}t11 "
+    "{% else %}{{ raise_exception('unknown role ' + message['role']) }}"
+    "{% endif %}"
+    "{{ message['content'] | trim }} t13 "
+    "{% endfor %}"
+    "{% if add_generation_prompt %}t11{% endif %}"
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +127,7 @@ def tokenizer_config(spec: TinyLlamaSpec) -> dict[str, Any]:
         "add_bos_token": False, "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": spec.max_position_embeddings,
+        "chat_template": CHAT_TEMPLATE,
     }
 
 
