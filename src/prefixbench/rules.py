@@ -181,3 +181,51 @@ def sweep_points_valid(s: Mapping[str, Any]) -> Iterator[str]:
                 continue
             for line in check(point.settings):
                 yield f"sweep point {point.name}: {line}"
+
+
+# --- the model's S3 mirror (roles/model_cache, source s3) -------------------------------
+
+_BUCKET_FORBIDDEN_PREFIXES: Final = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_FORBIDDEN_SUFFIXES: Final = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def s3_bucket_problem(bucket: str) -> str | None:
+    """Why ``bucket`` cannot be an S3 bucket name (general purpose buckets), or None."""
+    if not 3 <= len(bucket) <= 63:
+        return f"{bucket!r} must be 3 to 63 characters long"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*[a-z0-9]", bucket):
+        return (f"{bucket!r} may hold only lowercase letters, digits, dots and hyphens, "
+                "and must begin and end with a letter or digit")
+    if ".." in bucket or ".-" in bucket or "-." in bucket:
+        return f"{bucket!r} must not hold '..', '.-' or '-.'"
+    if re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}", bucket):
+        return f"{bucket!r} must not be formatted as an IP address"
+    if bucket.startswith(_BUCKET_FORBIDDEN_PREFIXES) \
+            or bucket.endswith(_BUCKET_FORBIDDEN_SUFFIXES):
+        return f"{bucket!r} uses a prefix or suffix that S3 reserves"
+    return None
+
+
+@settings.rule
+def model_s3_mirror(s: Mapping[str, Any]) -> Iterator[str]:
+    """Source s3 names one bucket (by bucket or by URI), well formed; keys come in pairs."""
+    bucket = str(s.get("model_cache_s3_bucket", ""))
+    uri = str(s.get("model_cache_s3_uri", ""))
+    if bucket and uri:
+        yield "model_cache_s3_bucket and model_cache_s3_uri are both set; keep one"
+    if uri:
+        uri_bucket = uri[len("s3://"):].partition("/")[0]
+        problem = s3_bucket_problem(uri_bucket)
+        if problem:
+            yield f"model_cache_s3_uri: bucket {problem}"
+    if bucket:
+        problem = s3_bucket_problem(bucket)
+        if problem:
+            yield f"model_cache_s3_bucket {problem}"
+    if s.get("model_cache_source") == "s3" and not bucket and not uri:
+        yield ("model_cache_source is s3 but no bucket is named: set model_cache_s3_bucket "
+               "(and model_cache_s3_prefix), or model_cache_s3_uri")
+    if bool(s.get("model_cache_s3_access_key_id")) \
+            != bool(s.get("model_cache_s3_secret_access_key")):
+        yield ("model_cache_s3_access_key_id and model_cache_s3_secret_access_key go "
+               "together: set both, or neither to use the host's credentials")
