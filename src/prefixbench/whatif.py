@@ -1,0 +1,256 @@
+"""What-if: the token hit ratio a workload would get, without a server.
+
+The requests a ``vllm bench serve`` run sends are rebuilt in the order the server gets
+them (ready check and warmups first: copies of the first prompt), encoded as the server
+encodes them, and replayed through :class:`prefixbench.cachesim.PrefixCacheSim` with the
+server's block size and KV capacity. The prediction is ``hits / queries`` over all of
+those requests: the definition of vLLM's ``prefix_cache_hits`` / ``prefix_cache_queries``
+counters, whose deltas the bench records.
+
+* ``prefix_repetition``: the token ids are regenerated from the seed as vLLM draws them
+  (:mod:`prefixbench.prefix_repetition`), from a 2**32-word vocabulary, so no tokenizer
+  is needed: block hits depend only on which prompts share which tokens, and random
+  blocks of a large vocabulary never collide. A tokenizer, when given, only adds the
+  BOS (or other tokens) the server puts in front of every prompt. For an unbounded
+  cache the result equals :func:`prefixbench.ratios.block_aligned_expected`.
+* ``custom``: the prepared file (:mod:`prefixbench.custom`) in vLLM's send order,
+  encoded with the tokenizer (:mod:`prefixbench.tokenizer`).
+
+Limits: requests are replayed one at a time (concurrency 1). At higher concurrency a
+request can be scheduled before another one sharing its prefix has filled the cache,
+so the server can count fewer hits than predicted; the :attr:`Prediction.note` says so.
+With a bounded capacity, each request holds its decode blocks (``output_tokens``) while
+it runs, as the model assumes every request generates all of them (``ignore_eos``).
+
+:func:`predict` never raises for missing inputs: it returns a :class:`Prediction` with
+``ratio=None`` and a ``note`` saying what is missing.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from prefixbench.cachesim import CapacityError, PrefixCacheSim
+from prefixbench.custom import (
+    CustomPromptsError,
+    PreparedPrompts,
+    prepare,
+    prepare_file,
+    texts_in_order,
+)
+from prefixbench.prefix_repetition import LegacyNumpyRandom, prefix_order
+from prefixbench.ratios import block_aligned_expected
+from prefixbench.tokenizer import Tokenizer, TokenizerError
+from prefixbench.tokenizer import load as load_tokenizer
+from prefixbench.workloads import Workload, WorkloadError
+
+__all__ = [
+    "Prediction",
+    "predict",
+    "predict_prefix_repetition",
+    "predict_prepared",
+    "prefix_repetition_tokens",
+    "replay_requests",
+]
+
+#: Token ids are drawn from this many words: every 32-bit value, no rejection sampling.
+VOCAB: Final = 1 << 32
+#: Above this many prompt tokens a prefix_repetition replay would need gigabytes; an
+#: unbounded cache then falls back to the (exact) formula.
+MAX_REPLAY_TOKENS: Final = 250_000_000
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted token hit ratio, or why there is none (``ratio`` None, ``note``)."""
+
+    ratio: float | None
+    hit_tokens: int = 0
+    query_tokens: int = 0
+    requests: int = 0
+    evicted_blocks: int = 0
+    method: str = "none"
+    block_size: int | None = None
+    capacity_blocks: int | None = None
+    #: prefix_repetition only: the block-aligned formula (unbounded cache).
+    formula_ratio: float | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _concurrency_note(workload: Workload | None) -> str | None:
+    if workload is not None and workload.max_concurrency != 1:
+        return (f"replayed one request at a time; at concurrency "
+                f"{workload.max_concurrency or 'unbounded'} requests sharing a prefix can "
+                f"overlap and the server may count fewer hits")
+    return None
+
+
+def replay_requests(
+    prompts: Sequence[array[int]],
+    output_lens: Sequence[int],
+    *,
+    block_size: int,
+    capacity_blocks: int | None,
+    method: str,
+    note: str | None = None,
+) -> Prediction:
+    """Replay requests (token id arrays, in send order) through a fresh cache."""
+    sim = PrefixCacheSim(block_size, capacity_blocks)
+    hits = 0
+    run = sim.run
+    try:
+        for tokens, out in zip(prompts, output_lens, strict=True):
+            hits += run(tokens, out if capacity_blocks is not None else 0)
+    except CapacityError as exc:
+        return Prediction(ratio=None, method=method, block_size=block_size,
+                          capacity_blocks=capacity_blocks,
+                          note=f"a request does not fit the cache: {exc}")
+    queries = sim.query_tokens_total
+    return Prediction(ratio=hits / queries if queries else 0.0, hit_tokens=hits,
+                      query_tokens=queries, requests=len(prompts),
+                      evicted_blocks=sim.evicted_blocks, method=method,
+                      block_size=block_size, capacity_blocks=capacity_blocks, note=note)
+
+
+def prefix_repetition_tokens(workload: Workload, *, bos: Sequence[int] = ()
+                             ) -> list[array[int]]:
+    """The prompts of a prefix_repetition run in send order (pre-requests first), drawn
+    as vLLM draws them with a 2**32-word vocabulary (one 32-bit word per token)."""
+    w = workload
+    seed = w.seed if w.seed is not None else 0
+    gen = LegacyNumpyRandom(seed)
+    ppp = w.prompts_per_prefix
+    head = array("I", bos)
+    built: dict[tuple[int, int], array[int]] = {}
+    for p in range(w.prefix_repetition_num_prefixes):
+        prefix = head + gen.words(w.prefix_repetition_prefix_len)
+        for j in range(ppp):
+            built[(p, j)] = prefix + gen.words(w.prefix_repetition_suffix_len)
+    order = prefix_order(seed, w.num_prompts, w.prefix_repetition_num_prefixes,
+                         shuffle=not w.disable_shuffle)
+    prompts = [built[key] for key in order]
+    return [prompts[0]] * w.pre_requests + prompts
+
+
+def predict_prefix_repetition(
+    workload: Workload,
+    *,
+    block_size: int,
+    capacity_blocks: int | None = None,
+    bos_tokens: int = 0,
+) -> Prediction:
+    """Replay a prefix_repetition workload; the formula alongside."""
+    w = workload
+    formula = block_aligned_expected(
+        w.num_prompts, w.prefix_repetition_num_prefixes, w.prefix_repetition_prefix_len,
+        w.prefix_repetition_suffix_len, block_size, pre_requests=w.pre_requests,
+        bos_tokens=bos_tokens)
+    total = formula.requests * (w.prompt_len + bos_tokens)
+    if total > MAX_REPLAY_TOKENS:
+        if capacity_blocks is None:
+            return Prediction(
+                ratio=formula.ratio, hit_tokens=formula.hit_tokens,
+                query_tokens=formula.query_tokens, requests=formula.requests,
+                method="block-aligned formula", block_size=block_size,
+                formula_ratio=formula.ratio,
+                note=f"{total:,} prompt tokens: too many to replay; the formula is exact "
+                     f"for an unbounded cache")
+        return Prediction(ratio=None, method="none", block_size=block_size,
+                          capacity_blocks=capacity_blocks, formula_ratio=formula.ratio,
+                          note=f"{total:,} prompt tokens: too many to replay in memory")
+    # The same ids in front of every prompt stand for the server's BOS: values do not
+    # matter, only that every prompt shares them.
+    bos = list(range(bos_tokens))
+    prompts = prefix_repetition_tokens(w, bos=bos)
+    pred = replay_requests(
+        prompts, [w.prefix_repetition_output_len] * len(prompts), block_size=block_size,
+        capacity_blocks=capacity_blocks, method="cachesim replay, prefix_repetition "
+        "regenerated from the seed", note=_concurrency_note(w))
+    return Prediction(**{**pred.to_dict(), "formula_ratio": formula.ratio})
+
+
+def predict_prepared(
+    prepared: PreparedPrompts,
+    tokenizer: Tokenizer,
+    *,
+    block_size: int,
+    capacity_blocks: int | None = None,
+    seed: int = 0,
+    shuffle: bool = True,
+    pre_requests: int = 0,
+    workload: Workload | None = None,
+) -> Prediction:
+    """Replay prepared custom prompts in vLLM's send order, encoded like the server."""
+    texts, outs = texts_in_order(prepared, seed, shuffle=shuffle, pre_requests=pre_requests)
+    prompts = [array("I", ids) for ids in tokenizer.encode_batch(texts)]
+    return replay_requests(prompts, outs, block_size=block_size,
+                           capacity_blocks=capacity_blocks,
+                           method="cachesim replay, custom prompts tokenized",
+                           note=_concurrency_note(workload))
+
+
+def _none(note: str, block_size: int, capacity_blocks: int | None) -> Prediction:
+    return Prediction(ratio=None, block_size=block_size, capacity_blocks=capacity_blocks,
+                      note=note)
+
+
+def predict(
+    workload: Workload,
+    *,
+    block_size: int,
+    capacity_blocks: int | None = None,
+    prompts_file: Path | None = None,
+    tokenizer_dir: Path | None = None,
+) -> Prediction:
+    """The predicted hit ratio of one bench of ``workload`` on an empty cache.
+
+    ``prompts_file``: a custom workload's prepared file (``<run_dir>/prompts/<name>.jsonl``);
+    without it the workload's own ``dataset_path`` is prepared (chat lines need the
+    tokenizer). ``tokenizer_dir``: a directory with ``tokenizer.json`` (the run's
+    ``<run_dir>/tokenizer``); needed for custom workloads, optional for
+    prefix_repetition (it only adds the server's BOS). The workload's seed (0 if unset,
+    vLLM's default), shuffle, num_prompts, ready check and warmups are honoured.
+    Missing or unreadable inputs give ``ratio=None`` and a ``note``; never raises for them.
+    """
+    if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
+        return _none(f"block_size ({block_size}) and capacity_blocks ({capacity_blocks}) "
+                     f"must be positive", block_size, capacity_blocks)
+    tokenizer: Tokenizer | None = None
+    if tokenizer_dir is not None:
+        try:
+            tokenizer = load_tokenizer(Path(tokenizer_dir))
+        except TokenizerError as exc:
+            if workload.is_custom:
+                return _none(f"no tokenizer: {exc}", block_size, capacity_blocks)
+    if not workload.is_custom:
+        bos = tokenizer.special_tokens_added()[0] if tokenizer is not None else 0
+        try:
+            return predict_prefix_repetition(workload, block_size=block_size,
+                                             capacity_blocks=capacity_blocks,
+                                             bos_tokens=bos)
+        except (WorkloadError, ValueError) as exc:
+            return _none(f"cannot replay: {exc}", block_size, capacity_blocks)
+    if tokenizer is None:
+        return _none("no tokenizer directory: custom prompts cannot be counted in tokens",
+                     block_size, capacity_blocks)
+    try:
+        if prompts_file is not None:
+            prepared = prepare_file(Path(prompts_file), num_prompts=workload.num_prompts,
+                                    custom_output_len=workload.custom_output_len,
+                                    tokenizer=tokenizer)
+        else:
+            prepared = prepare(workload, tokenizer=tokenizer)
+    except CustomPromptsError as exc:
+        return _none(f"prompts unavailable: {exc}", block_size, capacity_blocks)
+    seed = workload.seed if workload.seed is not None else 0
+    return predict_prepared(prepared, tokenizer, block_size=block_size,
+                            capacity_blocks=capacity_blocks, seed=seed,
+                            shuffle=not workload.disable_shuffle,
+                            pre_requests=workload.pre_requests, workload=workload)
