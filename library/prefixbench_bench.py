@@ -23,6 +23,14 @@ description:
     hosts go on.
   - A bench whose result already exists in the run directory is not run again (resume).
   - In check mode nothing runs; the result says what would run.
+  - A custom workload (C(dataset_name=custom)) is prepared on the controller first; its
+    C(dataset_path) JSONL (prompt or chat-messages lines; chats rendered with the chat
+    template of C(<run_dir>/tokenizer/)) becomes C(<run_dir>/prompts/<workload>.jsonl),
+    written atomically, copied into the bench's temp dir on the host and run with
+    C(--dataset-name custom --dataset-path <file> --custom-output-len N
+    --skip-chat-template --no-oversample). The record keeps the file's sha256 and prompt
+    count (C(prompts)); its expected ratio is the what-if analyzer's prediction when
+    C(<run_dir>/tokenizer/tokenizer.json) exists.
 options:
   run_dir:
     description: The run directory on the controller (results/<run_id>).
@@ -34,7 +42,9 @@ options:
     required: true
     choices: [baseline, cached]
   workload:
-    description: The workload, keys mirroring vllm bench serve flags, with its seed.
+    description: >-
+      The workload, keys mirroring vllm bench serve flags, with its seed
+      (prefix_repetition, or custom with dataset_path, num_prompts, custom_output_len).
     type: dict
     required: true
   repetition:

@@ -1,8 +1,10 @@
 """Action plugin: one workload of the tutorial on one host, its result on the controller.
 
-Thin: the host-side steps are ansible.builtin modules (uri, tempfile, command, slurp,
-file); every decision and the record itself come from prefixbench.benchrun. Documented
-in library/prefixbench_bench.py (`ansible-doc prefixbench_bench`).
+Thin: the host-side steps are ansible.builtin modules (uri, tempfile, copy, command,
+slurp, file); every decision and the record itself come from prefixbench.benchrun. A
+custom workload's prompts are prepared on the controller by benchrun.prepare_prompts and
+transferred into the bench's temp dir. Documented in library/prefixbench_bench.py
+(`ansible-doc prefixbench_bench`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,19 @@ class ActionModule(ActionBase):
                              f"{out.get('msg') or out.get('status')}")
         return str(out.get("content", ""))
 
+    def _put(self, local: Path, dest: str, task_vars: dict[str, Any]) -> None:
+        """Copy a controller file to ``dest`` on the host (through Ansible's remote tmp,
+        then the copy module, so it works with become)."""
+        tmp = self._connection._shell.tmpdir or self._make_tmp_path()
+        staged = self._connection._shell.join_path(tmp, "prompts.jsonl")
+        self._transfer_file(str(local), staged)
+        self._fixup_perms2((tmp, staged))
+        out = self._module("ansible.builtin.copy",
+                           {"src": staged, "dest": dest, "remote_src": True, "mode": "0644"},
+                           task_vars)
+        if out.get("failed"):
+            raise _HostError(f"cannot copy the prompts to {dest}: {out.get('msg')}")
+
     def _journal(self, unit: str, task_vars: dict[str, Any]) -> str:
         out = self._module("ansible.builtin.command",
                            {"argv": ["journalctl", "--unit", unit, "--lines", "200",
@@ -85,7 +100,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"{host}: invalid bench request: {exc}") from None
         run_dir = Path(args["run_dir"])
         layout = RunLayout(run_dir.parent, run_dir.name)
-        argv = req.argv("<remote tmp>", args["timeout"])
+        try:
+            argv = benchrun.planned_argv(req, args["timeout"])
+        except ValueError as exc:
+            raise AnsibleActionFail(f"{host}: invalid bench request: {exc}") from None
         result.update(changed=False, argv=argv)
 
         if req.key in layout.completed():
@@ -102,14 +120,22 @@ class ActionModule(ActionBase):
 
         started = benchrun.now_iso()
         remote_dir = ""
+        prepared: benchrun.PreparedBench | None = None
         try:
+            if req.workload.is_custom:
+                prepared = benchrun.prepare_prompts(req, run_dir)
+                req = prepared.request
             before = self._metrics(req.base_url, task_vars)
             tmpdir = self._module("ansible.builtin.tempfile",
                                   {"state": "directory", "prefix": "prefixbench."}, task_vars)
             if tmpdir.get("failed"):
                 raise _HostError(f"cannot create a temp dir: {tmpdir.get('msg')}")
             remote_dir = str(tmpdir["path"])
-            argv = req.argv(remote_dir, args["timeout"])
+            dataset_path = None
+            if prepared is not None:
+                dataset_path = f"{remote_dir}/{prepared.remote_name}"
+                self._put(prepared.path, dataset_path, task_vars)
+            argv = req.argv(remote_dir, args["timeout"], dataset_path=dataset_path)
             result["argv"] = argv
             display.display(f"{host}: {req.configuration} {req.workload.name} "
                             f"rep{req.repetition}: running vllm bench serve")
@@ -129,7 +155,8 @@ class ActionModule(ActionBase):
             record = benchrun.build_record(
                 req, metrics_before=before, metrics_after=after, bench_json=bench_json,
                 started_at=started, ended_at=benchrun.now_iso(),
-                extra={"argv": argv, "stdout_tail": str(ran.get("stdout", ""))[-4000:]})
+                extra={"argv": argv, "stdout_tail": str(ran.get("stdout", ""))[-4000:]},
+                prepared=prepared, run_dir=run_dir)
         except (_HostError, ValueError) as exc:
             return self._failed(result, layout, req, started=started, error=str(exc),
                                 rc=None, stderr="", args=args, task_vars=task_vars)
@@ -137,6 +164,7 @@ class ActionModule(ActionBase):
             if remote_dir:
                 self._module("ansible.builtin.file", {"path": remote_dir, "state": "absent"},
                              task_vars)
+            self._remove_tmp_path(self._connection._shell.tmpdir)
         path = layout.write_result(record)
         summary = benchrun.summary(record)
         display.display(benchrun.summary_line(summary))

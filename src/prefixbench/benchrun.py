@@ -5,6 +5,13 @@ the ``vllm bench serve`` result JSON, ``/metrics`` after, or stderr and the jour
 failure); everything decided from it is decided here: the step-9 metric deltas, the
 expected hit ratio from the actual workload and the server's own block size, the
 measured ratios, and the summary later tasks use.
+
+A custom workload (your own prompts) is prepared here first (:func:`prepare_prompts`):
+the user's file becomes ``<run_dir>/prompts/<workload>.jsonl`` (the exact text the server
+gets), which the plugin copies to the host; the record keeps its sha256 and prompt count
+(``prompts``), and its ``expected`` holds the what-if analyzer's prediction
+(:mod:`prefixbench.whatif`) instead of the tutorial's formula, when the run directory
+holds the host's tokenizer (``<run_dir>/tokenizer/``).
 """
 
 from __future__ import annotations
@@ -13,9 +20,11 @@ import datetime as dt
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prefixbench import __version__, metrics
+from prefixbench.custom import PreparedPrompts, check_file, prepare, write_prepared
 from prefixbench.results import (
     BenchmarkRecord,
     FailureRecord,
@@ -23,6 +32,9 @@ from prefixbench.results import (
     parse_bench_result,
 )
 from prefixbench.workloads import Workload, bench_argv
+
+#: The host's tokenizer files, fetched into the run directory (for custom workloads).
+TOKENIZER_DIR = "tokenizer"
 
 
 def now_iso() -> str:
@@ -62,8 +74,10 @@ class BenchRequest:
     def result_filename(self) -> str:
         return f"{self.configuration}_{self.workload.name}_rep{self.repetition}.json"
 
-    def argv(self, result_dir: str, timeout: int) -> list[str]:
-        """``timeout`` wraps the bench so a hung client cannot hold the run forever."""
+    def argv(self, result_dir: str, timeout: int, *, dataset_path: str | None = None
+             ) -> list[str]:
+        """``timeout`` wraps the bench so a hung client cannot hold the run forever.
+        ``dataset_path``: a custom workload's prepared file on the host."""
         inner = bench_argv(
             self.workload, self.base_url, self.model, tokenizer=self.tokenizer,
             result_dir=result_dir, result_filename=self.result_filename,
@@ -72,14 +86,99 @@ class BenchRequest:
                       "prefixbench_workload": self.workload.name,
                       "prefixbench_repetition": str(self.repetition),
                       "prefixbench_version": __version__},
-            executable=(self.vllm_executable,))
+            executable=(self.vllm_executable,), dataset_path=dataset_path)
         return ["timeout", "--kill-after=30", str(timeout), *inner]
+
+    def with_workload(self, workload: Workload) -> BenchRequest:
+        return BenchRequest(host=self.host, configuration=self.configuration,
+                            workload=workload, repetition=self.repetition,
+                            base_url=self.base_url, model=self.model,
+                            tokenizer=self.tokenizer, vllm_executable=self.vllm_executable)
+
+
+@dataclass(frozen=True)
+class PreparedBench:
+    """A custom workload's request with its count resolved, and its prepared file."""
+
+    request: BenchRequest
+    prepared: PreparedPrompts
+    path: Path
+
+    @property
+    def remote_name(self) -> str:
+        """File name on the host (vLLM's custom dataset wants ``.jsonl``)."""
+        return self.path.name
+
+    def record(self) -> dict[str, Any]:
+        return {**self.prepared.record(), "path": str(self.path)}
+
+
+def planned_argv(req: BenchRequest, timeout: int, result_dir: str = "<remote tmp>"
+                 ) -> list[str]:
+    """The argv shown before anything runs (check mode, the task result): a custom
+    workload's count is read from its file (:func:`prefixbench.custom.check_file`)."""
+    if not req.workload.is_custom:
+        return req.argv(result_dir, timeout)
+    count = check_file(req.workload)
+    planned = req.with_workload(req.workload.with_num_prompts(count))
+    return planned.argv(result_dir, timeout,
+                        dataset_path=f"{result_dir}/{req.workload.name}.jsonl")
+
+
+def tokenizer_dir(run_dir: Path) -> Path | None:
+    """``<run_dir>/tokenizer`` when it holds a ``tokenizer.json``."""
+    path = Path(run_dir) / TOKENIZER_DIR
+    return path if (path / "tokenizer.json").is_file() else None
+
+
+def prepare_prompts(req: BenchRequest, run_dir: Path) -> PreparedBench:
+    """Prepare a custom workload's prompts into ``<run_dir>/prompts/<workload>.jsonl``
+    (atomically) and resolve its ``num_prompts``. Raises ``ValueError`` with one line
+    (:class:`prefixbench.custom.CustomPromptsError`)."""
+    prepared = prepare(req.workload, tokenizer_dir=tokenizer_dir(run_dir))
+    path = write_prepared(run_dir, req.workload.name, prepared)
+    resolved = req.with_workload(req.workload.with_num_prompts(prepared.num_prompts))
+    return PreparedBench(request=resolved, prepared=prepared, path=path)
+
+
+def custom_expected(req: BenchRequest, *, block_size: int | None,
+                    capacity_blocks: int | None, prompts_file: Path | None,
+                    tokenizer: Path | None) -> dict[str, Any]:
+    """``expected`` of a custom workload: no tutorial formula; the what-if prediction
+    (block-level cache model, the server's block size and capacity) when possible."""
+    from prefixbench import whatif  # noqa: PLC0415 - loads tokenizers only when needed
+
+    out: dict[str, Any] = {"tutorial_ratio": None, "block_aligned_ratio": None,
+                           "predicted_ratio": None, "block_size": block_size}
+    if not block_size:
+        out["note"] = "the server reported no block size: no prediction"
+        return out
+    if tokenizer is None:
+        out["note"] = (f"no tokenizer in the run directory ({TOKENIZER_DIR}/tokenizer.json): "
+                       f"no prediction")
+        return out
+    pred = whatif.predict(req.workload, block_size=block_size,
+                          capacity_blocks=capacity_blocks, prompts_file=prompts_file,
+                          tokenizer_dir=tokenizer)
+    out.update(predicted_ratio=pred.ratio, block_aligned_ratio=pred.ratio,
+               hit_tokens=pred.hit_tokens, query_tokens=pred.query_tokens,
+               requests=pred.requests, capacity_blocks=capacity_blocks,
+               method=pred.method, evicted_blocks=pred.evicted_blocks)
+    if pred.note:
+        out["note"] = pred.note
+    return out
 
 
 def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
                  bench_json: str, started_at: str, ended_at: str,
-                 extra: Mapping[str, Any] | None = None) -> BenchmarkRecord:
+                 extra: Mapping[str, Any] | None = None,
+                 prepared: PreparedBench | None = None,
+                 run_dir: Path | None = None) -> BenchmarkRecord:
     """A complete record from the raw material of one bench.
+
+    A custom workload passes ``prepared`` (from :func:`prepare_prompts`) and the
+    ``run_dir`` (for its tokenizer): the record keeps the prompts' sha256 and count, and
+    ``expected`` is :func:`custom_expected`.
 
     Raises ``ValueError`` (including :class:`prefixbench.metrics.CounterReset` when the
     server restarted during the bench, which makes the deltas meaningless).
@@ -94,9 +193,16 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
     delta = metrics.delta(before, after)
     config = after.cache_config
     block_size = config.block_size if config is not None else None
-    expected: dict[str, Any] = {"tutorial_ratio": req.workload.tutorial_ratio()}
-    if block_size:
+    if req.workload.is_custom:
+        expected = custom_expected(
+            req, block_size=block_size,
+            capacity_blocks=config.num_gpu_blocks if config is not None else None,
+            prompts_file=prepared.path if prepared is not None else None,
+            tokenizer=tokenizer_dir(run_dir) if run_dir is not None else None)
+    elif block_size:
         expected = req.workload.expected_ratios(block_size)
+    else:
+        expected = {"tutorial_ratio": req.workload.tutorial_ratio()}
     measured = dict(delta.measured())
     measured["prefix_caching_enabled"] = (config.enable_prefix_caching
                                           if config is not None else None)
@@ -105,7 +211,8 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
         started_at=started_at, ended_at=ended_at, bench=bench,
         workload=req.workload.to_dict(), metrics_delta=delta.to_dict(),
         metrics_before=before.to_dict(), metrics_after=after.to_dict(),
-        expected=expected, measured=measured, extra=dict(extra or {}))
+        expected=expected, measured=measured, extra=dict(extra or {}),
+        prompts=prepared.record() if prepared is not None else None)
 
 
 def build_failure(req: BenchRequest, *, error: str, started_at: str, ended_at: str,
@@ -129,12 +236,18 @@ def summary(record: BenchmarkRecord) -> dict[str, Any]:
         "median_ttft_ms": result.median_ttft_ms, "p99_ttft_ms": result.p99_ttft_ms,
         "output_throughput": result.output_throughput,
         "completed": result.completed, "failed_requests": result.failed,
-        "expected_ratio": record.expected.get("block_aligned_ratio",
-                                              record.expected.get("tutorial_ratio")),
+        "expected_ratio": _first(record.expected, "block_aligned_ratio", "tutorial_ratio"),
         "prefix_caching_enabled": record.measured.get("prefix_caching_enabled"),
         "hit_ratio_queries": record.measured.get("hit_ratio_queries"),
         "hit_ratio_by_source": record.measured.get("hit_ratio_by_source"),
     }
+
+
+def _first(data: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if data.get(key) is not None:
+            return data[key]
+    return None
 
 
 def summary_line(s: Mapping[str, Any]) -> str:

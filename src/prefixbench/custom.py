@@ -81,8 +81,9 @@ class UserPrompt:
 def _parse_line(where: str, raw: str, number: int) -> UserPrompt:
     try:
         item = json.loads(raw)
-    except ValueError as exc:
-        raise CustomPromptsError(f"{where}: not valid JSON ({exc.msg})") from None
+    except json.JSONDecodeError as exc:
+        raise CustomPromptsError(f"{where}: not valid JSON ({exc.msg}, column "
+                                 f"{exc.colno})") from None
     if not isinstance(item, dict):
         raise CustomPromptsError(f"{where}: expected a JSON object, got "
                                  f"{type(item).__name__}")

@@ -267,8 +267,17 @@ class BenchmarkRecord:
     expected: Mapping[str, Any] = field(default_factory=dict)
     measured: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: Custom workloads only: the prepared prompts file (``source``, ``path``,
+    #: ``sha256``, ``lines``, ``num_prompts``, ``chat_lines``). Absent from older records.
+    prompts: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._to_dict()
+        if self.prompts is not None:
+            out["prompts"] = dict(self.prompts)
+        return out
+
+    def _to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": "result",
@@ -314,6 +323,8 @@ class BenchmarkRecord:
             expected=dict(data.get("expected") or {}),
             measured=dict(data.get("measured") or {}),
             extra=dict(data.get("extra") or {}),
+            prompts=dict(data["prompts"]) if isinstance(data.get("prompts"), Mapping)
+            else None,
         )
 
     @property

@@ -81,10 +81,9 @@ class Tokenizer:
         for key, value in self.config.items():
             if not key.endswith("_token"):
                 continue
-            if isinstance(value, Mapping):
-                value = value.get("content")
-            if isinstance(value, str):
-                out[key] = value
+            text = value.get("content") if isinstance(value, Mapping) else value
+            if isinstance(text, str):
+                out[key] = text
         return out
 
     def render_chat(self, messages: Sequence[Message]) -> str:
@@ -117,7 +116,7 @@ def _raise_exception(message: str) -> None:
 
 
 def _strftime_now(fmt: str) -> str:
-    return dt.datetime.now().strftime(fmt)  # noqa: DTZ005 - templates print local dates
+    return dt.datetime.now().strftime(fmt)  # templates print local dates
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,

@@ -380,6 +380,36 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
+def _dataset_argv(w: Workload, dataset_path: str | None) -> list[str]:
+    """The dataset flags, the count and the seed."""
+    if w.is_custom:
+        if (not dataset_path or not dataset_path.endswith(".jsonl")
+                or any(c in dataset_path for c in "\n\r\x00")):
+            raise WorkloadError(f"workload {w.name!r}: a custom workload needs the host "
+                                f"path of its prepared .jsonl file, got {dataset_path!r}")
+        if w.num_prompts < 1:
+            raise WorkloadError(f"workload {w.name!r}: num_prompts is not resolved; "
+                                f"prepare its file first (prefixbench.custom.prepare)")
+        return [
+            "--dataset-name", w.dataset_name,
+            "--dataset-path", dataset_path,
+            "--custom-output-len", str(w.custom_output_len),
+            "--skip-chat-template",
+            "--no-oversample",
+            "--num-prompts", str(w.num_prompts),
+            "--seed", str(w.seed),
+        ]
+    return [
+        "--dataset-name", w.dataset_name,
+        "--prefix-repetition-prefix-len", str(w.prefix_repetition_prefix_len),
+        "--prefix-repetition-suffix-len", str(w.prefix_repetition_suffix_len),
+        "--prefix-repetition-num-prefixes", str(w.prefix_repetition_num_prefixes),
+        "--prefix-repetition-output-len", str(w.prefix_repetition_output_len),
+        "--num-prompts", str(w.num_prompts),
+        "--seed", str(w.seed),
+    ]
+
+
 def bench_argv(
     workload: Workload,
     base_url: str,
@@ -419,33 +449,7 @@ def bench_argv(
             "--model", model]
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
-    if w.is_custom:
-        if (not dataset_path or not dataset_path.endswith(".jsonl")
-                or any(c in dataset_path for c in "\n\r\x00")):
-            raise WorkloadError(f"workload {w.name!r}: a custom workload needs the host "
-                                f"path of its prepared .jsonl file, got {dataset_path!r}")
-        if w.num_prompts < 1:
-            raise WorkloadError(f"workload {w.name!r}: num_prompts is not resolved; "
-                                f"prepare its file first (prefixbench.custom.prepare)")
-        argv += [
-            "--dataset-name", w.dataset_name,
-            "--dataset-path", dataset_path,
-            "--custom-output-len", str(w.custom_output_len),
-            "--skip-chat-template",
-            "--no-oversample",
-            "--num-prompts", str(w.num_prompts),
-            "--seed", str(w.seed),
-        ]
-    else:
-        argv += [
-            "--dataset-name", w.dataset_name,
-            "--prefix-repetition-prefix-len", str(w.prefix_repetition_prefix_len),
-            "--prefix-repetition-suffix-len", str(w.prefix_repetition_suffix_len),
-            "--prefix-repetition-num-prefixes", str(w.prefix_repetition_num_prefixes),
-            "--prefix-repetition-output-len", str(w.prefix_repetition_output_len),
-            "--num-prompts", str(w.num_prompts),
-            "--seed", str(w.seed),
-        ]
+    argv += _dataset_argv(w, dataset_path)
     if w.max_concurrency is not None:
         argv += ["--max-concurrency", str(w.max_concurrency)]
     if not math.isinf(w.request_rate):
