@@ -50,6 +50,14 @@ def workload_lines(settings: Mapping[str, Any]) -> list[str]:
     lines = []
     for w in experiment.workloads_of(settings):
         rate = "inf" if w.request_rate == float("inf") else f"{w.request_rate:g}/s"
+        if w.is_custom:
+            out = "per line" if w.custom_output_len == -1 else str(w.custom_output_len)
+            lines.append(
+                f"workload {w.name}: your prompts from {w.dataset_path}, "
+                f"{w.num_prompts or 'all'} prompts, out {out}, "
+                f"c={w.max_concurrency or 'unbounded'}, rate {rate}; expected hit ratio "
+                f"predicted after the run (prefixbench whatif)")
+            continue
         lines.append(
             f"workload {w.name}: prefix {w.prefix_repetition_prefix_len} + suffix "
             f"{w.prefix_repetition_suffix_len}, {w.prefix_repetition_num_prefixes} prefixes, "

@@ -155,6 +155,18 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
     segment = max(_int_list(s["vllm_service_neuron_config"].get(
         "kv_segment_size_buckets")) or [s["vllm_service_max_num_batched_tokens"]])
     for w in workloads:
+        if w.is_custom:
+            # Prompt lengths need the host's tokenizer: the bench finds those too long.
+            from prefixbench.custom import CustomPromptsError, check_file  # noqa: PLC0415 - custom only
+
+            try:
+                check_file(w)
+            except CustomPromptsError as exc:
+                yield f"workload {w.name}: {exc}"
+            if w.custom_output_len >= mml:
+                yield (f"workload {w.name}: custom_output_len {w.custom_output_len} leaves "
+                       f"no room for a prompt in vllm_service_max_model_len {mml}")
+            continue
         need = w.prompt_len + w.prefix_repetition_output_len
         if need > mml:
             yield (f"workload {w.name}: prompt {w.prompt_len} + output "
