@@ -3,7 +3,8 @@
 ``run`` drives ``benchmark.yml`` through ansible-runner and prints a view of the run fed
 by its events (:mod:`prefixbench.runview`); ``report`` and ``compare`` are
 :mod:`prefixbench.report.cli`; ``sim`` is the simulated fleet's command
-(:mod:`prefixbench.sim.cli`). Heavy modules are imported when a subcommand needs them.
+(:mod:`prefixbench.sim.cli`); ``whatif`` predicts a workload's hit ratio without a server
+(:mod:`prefixbench.whatif`). Heavy modules are imported when a subcommand needs them.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "exit 4 on regression")
     compare.add_argument("args", nargs=argparse.REMAINDER)
 
+    _whatif_parser(sub)
+
     sim = sub.add_parser("sim", help="the simulated fleet: up N | down | status | setup")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="ACTION")
     up = sim_sub.add_parser("up", help="bring the simulated fleet to N hosts (idempotent)")
@@ -114,6 +117,41 @@ def build_parser() -> argparse.ArgumentParser:
     sim_sub.add_parser("status", help="show each simulated host and its vllm-* units")
     sim_sub.add_parser("setup", help="install the host tools the simulated fleet needs (root)")
     return parser
+
+
+def _whatif_parser(sub: Any) -> None:
+    whatif = sub.add_parser(
+        "whatif", help="predict the prefix-cache hit ratio of your prompts or a workload",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES,
+        description="Replay requests through the model of vLLM's prefix cache, in the order "
+        "vllm bench serve sends them, and print the predicted token hit ratio "
+        "(prefix_cache_hits / prefix_cache_queries). Either a JSONL prompts file (prompt or "
+        "chat-messages lines, counted with --tokenizer) or a prefix_repetition workload "
+        "(--workload; no tokenizer needed).")
+    whatif.add_argument("prompts", nargs="?", type=Path, metavar="PROMPTS.jsonl",
+                        help="your prompts, one JSON object a line")
+    whatif.add_argument("--workload", metavar="NAME",
+                        help="a workload by name instead (the tutorial's, or --workloads)")
+    whatif.add_argument("--workloads", type=Path, metavar="FILE",
+                        help="YAML file with a 'workloads:' list (default: the tutorial's)")
+    whatif.add_argument("--tokenizer", type=Path, metavar="DIR",
+                        help="directory with the server's tokenizer.json (and "
+                        "tokenizer_config.json for chat lines)")
+    whatif.add_argument("--block-size", type=int, default=128,
+                        help="KV block size of the server (vllm:cache_config_info; default 128)")
+    whatif.add_argument("--capacity-blocks", type=int, metavar="N",
+                        help="KV capacity in blocks (num_gpu_blocks; default unbounded)")
+    whatif.add_argument("--seed", type=int, help="vllm bench serve --seed (default 0, or "
+                        "the workload's)")
+    whatif.add_argument("--no-shuffle", action="store_true",
+                        help="as --disable-shuffle: send the prompts in file order")
+    whatif.add_argument("--num-prompts", type=int, metavar="N",
+                        help="prompts sent (default: every line, or the workload's)")
+    whatif.add_argument("--custom-output-len", type=int, default=256, metavar="N",
+                        help="output tokens per request, -1: each line's output_tokens "
+                        "(only matters with --capacity-blocks; default 256)")
+    whatif.add_argument("--num-warmups", type=int, default=0, metavar="N",
+                        help="warmup requests (copies of the first prompt) sent first")
 
 
 def parse_extravars(items: Sequence[str], read: Callable[[Path], str] | None = None
@@ -308,6 +346,77 @@ def _sim(args: argparse.Namespace) -> int:
     return int(sim_cli.main(argv))
 
 
+def _whatif_workload(args: argparse.Namespace) -> Any:
+    from prefixbench import workloads as wl  # noqa: PLC0415 - whatif only
+
+    def overrides(data: dict[str, Any]) -> dict[str, Any]:
+        if args.seed is not None:
+            data["seed"] = args.seed
+        if args.no_shuffle:
+            data["disable_shuffle"] = True
+        if args.num_prompts is not None:
+            data["num_prompts"] = args.num_prompts
+        if args.num_warmups:
+            data["num_warmups"] = args.num_warmups
+        return data
+
+    try:
+        if args.workload is not None:
+            if args.prompts is not None:
+                raise UsageError("give PROMPTS.jsonl or --workload, not both")
+            known = (wl.load_workloads(args.workloads) if args.workloads is not None
+                     else wl.tutorial_workloads())
+            found = {w.name: w for w in known}.get(args.workload)
+            if found is None:
+                raise UsageError(f"no workload {args.workload!r}; known: "
+                                 f"{', '.join(w.name for w in known)}")
+            return wl.Workload.from_dict(overrides(found.to_dict()))
+        if args.prompts is None:
+            raise UsageError("give a PROMPTS.jsonl file or --workload NAME")
+        if args.tokenizer is None:
+            raise UsageError("a prompts file needs --tokenizer DIR (token counts are the "
+                             "server's tokenizer's)")
+        if not args.prompts.is_file():
+            raise UsageError(f"{args.prompts}: no such file")
+        return wl.Workload.from_dict(overrides({
+            "name": "whatif", "dataset_name": "custom", "max_concurrency": 1,
+            "dataset_path": str(args.prompts.resolve()),
+            "custom_output_len": args.custom_output_len}))
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _whatif(args: argparse.Namespace, out: TextIO) -> int:
+    from prefixbench import whatif  # noqa: PLC0415 - loads the tokenizer library
+
+    workload = _whatif_workload(args)
+    if args.block_size < 1 or (args.capacity_blocks is not None and args.capacity_blocks < 1):
+        raise UsageError("--block-size and --capacity-blocks must be >= 1")
+    if args.tokenizer is not None and not args.tokenizer.exists():
+        raise UsageError(f"--tokenizer {args.tokenizer}: no such file or directory")
+    pred = whatif.predict(workload, block_size=args.block_size,
+                          capacity_blocks=args.capacity_blocks, prompts_file=None,
+                          tokenizer_dir=args.tokenizer)
+    if pred.ratio is None:
+        raise UsageError(pred.note or "no prediction")
+    cap = "unbounded" if args.capacity_blocks is None else f"{args.capacity_blocks} blocks"
+    print(f"workload:        {workload.name} ({workload.dataset_name}), seed "
+          f"{workload.seed if workload.seed is not None else 0}, "
+          f"{'file order' if workload.disable_shuffle else 'shuffled'}", file=out)
+    print(f"cache:           block {args.block_size}, capacity {cap}", file=out)
+    print(f"predicted ratio: {pred.ratio:.4%}", file=out)
+    print(f"hit tokens:      {pred.hit_tokens:,} of {pred.query_tokens:,} queried, "
+          f"{pred.requests:,} requests", file=out)
+    print(f"evicted blocks:  {pred.evicted_blocks:,}", file=out)
+    if pred.formula_ratio is not None:
+        print(f"formula:         {pred.formula_ratio:.4%} (block-aligned, unbounded cache; "
+              f"tutorial's step 9: {workload.tutorial_ratio():.4%})", file=out)
+    print(f"method:          {pred.method}", file=out)
+    if pred.note:
+        print(f"note:            {pred.note}", file=out)
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     out = out or sys.stdout
@@ -325,6 +434,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             return _run(run_request(args), out, err)
         if args.command == "sim":
             return _sim(args)
+        if args.command == "whatif":
+            return _whatif(args, out)
     except UsageError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=err)
         return EXIT_USAGE
