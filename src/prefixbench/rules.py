@@ -225,6 +225,9 @@ def model_s3_mirror(s: Mapping[str, Any]) -> Iterator[str]:
     uri = str(s.get("model_cache_s3_uri", ""))
     if bucket and uri:
         yield "model_cache_s3_bucket and model_cache_s3_uri are both set; keep one"
+    if uri and s.get("model_cache_s3_prefix"):
+        yield ("model_cache_s3_prefix is set with model_cache_s3_uri, which holds the "
+               "prefix; keep one")
     if uri:
         uri_bucket = uri[len("s3://"):].partition("/")[0]
         problem = s3_bucket_problem(uri_bucket)

@@ -191,6 +191,8 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             secret=True),
     Setting("model_cache_s3_secret_access_key", "str", "Secret key of that access key (keep "
             "it in Ansible Vault).", "", secret=True),
+    Setting("model_cache_owner", "str", "Owner of the model files on the host (the "
+            "service user only reads them).", "root", pattern=r"^[a-z_][a-z0-9_-]*$"),
     Setting("model_cache_hf_token", "str", "Hub token (keep it in Ansible Vault).", "",
             secret=True),
     # --- vLLM server (roles/vllm_service) ----------------------------------------------

@@ -34,6 +34,10 @@ def test_bucket_and_uri_are_not_both_set() -> None:
     assert problems(model_cache_source="s3", model_cache_s3_bucket="models",
                     model_cache_s3_uri="s3://models/x") == [
         "h1: model_cache_s3_bucket and model_cache_s3_uri are both set; keep one"]
+    assert problems(model_cache_source="s3", model_cache_s3_prefix="p",
+                    model_cache_s3_uri="s3://models/x") == [
+        "h1: model_cache_s3_prefix is set with model_cache_s3_uri, which holds the "
+        "prefix; keep one"]
 
 
 def test_keys_come_in_pairs() -> None:
