@@ -1,0 +1,109 @@
+"""The Hub commit of a model directory (module_utils/prefixbench_hf.py).
+
+There is no Hub here: the metadata files are written by huggingface_hub's own
+``write_download_metadata`` (what ``hf download --local-dir`` calls for every file),
+so the reader is tested against the real format.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "module_utils"))
+
+import prefixbench_hf as hf  # noqa: E402
+
+local_folder = pytest.importorskip("huggingface_hub._local_folder")
+
+COMMIT = "a" * 39 + "1"
+OTHER = "b" * 40
+REPO = "openai/gpt-oss-20b"
+
+
+def download(local_dir: Path, commit: str, files: dict[str, bytes]) -> None:
+    """What ``hf download --local-dir`` leaves: the files and one metadata file each."""
+    for rel, data in files.items():
+        (local_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local_dir / rel).write_bytes(data)
+        local_folder.write_download_metadata(local_dir, rel, commit, f"etag-{rel}")
+
+
+FILES = {"config.json": b"{}\n", "model-00001-of-00003.safetensors": b"x" * 10,
+         "original/dtypes.json": b"{}\n"}
+
+
+def test_commit_is_read_from_the_download_metadata(tmp_path: Path) -> None:
+    download(tmp_path, COMMIT, FILES)
+    assert set(hf.read_metadata(tmp_path)) == {f"{r}.metadata" for r in FILES}
+    found = hf.inspect(tmp_path, REPO, "main")
+    assert found["commit"] == COMMIT and found["problem"] == ""
+    assert found["record"] is None and found["current"] is False
+
+
+def test_record_is_current_only_for_the_same_request_and_commit(tmp_path: Path) -> None:
+    download(tmp_path, COMMIT, FILES)
+    record = {"source": "hf", "repo_id": REPO, "requested_revision": "main",
+              "revision": COMMIT}
+    (tmp_path / hf.RECORD_NAME).write_text(json.dumps(record))
+    assert hf.inspect(tmp_path, REPO, "main")["current"] is True
+    assert hf.inspect(tmp_path, REPO, "v2")["current"] is False
+    assert hf.inspect(tmp_path, "openai/gpt-oss-120b", "main")["current"] is False
+    # The record of the old role (requested revision as the revision) is not current.
+    (tmp_path / hf.RECORD_NAME).write_text(json.dumps(
+        {"source": "hf", "repo_id": REPO, "revision": "main"}))
+    assert hf.inspect(tmp_path, REPO, "main")["current"] is False
+
+
+def test_mixed_commits_are_refused(tmp_path: Path) -> None:
+    download(tmp_path, COMMIT, FILES)
+    download(tmp_path, OTHER, {"config.json": b"{}\n"})
+    found = hf.inspect(tmp_path, REPO, "main")
+    assert found["commit"] is None
+    assert "files of more than one commit" in found["problem"]
+
+
+def test_a_pinned_commit_must_match(tmp_path: Path) -> None:
+    download(tmp_path, COMMIT, FILES)
+    assert hf.inspect(tmp_path, REPO, COMMIT)["commit"] == COMMIT
+    found = hf.inspect(tmp_path, REPO, OTHER)
+    assert found["commit"] is None and "not the requested" in found["problem"]
+
+
+def test_nothing_downloaded(tmp_path: Path) -> None:
+    found = hf.inspect(tmp_path / "missing", REPO, "main")
+    assert found == {"commit": None, "record": None, "current": False,
+                     "problem": found["problem"]}
+    assert "no Hub download metadata" in found["problem"]
+
+
+def test_commit_of_metadata_checks_the_first_line() -> None:
+    assert hf.commit_of_metadata({"a.metadata": f"{COMMIT}\netag\n1.0\n"}) == COMMIT
+    with pytest.raises(hf.RevisionError, match="is not a commit id"):
+        hf.commit_of_metadata({"a.metadata": "main\netag\n"})
+    with pytest.raises(hf.RevisionError, match="is not a commit id"):
+        hf.commit_of_metadata({"a.metadata": ""})
+
+
+def test_the_token_never_leaves_the_download_task() -> None:
+    """The token is only in the download task's environment, and that task is no_log."""
+    import yaml  # noqa: PLC0415
+
+    tasks = yaml.safe_load((ROOT / "roles/model_cache/tasks/hf.yml").read_text())
+    users = [t for t in tasks if "model_cache_hf_token" in json.dumps(t)]
+    assert len(users) == 1 and users[0]["no_log"] is True
+    assert "model_cache_hf_token" in json.dumps(users[0]["environment"])
+    assert "model_cache_hf_token" not in json.dumps(users[0]["ansible.builtin.command"])
+    secrets = ("model_cache_s3_access_key_id", "model_cache_s3_secret_access_key")
+    s3_tasks = yaml.safe_load((ROOT / "roles/model_cache/tasks/s3.yml").read_text())
+    for task in s3_tasks:
+        text = json.dumps(task)
+        if any(s in text for s in secrets):
+            assert "prefixbench_s3_sync" in task, task["name"]
+    spec = (ROOT / "library/prefixbench_s3_sync.py").read_text()
+    assert '"access_key_id": {"type": "str", "default": "", "no_log": True}' in spec
+    assert '"secret_access_key": {"type": "str", "default": "", "no_log": True}' in spec
