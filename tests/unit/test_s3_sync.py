@@ -365,3 +365,36 @@ def test_names() -> None:
 def test_keys_must_come_in_pairs() -> None:
     with pytest.raises(s3.SyncError, match="both access_key_id and secret_access_key"):
         s3.make_client(access_key_id="AKIA", secret_access_key="")
+
+
+def test_the_ansible_module_end_to_end(client: Any, endpoint: str, tmp_path: Path,
+                                       ansible_env: dict[str, str]) -> None:
+    """The module through Ansible (module_utils wiring, check mode, no_log of the keys)."""
+    upload(client, MODEL)
+    dest = tmp_path / "model"
+    secret = "s3cr3t-never-printed"  # noqa: S105 - a test key; moto accepts any
+    args = json.dumps({"uri": f"s3://{BUCKET}/tiny", "dest": str(dest),
+                       "endpoint_url": endpoint, "region": "us-east-1",
+                       "access_key_id": "AKIATESTING", "secret_access_key": secret})
+
+    def ansible(*extra: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            ["ansible", "localhost", "-i", "localhost,", "-c", "local", "-vvv", "-o",
+             "-e", f"ansible_python_interpreter={sys.executable}",
+             "-m", "prefixbench_s3_sync", "-a", args, *extra],
+            cwd=ROOT, env={**ansible_env, "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
+            capture_output=True, text=True, timeout=120, check=False)
+        assert secret not in proc.stdout + proc.stderr
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("localhost | "))
+        result: dict[str, Any] = json.loads(line.split(" => ", 1)[1])
+        return result
+
+    check = ansible("--check")
+    assert check["changed"] and sorted(check["downloaded"]) == sorted(MODEL)
+    assert not dest.exists()
+    first = ansible()
+    assert first["changed"] and first["revision"].startswith("sha256:")
+    assert first["bytes_downloaded"] == sum(map(len, MODEL.values()))
+    second = ansible()
+    assert not second["changed"] and second["revision"] == first["revision"]
