@@ -1,0 +1,184 @@
+"""A custom workload's bench: prepared prompts, argv, record, and the action plugin."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+from unittest.mock import MagicMock
+
+import pytest
+
+from prefixbench import benchrun
+from prefixbench.results import BenchmarkRecord
+from prefixbench.sim import tinymodel
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "vllm-cpu-seed-procedure"
+
+
+def write_tokenizer(directory: Path) -> Path:
+    spec = tinymodel.TinyLlamaSpec()
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tokenizer.json").write_text(json.dumps(tinymodel.tokenizer_json(spec)))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(tinymodel.tokenizer_config(spec)))
+    return directory
+
+
+def prompts_file(tmp_path: Path) -> Path:
+    shared = " ".join(tinymodel.word(i) for i in range(100, 356))
+    path = tmp_path / "mine.jsonl"
+    lines = [{"prompt": f"{shared} {tinymodel.word(600 + i)}"} for i in range(6)]
+    lines.append({"messages": [{"role": "user", "content": "t7 t8"}]})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def args(path: Path, run_dir: Path) -> dict[str, Any]:
+    return {"run_dir": str(run_dir), "configuration": "cached", "repetition": 1,
+            "workload": {"name": "mine", "dataset_name": "custom", "dataset_path": str(path),
+                         "seed": 11, "max_concurrency": 1, "custom_output_len": 8},
+            "base_url": "http://127.0.0.1:8000", "model": "m", "tokenizer": "/opt/tok",
+            "vllm_executable": "/opt/v/bin/vllm", "unit": "vllm-cached.service",
+            "timeout": 600}
+
+
+def test_prepare_record_and_expected_of_a_custom_bench(tmp_path: Path) -> None:
+    run_dir = tmp_path / "results" / "run1"
+    write_tokenizer(run_dir / "tokenizer")
+    req = benchrun.BenchRequest.from_args("h1", args(prompts_file(tmp_path), run_dir))
+    planned = benchrun.planned_argv(req, 600)
+    assert planned[planned.index("--num-prompts") + 1] == "7"
+    assert planned[planned.index("--dataset-path") + 1] == "<remote tmp>/mine.jsonl"
+    ready = benchrun.prepare_prompts(req, run_dir)
+    assert ready.path == run_dir / "prompts" / "mine.jsonl" and ready.path.is_file()
+    assert ready.request.workload.num_prompts == 7
+    argv = ready.request.argv("/tmp/pb.x", 600, dataset_path="/tmp/pb.x/mine.jsonl")
+    assert argv[:4] == ["timeout", "--kill-after=30", "600", "/opt/v/bin/vllm"]
+    assert "--skip-chat-template" in argv
+    record = benchrun.build_record(
+        ready.request,
+        metrics_before=(FIXTURES / "metrics_cached_high_overlap_before.txt").read_text(),
+        metrics_after=(FIXTURES / "metrics_cached_high_overlap_after.txt").read_text(),
+        bench_json=(FIXTURES / "cached_high_overlap.json").read_text(),
+        started_at="s", ended_at="e", prepared=ready, run_dir=run_dir)
+    assert record.prompts is not None
+    assert record.prompts["sha256"] == ready.prepared.sha256
+    assert record.prompts["num_prompts"] == 7 and record.prompts["chat_lines"] == 1
+    e = record.expected
+    assert e["tutorial_ratio"] is None and e["block_size"] == 128
+    # 7 requests: six share 256 tokens (two blocks of 128), the first of them is cold.
+    assert (e["hit_tokens"], e["requests"]) == (5 * 256, 7)
+    assert e["predicted_ratio"] == e["block_aligned_ratio"] == pytest.approx(
+        5 * 256 / (6 * 257 + 5))  # the chat line renders to 5 tokens
+    assert record.workload["num_prompts"] == 7
+    again = BenchmarkRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    assert again.prompts == record.prompts
+    assert benchrun.summary(record)["expected_ratio"] == e["predicted_ratio"]
+
+
+def test_custom_expected_without_tokenizer_or_block_size(tmp_path: Path) -> None:
+    req = benchrun.BenchRequest.from_args("h1", args(prompts_file(tmp_path), tmp_path))
+    none = benchrun.custom_expected(req, block_size=None, capacity_blocks=None,
+                                    prompts_file=None, tokenizer=None)
+    assert none["predicted_ratio"] is None and "block size" in none["note"]
+    none = benchrun.custom_expected(req, block_size=16, capacity_blocks=None,
+                                    prompts_file=None, tokenizer=None)
+    assert none["predicted_ratio"] is None and "no tokenizer" in none["note"]
+
+
+def test_old_records_without_prompts_read_and_write_unchanged() -> None:
+    data = {"schema_version": 1, "kind": "result", "host": "h", "configuration": "cached",
+            "workload_name": "w", "repetition": 1, "seed": 1, "bundle_version": "0",
+            "started_at": "s", "ended_at": "e",
+            "bench": json.loads((FIXTURES / "cached_high_overlap.json").read_text())}
+    record = BenchmarkRecord.from_dict(data)
+    assert record.prompts is None and "prompts" not in record.to_dict()
+
+
+# -- the action plugin, host side mocked ------------------------------------------------------
+
+def _plugin() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "prefixbench_bench_action", ROOT / "plugins" / "action" / "prefixbench_bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plugin_prepares_transfers_and_runs_a_custom_workload(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _plugin()
+    run_dir = tmp_path / "results" / "run1"
+    write_tokenizer(run_dir / "tokenizer")
+    task_args = args(prompts_file(tmp_path), run_dir)
+    calls: list[tuple[str, dict[str, Any]]] = []
+    bench = (FIXTURES / "cached_high_overlap.json").read_text()
+    metrics = iter([(FIXTURES / f"metrics_cached_high_overlap_{w}.txt").read_text()
+                    for w in ("before", "after")])
+
+    def execute(module_name: str, module_args: dict[str, Any], task_vars: Any
+                ) -> dict[str, Any]:
+        calls.append((module_name, module_args))
+        if module_name == "ansible.builtin.uri":
+            return {"status": 200, "content": next(metrics)}
+        if module_name == "ansible.builtin.tempfile":
+            return {"path": "/tmp/prefixbench.abc"}
+        if module_name == "ansible.builtin.slurp":
+            return {"content": base64.b64encode(bench.encode()).decode()}
+        if module_name == "ansible.builtin.command":
+            return {"rc": 0, "stdout": "ok"}
+        return {}
+
+    action = module.ActionModule.__new__(module.ActionModule)
+    action._task = MagicMock(args=task_args, async_val=0)
+    action._play_context = MagicMock(check_mode=False)
+    action._connection = MagicMock()
+    action._connection._shell.tmpdir = None
+    action._connection._shell.join_path = lambda *p: "/".join(p)
+    transferred: list[tuple[str, str]] = []
+    monkeypatch.setattr(module.ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    action.validate_argument_spec = lambda argument_spec: (None, dict(task_args))
+    action._execute_module = execute
+    action._make_tmp_path = lambda: "/home/u/.ansible/tmp/ansible-tmp-1"
+    action._transfer_file = lambda local, remote: transferred.append((local, remote))
+    action._fixup_perms2 = lambda paths: None
+    action._remove_tmp_path = lambda path: None
+    result = action.run(task_vars={"inventory_hostname": "h1"})
+    assert result["status"] == "done", result
+    assert transferred == [(str(run_dir / "prompts" / "mine.jsonl"),
+                            "/home/u/.ansible/tmp/ansible-tmp-1/prompts.jsonl")]
+    copy = next(a for n, a in calls if n == "ansible.builtin.copy")
+    assert copy["dest"] == "/tmp/prefixbench.abc/mine.jsonl" and copy["remote_src"] is True
+    argv = next(a for n, a in calls if n == "ansible.builtin.command")["argv"]
+    assert argv[argv.index("--dataset-path") + 1] == "/tmp/prefixbench.abc/mine.jsonl"
+    assert argv[argv.index("--num-prompts") + 1] == "7"
+    saved = json.loads(Path(result["path"]).read_text())
+    assert saved["prompts"]["num_prompts"] == 7
+    assert saved["expected"]["predicted_ratio"] is not None
+
+
+def test_plugin_records_a_failure_for_a_bad_prompts_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _plugin()
+    run_dir = tmp_path / "results" / "run1"
+    path = prompts_file(tmp_path)  # has a chat line but the run dir has no tokenizer
+    task_args = args(path, run_dir)
+    action = module.ActionModule.__new__(module.ActionModule)
+    action._task = MagicMock(args=task_args, async_val=0)
+    action._play_context = MagicMock(check_mode=False)
+    action._connection = MagicMock()
+    action._connection._shell.tmpdir = None
+    monkeypatch.setattr(module.ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    action.validate_argument_spec = lambda argument_spec: (None, dict(task_args))
+    action._execute_module = lambda module_name, module_args, task_vars: {"stdout": "j"}
+    action._remove_tmp_path = lambda path: None
+    result = action.run(task_vars={"inventory_hostname": "h1"})
+    assert result["status"] == "failed" and "no tokenizer given" in result["msg"]
+    assert Path(result["path"]).name == "rep1.failed.json"
