@@ -1,0 +1,75 @@
+"""Custom workloads through preflight (rules, plan) and the whatif command line."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from prefixbench import cli, plan, settings
+from prefixbench.sim import tinymodel
+
+BASE: dict[str, Any] = {
+    "prefixbench_instance_type": "trn2.48xlarge",
+    "vllm_service_model": "/opt/models/gpt-oss-120b",
+}
+
+
+def custom(path: Path, **extra: Any) -> dict[str, Any]:
+    return {"name": "mine", "dataset_name": "custom", "dataset_path": str(path), **extra}
+
+
+def test_rules_check_the_prompts_file(tmp_path: Path) -> None:
+    good = tmp_path / "p.jsonl"
+    good.write_text('{"prompt": "hello"}\n')
+    assert settings.validate({**BASE, "prefixbench_workloads": [custom(good)]}, host="h").ok
+    for workload, message in (
+            (custom(tmp_path / "absent.jsonl"), "absent.jsonl: cannot read"),
+            (custom(good, num_prompts=2), "exceeds the 1 prompts"),
+            (custom(good, custom_output_len=-1), "p.jsonl:1: no output_tokens"),
+            (custom(good, custom_output_len=100000), "leaves no room")):
+        result = settings.validate({**BASE, "prefixbench_workloads": [workload]}, host="h")
+        assert not result.ok
+        assert any(message in line for line in result.problems), result.problems
+
+
+def test_plan_line_of_a_custom_workload(tmp_path: Path) -> None:
+    lines = plan.workload_lines({"prefixbench_workloads": [
+        custom(tmp_path / "p.jsonl", custom_output_len=-1, max_concurrency=2)]})
+    assert lines == [f"workload mine: your prompts from {tmp_path / 'p.jsonl'}, all prompts, "
+                     f"out per line, c=2, rate inf; expected hit ratio predicted after the "
+                     f"run (prefixbench whatif)"]
+
+
+def test_whatif_command(tmp_path: Path) -> None:
+    spec = tinymodel.TinyLlamaSpec()
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text(json.dumps(tinymodel.tokenizer_json(spec)))
+    (tok / "tokenizer_config.json").write_text(json.dumps(tinymodel.tokenizer_config(spec)))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(
+        json.dumps({"prompt": f"t5 t6 t7 t8 t{20 + i}"}) + "\n" for i in range(4)))
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["whatif", str(prompts), "--tokenizer", str(tok), "--block-size", "2"],
+                    out=out, err=err) == 0
+    text = out.getvalue()
+    assert "predicted ratio: 60.0000%" in text  # 3 warm x 4 hit tokens / 20
+    assert "hit tokens:      12 of 20 queried, 4 requests" in text
+    out = io.StringIO()
+    assert cli.main(["whatif", "--workload", "high_overlap", "--block-size", "100"],
+                    out=out, err=err) == 0
+    assert "predicted ratio: 65.9180%" in out.getvalue()
+    assert "formula:         65.9180%" in out.getvalue()
+    for argv, message in (
+            (["whatif"], "give a PROMPTS.jsonl file or --workload NAME"),
+            (["whatif", str(prompts)], "needs --tokenizer"),
+            (["whatif", "--workload", "nope"], "no workload 'nope'"),
+            (["whatif", str(tmp_path / "x.jsonl"), "--tokenizer", str(tok)], "no such file"),
+            (["whatif", "--workload", "high_overlap", "--block-size", "0"], ">= 1"),
+            (["whatif", "--workload", "high_overlap", "--capacity-blocks", "2"],
+             "does not fit")):
+        err = io.StringIO()
+        assert cli.main(argv, out=io.StringIO(), err=err) == 2, argv
+        assert message in err.getvalue() and err.getvalue().count("\n") == 1
