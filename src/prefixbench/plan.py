@@ -22,10 +22,13 @@ class HostPlan:
     configurations: tuple[str, ...]
     workloads: tuple[str, ...]
     repetitions: int
+    #: Segment sizes of a sweep (empty: no sweep, one server pair).
+    sweep: tuple[int, ...] = ()
 
     @property
     def benches(self) -> int:
-        return len(self.configurations) * len(self.workloads) * self.repetitions
+        pairs = max(1, len(self.sweep))
+        return pairs * len(self.configurations) * len(self.workloads) * self.repetitions
 
 
 def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
@@ -42,6 +45,7 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         configurations=tuple(settings.get("prefixbench_configurations") or ()),
         workloads=workloads or TUTORIAL_WORKLOAD_NAMES,
         repetitions=int(settings.get("prefixbench_repetitions", 1)),
+        sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_segment_sizes") or ()),
     )
 
 
@@ -73,8 +77,10 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
         return ["plan: no hosts matched - check the inventory and --limit"]
     lines = []
     for p in sorted(plans, key=lambda p: p.host):
+        sweep = (f"segment sizes [{', '.join(str(v) for v in p.sweep)}] x "
+                 if p.sweep else "")
         lines.append(
-            f"{p.host} ({p.instance_type}, {p.platform}): "
+            f"{p.host} ({p.instance_type}, {p.platform}): {sweep}"
             f"{' -> '.join(p.configurations)} x [{', '.join(p.workloads)}] "
             f"x {p.repetitions} rep = {p.benches} benches")
     total = sum(p.benches for p in plans)

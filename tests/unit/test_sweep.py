@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from report_runs import make_run, scale_times
 
-from prefixbench import runmeta, runview, settings, sweep
+from prefixbench import plan, runmeta, runview, settings, sweep
 from prefixbench.report.phase import report_run
 from prefixbench.report.sweep import SweepRow, build_sweep, choose_best
 
@@ -164,3 +164,11 @@ def test_prefixbench_run_prints_the_points_and_the_best(tmp_path: Path) -> None:
     assert failed == bool(summary["points"][0]["failed_verdicts"]
                           or summary["points"][1]["failed_verdicts"]
                           or summary["status"] == "FAIL")
+
+
+def test_the_plan_counts_a_server_pair_per_segment_size() -> None:
+    result = _valid(prefixbench_sweep_segment_sizes=[512, 1024])
+    host = plan.host_plan("h1", result.settings)
+    assert host.benches == 2 * 2 * 3
+    assert plan.render([host])[0].startswith(
+        "h1 (trn2.48xlarge, neuron): segment sizes [512, 1024] x baseline -> cached x ")
