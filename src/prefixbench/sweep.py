@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["SWEEP_DIR", "SweepPoint", "point_dirs", "points"]
+__all__ = ["SWEEP_DIR", "SweepPoint", "point_dirs", "points", "tokenizer_dir"]
 
 #: Sub-directory of a run that holds one run directory per sweep point.
 SWEEP_DIR: Final = "sweep"
@@ -75,3 +75,16 @@ def point_dirs(run_dir: str | Path) -> list[Path]:
     found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("seg")
              and p.name[3:].isdigit()]
     return sorted(found, key=lambda p: int(p.name[3:]))
+
+
+def tokenizer_dir(run_dir: str | Path) -> Path | None:
+    """The run's copy of the model's tokenizer (``<run>/tokenizer``), also for a sweep
+    point (whose run directory is ``<run>/sweep/seg<size>``); ``None`` if there is none."""
+    here = Path(run_dir)
+    candidates = [here / "tokenizer"]
+    if here.parent.name == SWEEP_DIR:
+        candidates.append(here.parent.parent / "tokenizer")
+    for candidate in candidates:
+        if (candidate / "tokenizer.json").is_file():
+            return candidate
+    return None

@@ -172,3 +172,26 @@ def test_the_plan_counts_a_server_pair_per_segment_size() -> None:
     assert host.benches == 2 * 2 * 3
     assert plan.render([host])[0].startswith(
         "h1 (trn2.48xlarge, neuron): segment sizes [512, 1024] x baseline -> cached x ")
+
+
+def test_the_report_puts_the_what_if_prediction_next_to_the_measurement(
+        tmp_path: Path) -> None:
+    from prefixbench.report.build import build_summary  # noqa: PLC0415
+
+    run_dir = make_run(tmp_path)
+    host = build_summary(run_dir).hosts[0]
+    rows = {(r.configuration, r.workload): r for r in host.step9}
+    high = rows[("cached", "high_overlap")]
+    # The recorded run: seed 0, 50 prompts over 5 prefixes, block 128, 8192 blocks.
+    assert high.predicted == pytest.approx(0.675)
+    assert high.predicted_diff_pp == pytest.approx(0.0, abs=1e-9)
+    assert rows[("baseline", "high_overlap")].predicted == 0.0
+    # The fixtures' no-overlap run shared seed 0 with the high-overlap run on the same
+    # server: measured 3.88% from carried-over cache entries; alone it would hit nothing.
+    no = rows[("cached", "no_overlap")]
+    assert no.predicted == pytest.approx(0.0)
+    assert no.predicted_diff_pp == pytest.approx(3.88, abs=0.01)
+    # Concurrency 4: the prediction is made and says it replays one request at a time.
+    sustained = rows[("cached", "sustained_c4")]
+    assert sustained.predicted is not None
+    assert "one request at a time" in (sustained.prediction_note or "")

@@ -60,9 +60,12 @@ from prefixbench.stats import (
     robust_z_scores,
 )
 from prefixbench.stats import median as _median
+from prefixbench.sweep import tokenizer_dir
+from prefixbench.whatif import Prediction, predict
 from prefixbench.workloads import Workload, WorkloadError
 
-__all__ = ["ReportInputError", "RunData", "build_summary", "fleet_values", "load_run"]
+__all__ = ["ReportInputError", "RunData", "build_summary", "fleet_values", "load_run",
+           "record_prediction"]
 
 _REP_FILE: Final = re.compile(r"^rep([0-9]+)(\.failed)?\.json$")
 #: Words in a failure's error, stderr or journal that mean the server ran out of memory.
@@ -240,9 +243,35 @@ class _RecordView:
     per_request_cold: tuple[bool, ...] | None
     per_request_source: str | None
     note: str | None
+    predicted: Prediction | None = None
 
 
-def _view(record: BenchmarkRecord, known: Mapping[str, Workload]) -> _RecordView:
+def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_dir: Path,
+                      ) -> Prediction | None:
+    """The what-if analyzer's hit ratio for the requests of one record: its workload and
+    seed, the block size and KV capacity its server reported, the run's tokenizer copy and
+    (custom workloads) the prepared prompts. ``None`` for a server without prefix caching
+    (nothing to predict); a :class:`Prediction` with a note when inputs are missing."""
+    d = _delta(record)
+    cfg = d.cache_config if d is not None else None
+    if cfg is not None and cfg.enable_prefix_caching is False:
+        return None
+    if workload is None:
+        return Prediction(ratio=None, note="workload parameters unknown")
+    block = _num(record.expected.get("block_size")) or (cfg.block_size if cfg else None)
+    if not block:
+        return Prediction(ratio=None, note="block size unknown (no cache_config_info)")
+    seeded = workload if workload.seed is not None or record.seed is None \
+        else workload.with_seed(record.seed)
+    prompts = run_dir / "prompts" / f"{workload.name}.jsonl"
+    return predict(seeded, block_size=int(block),
+                   capacity_blocks=cfg.num_gpu_blocks if cfg else None,
+                   prompts_file=prompts if prompts.is_file() else None,
+                   tokenizer_dir=tokenizer_dir(run_dir))
+
+
+def _view(record: BenchmarkRecord, known: Mapping[str, Workload],
+          run_dir: Path | None = None) -> _RecordView:
     w = _workload(record, known)
     d = _delta(record)
     m, e = record.measured, record.expected
@@ -276,7 +305,8 @@ def _view(record: BenchmarkRecord, known: Mapping[str, Workload]) -> _RecordView
         preemptions=pre if pre is not None else counters.get("num_preemptions"),
         evictions_sampled=counters.get("kv_block_evictions_sampled"),
         kv_cache_usage=d.kv_cache_usage_after if d is not None else None,
-        per_request_ms=values, per_request_cold=cold, per_request_source=source, note=note)
+        per_request_ms=values, per_request_cold=cold, per_request_source=source, note=note,
+        predicted=None if run_dir is None else record_prediction(record, w, run_dir))
 
 
 def _per_request(
@@ -357,6 +387,8 @@ def _bench_summary(views: Sequence[_RecordView]) -> BenchSummary:
         cold_warm = _cold_warm(values, colds, source)
     w = first.workload
     kv = [v.kv_cache_usage for v in views if v.kv_cache_usage is not None]
+    predictions = [v.predicted for v in views if v.predicted is not None]
+    prediction_notes = sorted({p.note for p in predictions if p.note})
     return BenchSummary(
         host=key.host, configuration=key.configuration, workload=key.workload,
         repetitions=tuple(v.record.key.repetition for v in views),
@@ -383,7 +415,9 @@ def _bench_summary(views: Sequence[_RecordView]) -> BenchSummary:
         cold_warm=cold_warm,
         per_request_ms=tuple(values),
         per_request_cold=tuple(colds) if cold_warm is not None else (),
-        notes=tuple(notes))
+        notes=tuple(notes),
+        predicted_hit_ratio=agg([p.ratio for p in predictions]),
+        prediction_note="; ".join(prediction_notes) or None)
 
 
 # -- tables --------------------------------------------------------------------------------
@@ -431,7 +465,9 @@ def _step9(benches: Sequence[BenchSummary]) -> tuple[Step9Row, ...]:
             hit_ratio_by_source=_med(b.hit_ratio_by_source),
             expected_block_aligned=0.0 if off else b.expected_block_aligned,
             expected_tutorial=0.0 if off else b.expected_tutorial,
-            hit_tokens=b.hit_tokens, query_tokens=b.query_tokens))
+            hit_tokens=b.hit_tokens, query_tokens=b.query_tokens,
+            predicted=0.0 if off else _med(b.predicted_hit_ratio),
+            prediction_note=None if off else b.prediction_note))
     return tuple(rows)
 
 
@@ -733,7 +769,7 @@ def build_summary(
     t = thresholds or Thresholds()
     data = load_run(run_dir)
     known = data.workloads()
-    views = [_view(r, known) for r in data.records]
+    views = [_view(r, known, data.run_dir) for r in data.records]
     grouped: dict[str, dict[tuple[str, str], list[_RecordView]]] = {}
     for v in views:
         k = v.record.key

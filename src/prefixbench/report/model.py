@@ -197,6 +197,10 @@ class BenchSummary:
     per_request_ms: tuple[float, ...] = ()
     per_request_cold: tuple[bool, ...] = ()
     notes: tuple[str, ...] = ()
+    #: The what-if analyzer's hit ratio for the same requests (prefixbench.whatif),
+    #: median over repetitions; ``prediction_note`` says why there is none, or its limits.
+    predicted_hit_ratio: Agg | None = None
+    prediction_note: str | None = None
 
     @property
     def offered_output_rate(self) -> float | None:
@@ -232,6 +236,8 @@ class BenchSummary:
             "offered_output_rate": _f(self.offered_output_rate),
             "cold_warm": None if self.cold_warm is None else self.cold_warm.to_dict(),
             "notes": list(self.notes),
+            "predicted_hit_ratio": _agg_dict(self.predicted_hit_ratio),
+            "prediction_note": self.prediction_note,
         }
 
 
@@ -278,6 +284,9 @@ class Step9Row:
     expected_tutorial: float | None
     hit_tokens: float | None
     query_tokens: float | None
+    #: The what-if analyzer's prediction for the same requests (``None``: none made).
+    predicted: float | None = None
+    prediction_note: str | None = None
 
     def diff_pp(self, measured: float | None) -> float | None:
         if measured is None or self.expected_block_aligned is None:
@@ -294,7 +303,17 @@ class Step9Row:
             "diff_pp_queries": _f(self.diff_pp(self.hit_ratio_queries)),
             "diff_pp_by_source": _f(self.diff_pp(self.hit_ratio_by_source)),
             "hit_tokens": _f(self.hit_tokens), "query_tokens": _f(self.query_tokens),
+            "predicted": _f(self.predicted),
+            "predicted_diff_pp": _f(self.predicted_diff_pp),
+            "prediction_note": self.prediction_note,
         }
+
+    @property
+    def predicted_diff_pp(self) -> float | None:
+        """Measured (hits/queries) minus predicted, in percentage points."""
+        if self.hit_ratio_queries is None or self.predicted is None:
+            return None
+        return (self.hit_ratio_queries - self.predicted) * 100
 
 
 @dataclass(frozen=True)
