@@ -181,7 +181,9 @@ def test_model_from_s3(sim_fleet: SimFleetHandle, s3_mirror: Mirror, repo_root: 
         "model_cache_s3_endpoint_url": s3_mirror.endpoint,
         "model_cache_s3_boto3": "venv",
         "model_cache_s3_venv": VENV,
-        "model_cache_s3_pip_args": ["--no-index", "--find-links", s3_mirror.wheels_url],
+        # pip ignores plain-HTTP links of hosts it is not told to trust.
+        "model_cache_s3_pip_args": ["--no-index", "--find-links", s3_mirror.wheels_url,
+                                    "--trusted-host", FABRIC_ADDRESS],
         "model_cache_s3_access_key_id": KEY_ID,
         "model_cache_s3_secret_access_key": SECRET,
     }))
