@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: prefixbench_hf_revision
+short_description: Read the Hub commit that a model directory downloaded by hf download holds
 short_description: Read which Hub commit a model directory downloaded with hf download holds
 description:
   - Reads the metadata that C(hf download --local-dir) keeps for every file
