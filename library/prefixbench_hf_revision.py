@@ -5,13 +5,13 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-short_description: Read the Hub commit that a model directory downloaded by hf download holds
+module: prefixbench_hf_revision
 short_description: Read which Hub commit a model directory downloaded with hf download holds
 description:
   - Reads the metadata that C(hf download --local-dir) keeps for every file
     (C(<local_dir>/.cache/huggingface/download/**.metadata), first line the commit) and
-    returns the one commit they name: the revision the requested branch or tag resolved
-    to. No Hub request, no token.
+    returns the one commit they name, that is the revision the requested branch or tag
+    resolved to. No Hub request, no token.
   - Also returns the bundle's model record (C(.prefixbench-model.json)) and whether it is
     current, i.e. whether a download can be skipped.
   - Changes nothing; supports check mode.
