@@ -398,3 +398,17 @@ def test_the_ansible_module_end_to_end(client: Any, endpoint: str, tmp_path: Pat
     assert first["bytes_downloaded"] == sum(map(len, MODEL.values()))
     second = ansible()
     assert not second["changed"] and second["revision"] == first["revision"]
+
+
+def test_ansible_doc_reads_the_modules(ansible_env: dict[str, str]) -> None:
+    names = ["prefixbench_s3_sync", "prefixbench_hf_revision"]
+    proc = subprocess.run(["ansible-doc", "-j", *names], cwd=ROOT, env=ansible_env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    docs = json.loads(proc.stdout)
+    for name in names:
+        assert docs[name]["doc"]["module"] == name
+        assert docs[name]["return"] and docs[name]["examples"]
+    options = docs["prefixbench_s3_sync"]["doc"]["options"]
+    assert {"bucket", "prefix", "uri", "dest", "region", "endpoint_url", "access_key_id",
+            "secret_access_key", "delete_extra"} <= set(options)
