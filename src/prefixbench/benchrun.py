@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixbench import __version__, metrics
+from prefixbench import __version__, metrics, sweep
 from prefixbench.custom import PreparedPrompts, check_file, prepare, write_prepared
 from prefixbench.results import (
     BenchmarkRecord,
@@ -126,9 +126,9 @@ def planned_argv(req: BenchRequest, timeout: int, result_dir: str = "<remote tmp
 
 
 def tokenizer_dir(run_dir: Path) -> Path | None:
-    """``<run_dir>/tokenizer`` when it holds a ``tokenizer.json``."""
-    path = Path(run_dir) / TOKENIZER_DIR
-    return path if (path / "tokenizer.json").is_file() else None
+    """``<run_dir>/tokenizer`` when it holds a ``tokenizer.json`` (for a sweep point,
+    the sweep run's copy: :func:`prefixbench.sweep.tokenizer_dir`)."""
+    return sweep.tokenizer_dir(run_dir)
 
 
 def prepare_prompts(req: BenchRequest, run_dir: Path) -> PreparedBench:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from prefixbench import instances
 from prefixbench.releases import Release, upstream_version, version_matches
@@ -88,9 +88,16 @@ def device_problems(instance_type: str, neuron_ls_json: str) -> list[str]:
     return problems
 
 
+#: What ``vllm bench serve`` needs beyond vLLM's own dependencies: its custom dataset
+#: (your own prompts) reads the JSONL file with pandas, imported lazily.
+BENCH_CLIENT_REQUIREMENTS: Final = ("pandas==2.3.3",)
+
+
 def pip_requirements(release: Release) -> list[str]:
-    """``name==version`` for every known pip package of the release."""
-    return [f"{n}=={v}" for n, v in release.pip_packages.items() if v is not None]
+    """``name==version`` for every known pip package of the release, and the bench
+    client's own requirements (:data:`BENCH_CLIENT_REQUIREMENTS`)."""
+    pins = [f"{n}=={v}" for n, v in release.pip_packages.items() if v is not None]
+    return pins + list(BENCH_CLIENT_REQUIREMENTS)
 
 
 def adoptable(release: Release, rc: Any, version_output: str) -> bool:

@@ -289,7 +289,7 @@ def _view(record: BenchmarkRecord, known: Mapping[str, Workload],
     block_size = int(block) if block else (cfg.block_size if cfg else None)
     exp_block = _num(e.get("block_aligned_ratio", e.get("block_aligned")))
     exp_tut = _num(e.get("tutorial_ratio", e.get("tutorial")))
-    if w is not None:
+    if w is not None and not w.is_custom:
         if exp_tut is None:
             exp_tut = w.tutorial_ratio()
         if exp_block is None and block_size:
@@ -327,6 +327,8 @@ def _per_request(
     values = tuple(v * 1000.0 for v, good in zip(raw, ok, strict=False) if good)
     if w is None:
         return values, None, source, "workload parameters unknown: no cold/warm split"
+    if w.is_custom:
+        return values, None, source, None
     pre = w.pre_requests
     if queries:
         inferred = w.infer_pre_requests(queries)
@@ -410,7 +412,7 @@ def _bench_summary(views: Sequence[_RecordView]) -> BenchSummary:
         hit_tokens=_sum(v.hit_tokens for v in views),
         query_tokens=_sum(v.query_tokens for v in views),
         request_rate=None if w is None else w.request_rate,
-        output_len=None if w is None else w.prefix_repetition_output_len,
+        output_len=None if w is None else w.output_len,
         max_concurrency=None if w is None else w.max_concurrency,
         cold_warm=cold_warm,
         per_request_ms=tuple(values),

