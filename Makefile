@@ -28,7 +28,7 @@ lint: venv  ## ansible-lint (production), yamllint, syntax-check, ruff, mypy
 	@for p in $(PLAYBOOKS); do \
 	  $(BIN)/ansible-playbook -i trn2_fleet --syntax-check $$p >/dev/null || exit 1; \
 	  echo "syntax ok: $$p"; done
-	$(BIN)/ruff check src tests plugins library scripts
+	$(BIN)/ruff check src tests plugins library scripts module_utils
 	$(BIN)/mypy
 
 test-fast: lint  ## Lint and the fast test tier (no fleet)

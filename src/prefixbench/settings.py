@@ -227,6 +227,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "for CPU hosts without a compiler).", False),
     Setting("vllm_service_host", "str", "--host the server binds to.", "127.0.0.1"),
     Setting("vllm_service_port", "int", "--port.", 8000, minimum=1, maximum=65535),
+    Setting("vllm_service_user", "str", "Unprivileged system user that runs both servers.",
+            "vllm", pattern=r"^[a-z_][a-z0-9_-]{0,31}$"),
+    Setting("vllm_service_unit_dir", "str", "Directory of the systemd units.",
+            "/etc/systemd/system", pattern=r"^/[\w./-]*$"),
 )
 
 BY_NAME: Final[dict[str, Setting]] = {s.name: s for s in CATALOGUE}

@@ -123,9 +123,6 @@ def test_the_consistency_check_sees_a_disagreement(tmp_path: Path) -> None:
 UNCATALOGUED = {
     # Parameters the plays pass (include_role vars), never set in an inventory.
     "vllm_service_configuration", "vllm_service_settings", "vllm_service_vllm_executable",
-    # Documented as role variables but refused by preflight when set in an inventory:
-    # to be catalogued in the vllm_service section of the settings.
-    "vllm_service_user", "vllm_service_unit_dir",
 }
 
 
