@@ -11,6 +11,7 @@ from typing import Any
 from unittest.mock import MagicMock
 
 import pytest
+from tiny_tokenizer import write_tokenizer
 
 from prefixbench import benchrun
 from prefixbench.results import BenchmarkRecord
@@ -18,15 +19,6 @@ from prefixbench.sim import tinymodel
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm-cpu-seed-procedure"
-
-
-def write_tokenizer(directory: Path) -> Path:
-    spec = tinymodel.TinyLlamaSpec()
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "tokenizer.json").write_text(json.dumps(tinymodel.tokenizer_json(spec)))
-    (directory / "tokenizer_config.json").write_text(
-        json.dumps(tinymodel.tokenizer_config(spec)))
-    return directory
 
 
 def prompts_file(tmp_path: Path) -> Path:

@@ -8,25 +8,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tiny_tokenizer import write_tokenizer
 
 from prefixbench import custom
 from prefixbench.custom import CustomPromptsError, prepare, prepare_file, send_order
-from prefixbench.sim import tinymodel
 from prefixbench.sim._build import cache_dir
 from prefixbench.workloads import Workload, WorkloadError, bench_argv, load_workloads
 
 #: The host-like vLLM environment the simulated fleet's artifact build leaves in the cache
 #: (absent on a fresh machine: the test comparing with vLLM's own code is then skipped).
 VLLM_PYTHON = cache_dir() / "venv-py311-vllm" / "bin" / "python"
-
-
-def write_tokenizer(directory: Path) -> Path:
-    spec = tinymodel.TinyLlamaSpec()
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "tokenizer.json").write_text(json.dumps(tinymodel.tokenizer_json(spec)))
-    (directory / "tokenizer_config.json").write_text(
-        json.dumps(tinymodel.tokenizer_config(spec)))
-    return directory
 
 
 def write_lines(path: Path, *items: object) -> Path:

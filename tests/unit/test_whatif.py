@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_tokenizer import write_tokenizer
 
 from prefixbench import tokenizer as tk
 from prefixbench import whatif
@@ -17,15 +18,6 @@ from prefixbench.prefix_repetition import generate_prompts
 from prefixbench.ratios import block_aligned_expected
 from prefixbench.sim import tinymodel
 from prefixbench.workloads import Workload, tutorial_workloads
-
-
-def write_tokenizer(directory: Path) -> Path:
-    spec = tinymodel.TinyLlamaSpec()
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "tokenizer.json").write_text(json.dumps(tinymodel.tokenizer_json(spec)))
-    (directory / "tokenizer_config.json").write_text(
-        json.dumps(tinymodel.tokenizer_config(spec)))
-    return directory
 
 
 def pr_workload(**values: object) -> Workload:

@@ -110,16 +110,22 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     for p in paths:
         print(f"wrote {p}", file=out)
     print(f"overall: {summary.status}", file=out)
-    if args.upload:
-        try:
-            keys = upload_run(args.run_dir, args.upload)
-        except UploadError as exc:
-            print(f"{prog}: error: {exc}", file=err)
-            return EXIT_UPLOAD
-        print(f"uploaded {len(keys)} file(s) to {args.upload}", file=out)
+    if args.upload and not _upload(prog, args, out, err):
+        return EXIT_UPLOAD
     if summary.failed_verdicts or (args.fleet_gate and fleet.flagged):
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _upload(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> bool:
+    """Upload the run directory to ``args.upload``; False (error printed) when it fails."""
+    try:
+        keys = upload_run(args.run_dir, args.upload)
+    except UploadError as exc:
+        print(f"{prog}: error: {exc}", file=err)
+        return False
+    print(f"uploaded {len(keys)} file(s) to {args.upload}", file=out)
+    return True
 
 
 def _report_sweep(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -132,13 +138,8 @@ def _report_sweep(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO)
     for p in paths:
         print(f"wrote {p}", file=out)
     print(f"overall: {sweep.status}", file=out)
-    if args.upload:
-        try:
-            keys = upload_run(args.run_dir, args.upload)
-        except UploadError as exc:
-            print(f"{prog}: error: {exc}", file=err)
-            return EXIT_UPLOAD
-        print(f"uploaded {len(keys)} file(s) to {args.upload}", file=out)
+    if args.upload and not _upload(prog, args, out, err):
+        return EXIT_UPLOAD
     return EXIT_FAILED if sweep.failed_verdicts else EXIT_OK
 
 
