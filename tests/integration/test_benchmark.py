@@ -40,11 +40,15 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     trigger = run_dir / victim.name / "cached" / "high_overlap" / "rep1.json"
     killed = False
     while proc.poll() is None and time.monotonic() - start < 2400:
-        if not killed and trigger.exists():
+        # Kill while a bench is running: killed between two benches, the server is back
+        # (Restart=always) before the next one starts, and nothing fails. The pattern's
+        # [b] keeps pgrep from matching the shell that runs it.
+        if not killed and trigger.exists() and fleet.sh(
+                victim, "pgrep -f 'vllm [b]ench serve' || true").strip():
             pid = fleet.sh(victim, "systemctl show -p MainPID --value vllm-cached.service")
             fleet.ssh(victim, ["kill", "-9", pid.strip()])
             killed = True
-        time.sleep(1)
+        time.sleep(0.5)
     out, _ = proc.communicate(timeout=600)
     wall = time.monotonic() - start
     assert killed, "the victim never reached its cached phase\n" + out[-5000:]
