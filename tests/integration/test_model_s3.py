@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +32,7 @@ from typing import Any
 import pytest
 
 from prefixbench.sim.layout import FABRIC_ADDRESS, FABRIC_NETNS
-from prefixbench.sim.testing import SimFleetHandle, recap
+from prefixbench.sim.testing import SimFleetHandle, recap, stop_process
 from prefixbench.sim.testing import run_playbook as playbook
 from prefixbench.sim.tinymodel import MODEL_NAME
 
@@ -128,12 +126,7 @@ def s3_mirror(sim_fleet: SimFleetHandle, sim_artifacts: Path, tmp_path: Path
             time.sleep(0.2)
         yield Mirror(ENDPOINT, wheels_url, sim_artifacts)
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc)
         log.close()
         shutil.rmtree(sim_artifacts / WHEELS, ignore_errors=True)
 

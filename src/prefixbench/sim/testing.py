@@ -85,6 +85,18 @@ def fleet_session(fleet: Fleet, count: int = FLEET_SIZE) -> Iterator[SimFleetHan
             signal.signal(signal.SIGTERM, previous)
 
 
+def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str],
+                 timeout: float = 10) -> None:
+    """Stop a process the caller started, by its PID: SIGTERM, then SIGKILL after
+    ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 RECAP: Final = re.compile(
     r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
 
