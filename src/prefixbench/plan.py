@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench import experiment
+from prefixbench import experiment, rules
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
@@ -24,6 +24,8 @@ class HostPlan:
     repetitions: int
     #: Segment sizes of a sweep (empty: no sweep, one server pair).
     sweep: tuple[int, ...] = ()
+    #: The model-weights fit check's line (empty where it does not apply).
+    fit: str = ""
 
     @property
     def benches(self) -> int:
@@ -46,6 +48,7 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         workloads=workloads or TUTORIAL_WORKLOAD_NAMES,
         repetitions=int(settings.get("prefixbench_repetitions", 1)),
         sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_segment_sizes") or ()),
+        fit=rules.fit_line(settings) or "",
     )
 
 
@@ -72,7 +75,8 @@ def workload_lines(settings: Mapping[str, Any]) -> list[str]:
 
 
 def render(plans: Sequence[HostPlan]) -> list[str]:
-    """The plan as lines for the console: one per host, then the total."""
+    """The plan as lines for the console: one per host (and its model-fit line), then
+    the total."""
     if not plans:
         return ["plan: no hosts matched - check the inventory and --limit"]
     lines = []
@@ -83,6 +87,8 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
             f"{p.host} ({p.instance_type}, {p.platform}): {sweep}"
             f"{' -> '.join(p.configurations)} x [{', '.join(p.workloads)}] "
             f"x {p.repetitions} rep = {p.benches} benches")
+        if p.fit:
+            lines.append(f"  {p.fit}")
     total = sum(p.benches for p in plans)
     lines.append(f"total: {len(plans)} hosts, {total} benches")
     return lines

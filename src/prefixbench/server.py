@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from prefixbench import instances
+
 Configuration = Literal["baseline", "cached"]
 CONFIGURATIONS: Final[tuple[Configuration, ...]] = ("baseline", "cached")
 
@@ -23,6 +25,17 @@ NEURON_ENVIRONMENT: Final = {
     "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1200",
 }
 TRN3_ONLY_ENVIRONMENT: Final = {"NEURON_RT_ALLOW_LEGACY_NEFF": "1"}
+
+#: How long vLLM's API server waits for its engine cores at start-up (vllm 0.21
+#: ``vllm/envs.py``: ``VLLM_ENGINE_READY_TIMEOUT_S``, default 600 s; enforced in
+#: ``vllm/v1/engine/core_client.py``). Neuron's disaggregated-inference recipe for gpt-oss
+#: sets 5400 for a cold compile (aws-neuron/aws-neuron-sdk@34aaa57c
+#: vllm-neuron/docs/model-recipes/gpt-oss.md). Set from vllm_service_engine_ready_timeout.
+ENGINE_READY_TIMEOUT_VAR: Final = "VLLM_ENGINE_READY_TIMEOUT_S"
+#: Where openai-harmony reads the tiktoken vocabulary from instead of downloading it
+#: (openai/harmony@v0.0.8 src/tiktoken_ext/public_encodings.rs; vllm-project/recipes
+#: OpenAI/GPT-OSS.md, "TIKTOKEN_ENCODINGS_BASE"). Set from model_cache_tiktoken_dir.
+TIKTOKEN_BASE_VAR: Final = "TIKTOKEN_ENCODINGS_BASE"
 
 #: Where both units keep vLLM's compile cache, so the second server reuses the first's.
 DEFAULT_CACHE_ROOT: Final = "/var/cache/vllm-prefixbench"
@@ -39,9 +52,7 @@ def unit_name(configuration: Configuration) -> str:
 
 def family(instance_type: str) -> str:
     """Instance family from the type: ``trn2.48xlarge`` -> ``trn2``, ``trn2u...`` -> ``trn2``."""
-    head = instance_type.split(".", 1)[0]
-    match = re.match(r"^(trn\d+)", head)
-    return match.group(1) if match else head
+    return instances.family(instance_type)
 
 
 def _json(value: Any) -> str:
@@ -86,6 +97,11 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
                 runtime_dir: str) -> dict[str, str]:
     """The unit's environment: the tutorial's variables plus the bundle's own.
 
+    On Neuron, ``VLLM_ENGINE_READY_TIMEOUT_S`` comes from the model profile (a cold
+    compile of a 120B model outlasts vLLM's 600 s default); a model that needs the
+    tiktoken vocabulary (gpt-oss) reads it from ``model_cache_tiktoken_dir``, so the
+    server never downloads it. ``vllm_service_environment`` is applied last and wins.
+
     ``runtime_dir`` is the unit's RuntimeDirectory: systemd creates it empty at each start
     and removes it at stop, which is what wipes the Prometheus multiprocess directory.
     """
@@ -94,6 +110,11 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
         env.update(NEURON_ENVIRONMENT)
         if family(str(settings.get("prefixbench_instance_type", ""))) == "trn3":
             env.update(TRN3_ONLY_ENVIRONMENT)
+        ready = int(settings.get("vllm_service_engine_ready_timeout") or 0)
+        if ready > 0:
+            env[ENGINE_READY_TIMEOUT_VAR] = str(ready)
+    if settings.get("model_cache_tiktoken"):
+        env[TIKTOKEN_BASE_VAR] = str(settings["model_cache_tiktoken_dir"])
     env["VLLM_CACHE_ROOT"] = str(settings.get("vllm_service_cache_root", DEFAULT_CACHE_ROOT))
     env["PROMETHEUS_MULTIPROC_DIR"] = f"{runtime_dir}/prometheus"
     env["HF_HUB_OFFLINE"] = "1"

@@ -22,6 +22,8 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from prefixbench import instances
+
 Kind = Literal["str", "int", "bool", "float", "list_int", "list_str", "dict", "list_dict"]
 
 #: Prefixes of the variables this bundle owns. A variable with one of these prefixes that
@@ -75,6 +77,9 @@ class ValidationResult:
 
 _RUN_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 _INSTANCE_TYPE_PATTERN: Final = r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"
+_URL_PATTERN: Final = r"^(https?|file)://\S+$"
+_PATH_PATTERN: Final = r"^/[\w./-]*$"
+_NAME_PATTERN: Final = r"^[a-z_][a-z0-9_-]{0,31}$"
 
 CATALOGUE: Final[tuple[Setting, ...]] = (
     # --- deployment-wide (inventory group_vars/all) -----------------------------------
@@ -114,6 +119,19 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "sweep, the inventory's server settings.", [], choices=(512, 1024, 2048, 4096)),
     Setting("prefixbench_workloads", "list_dict", "Benchmark workloads; each key mirrors a "
             "`vllm bench serve` flag in snake_case. Empty: the tutorial's three.", []),
+    Setting("prefixbench_model_fit", "str", "Preflight check that the model's weights fit "
+            "the HBM of the NeuronCores tensor parallelism uses (platform neuron only): "
+            "refuse a misfit, warn (shown in the plan, the run goes on), or off.",
+            "refuse", choices=("refuse", "warn", "off")),
+    Setting("prefixbench_model_parameters", "int", "Parameters of the model (the profile "
+            "sets it, e.g. 117000000000 for gpt-oss-120b), for the weights-fit check. "
+            "0: unknown, not checked.", 0, minimum=0, maximum=10**13),
+    Setting("prefixbench_model_dtype_by_family", "dict", "Dtype the Neuron backend serves "
+            "the weights in, per instance family, e.g. {trn2: bf16, trn3: mxfp4} for "
+            "gpt-oss; for the weights-fit check. Empty: not checked.", {}),
+    Setting("prefixbench_model_weights_gib", "dict", "Size in GiB of the weights per dtype "
+            "where parameters x bytes does not apply (an MXFP4 checkpoint's size), e.g. "
+            "{mxfp4: 61}; for the weights-fit check.", {}),
     # --- Neuron SDK (roles/neuron_sdk) -------------------------------------------------
     Setting("neuron_sdk_apt_repo_url", "str", "Base URL of the Neuron apt repository.",
             "https://apt.repos.neuron.amazonaws.com", pattern=r"^(https?|file)://\S+$"),
@@ -128,6 +146,12 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "/opt/aws/neuron/bin", pattern=r"^/[\w./-]*$"),
     Setting("neuron_sdk_verify_devices", "bool", "Check neuron-ls against the instance "
             "type.", True),
+    Setting("neuron_sdk_load_driver", "bool", "Run `modprobe neuron` when no /dev/neuron* "
+            "exists after the install (the driver's DKMS hook only loads it for the running "
+            "kernel).", True),
+    Setting("neuron_sdk_reboot_if_no_devices", "bool", "Reboot the host when the devices "
+            "are still missing after that (the Neuron setup guide's advice on a fresh "
+            "instance).", False),
     # --- vLLM environment (roles/vllm_env) ---------------------------------------------
     Setting("vllm_env_venv", "str", "Virtualenv with vLLM and the Neuron plugin.",
             "/opt/vllm-prefixbench/venv", pattern=r"^/[\w./-]*$"),
@@ -195,6 +219,23 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "service user only reads them).", "root", pattern=r"^[a-z_][a-z0-9_-]*$"),
     Setting("model_cache_hf_token", "str", "Hub token (keep it in Ansible Vault).", "",
             secret=True),
+    Setting("model_cache_hf_include", "list_str", "`hf download --include` patterns "
+            "(fnmatch: `*` also matches `/`, hence the excludes).",
+            ["*.json", "*.jinja", "model-*.safetensors"], pattern=r"^\S+$"),
+    Setting("model_cache_hf_exclude", "list_str", "`hf download --exclude` patterns: the "
+            "gpt-oss repositories' original/ and metal/ copies, which vLLM never loads.",
+            ["original/*", "metal/*"], pattern=r"^\S+$"),
+    Setting("model_cache_tiktoken", "bool", "The model's chat encoding needs the tiktoken "
+            "vocabulary (gpt-oss: harmony's o200k_base): keep it on the host and point the "
+            "server at it (TIKTOKEN_ENCODINGS_BASE).", False),
+    Setting("model_cache_tiktoken_dir", "str", "Directory on the host that holds the "
+            "tiktoken vocabulary files.", "/opt/models/tiktoken", pattern=_PATH_PATTERN),
+    Setting("model_cache_tiktoken_base_url", "str", "Where the vocabulary files are "
+            "downloaded from (a mirror may stand in).",
+            "https://openaipublic.blob.core.windows.net/encodings/", pattern=_URL_PATTERN),
+    Setting("model_cache_tiktoken_files", "list_str", "Vocabulary files to keep, each "
+            "checked against its published sha256 (prefixbench.tokenizer_vocab).",
+            ["o200k_base.tiktoken"], pattern=r"^[\w.-]+$"),
     # --- vLLM server (roles/vllm_service) ----------------------------------------------
     Setting("vllm_service_model", "str", "Model path on the host (or hub id) that `vllm "
             "serve` loads."),
@@ -202,6 +243,15 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "benchmark requests; empty: the model path.", ""),
     Setting("vllm_service_tensor_parallel_size", "int", "--tensor-parallel-size.", 8,
             minimum=1, maximum=128),
+    Setting("vllm_service_tensor_parallel_size_by_family", "dict", "--tensor-parallel-size "
+            "per instance family, e.g. {trn2: 16, trn3: 8}; used for a host whose "
+            "inventory does not set vllm_service_tensor_parallel_size.", {}),
+    Setting("vllm_service_health_timeout", "int", "Seconds a server may take to become "
+            "healthy (a cold compile of a large model takes long; the profile sets it).",
+            1800, minimum=60, maximum=86400),
+    Setting("vllm_service_engine_ready_timeout", "int", "VLLM_ENGINE_READY_TIMEOUT_S on "
+            "Neuron: how long vLLM's API server waits for its engine cores. 0: not set "
+            "(vLLM's 600 s).", 0, minimum=0, maximum=86400),
     Setting("vllm_service_max_num_seqs", "int", "--max-num-seqs.", 4, minimum=1,
             maximum=1024),
     Setting("vllm_service_max_model_len", "int", "--max-model-len.", 8192, minimum=16,
@@ -228,7 +278,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("vllm_service_host", "str", "--host the server binds to.", "127.0.0.1"),
     Setting("vllm_service_port", "int", "--port.", 8000, minimum=1, maximum=65535),
     Setting("vllm_service_user", "str", "Unprivileged system user that runs both servers.",
-            "vllm", pattern=r"^[a-z_][a-z0-9_-]{0,31}$"),
+            "vllm", pattern=_NAME_PATTERN),
+    Setting("vllm_service_device_group", "str", "Group the service user joins to open "
+            "/dev/neuron* under AWS's hardening rule (GROUP=\"neuron\", MODE=\"0660\"). "
+            "Empty: none.", "neuron", pattern=r"^$|" + _NAME_PATTERN),
     Setting("vllm_service_unit_dir", "str", "Directory of the systemd units.",
             "/etc/systemd/system", pattern=r"^/[\w./-]*$"),
 )
@@ -243,6 +296,15 @@ Rule = Callable[[Mapping[str, Any]], Iterable[str]]
 
 #: Cross-field rules, run on the coerced settings once every single value is valid.
 RULES: list[Rule] = []
+
+
+def catalogue_default(name: str) -> Any:
+    """The catalogue's default of setting ``name`` (``KeyError`` for an unknown or
+    required one)."""
+    setting = BY_NAME[name]
+    if setting.required:
+        raise KeyError(f"{name} is required: it has no default")
+    return setting.default
 
 
 def rule(func: Rule) -> Rule:
@@ -418,6 +480,25 @@ def owned_names(names: Iterable[str]) -> list[str]:
     return sorted(n for n in names if n.startswith(OWNED_PREFIXES) and n not in RESERVED)
 
 
+def _tp_by_family(s: dict[str, Any]) -> Iterable[str]:
+    """Set the host's tensor-parallel degree from the per-family map, if it has one.
+
+    Called only when the inventory does not set ``vllm_service_tensor_parallel_size``
+    itself (the inventory always wins); yields a line if the host's entry is no valid
+    degree. Keys that are no family are a rule's business (rules.by_family_keys).
+    """
+    name = "vllm_service_tensor_parallel_size_by_family"
+    by_family = s.get(name) or {}
+    fam = instances.family(str(s.get("prefixbench_instance_type", "")))
+    if fam not in by_family:
+        return
+    tp_setting = BY_NAME["vllm_service_tensor_parallel_size"]
+    try:
+        s[tp_setting.name] = coerce(tp_setting, plain(by_family[fam]))
+    except ValueError as exc:
+        yield f"{name}.{fam} {exc}"
+
+
 def validate(values: Mapping[str, Any], host: str = "all",
              extra_names: Iterable[str] = ()) -> ValidationResult:
     """Validate the variables of one host.
@@ -430,6 +511,7 @@ def validate(values: Mapping[str, Any], host: str = "all",
     from prefixbench import rules  # noqa: F401, PLC0415 - registers the tutorial's rules
 
     result = ValidationResult(host=host)
+    inventory = values
     profile_name = values.get("prefixbench_model_profile") or ""
     if profile_name:
         try:
@@ -449,6 +531,9 @@ def validate(values: Mapping[str, Any], host: str = "all",
                 "- set it in the inventory's group_vars or host_vars")
         else:
             result.settings[setting.name] = setting.default
+
+    if result.ok and inventory.get("vllm_service_tensor_parallel_size") is None:
+        result.problems.extend(f"{host}: {line}" for line in _tp_by_family(result.settings))
 
     for name in owned_names(extra_names):
         if name not in BY_NAME:

@@ -86,7 +86,7 @@ def test_inventory_parses_with_groups_and_instance_types(
     assert inv["trn3"]["hosts"] == ["trn3-sim-1"]
     hv = inv["_meta"]["hostvars"]
     assert hv["trn2-sim-2"]["prefixbench_instance_type"] == "trn2.48xlarge"
-    assert hv["trn3-sim-1"]["prefixbench_instance_type"] == "trn3.48xlarge"
+    assert hv["trn3-sim-1"]["prefixbench_instance_type"] == "trn3sim.48xlarge"
     assert hv["trn3-sim-1"]["prefixbench_sim_address"] == "10.213.0.201"
 
 

@@ -87,7 +87,8 @@ def test_instance_catalog() -> None:
     trn2 = cat["trn2.48xlarge"]
     assert (trn2.devices, trn2.logical_cores(), trn2.logical_cores(1)) == (16, 64, 128)
     assert cat["trn2.3xlarge"].logical_cores() == 4
-    assert cat["trn3.48xlarge"].simulated and not trn2.simulated
+    assert cat["trn3sim.48xlarge"].simulated and not trn2.simulated
+    assert not cat["trn3.48xlarge"].simulated  # named in the Neuron driver source
     with pytest.raises(instances.CatalogError, match="not in the catalog"):
         instances.lookup("p5.48xlarge", cat)
     with pytest.raises(instances.CatalogError, match="family"):
@@ -137,7 +138,8 @@ def test_repo_versions_add_one_simulated_older_version() -> None:
     versions = artifacts_apt.repo_versions(releases.load_all())
     assert versions["aws-neuronx-runtime-lib"] == {
         "2.32.31.0": False, "2.33.10.0": False, "2.34.10.0": False}
-    assert versions["aws-neuronx-tools"] == {"2.31.13.0": False, "2.30.0.0": True}
+    assert versions["aws-neuronx-tools"] == {"2.31.13.0": False, "2.32.28.0": False}
+    assert versions["aws-neuronx-oci-hook"] == {"2.17.30.0": False, "2.16.0.0": True}
     assert artifacts_apt.simulated_older("2.17.30.0") == "2.16.0.0"
     assert artifacts_apt.debian_version("aws-neuronx-runtime-lib", "2.33.10.0").startswith(
         "2.33.10.0-")

@@ -59,9 +59,9 @@ def test_addresses_are_unique_in_the_subnet_and_never_the_fabric() -> None:
 def test_instance_types_follow_the_family() -> None:
     trn2, trn3 = SimHost("trn2", 1), SimHost("trn3", 1)
     assert trn2.instance_type == layout.TRN2_INSTANCE_TYPE == "trn2.48xlarge"
-    assert trn3.instance_type == layout.TRN3_INSTANCE_TYPE == "trn3.48xlarge"
+    assert trn3.instance_type == layout.TRN3_INSTANCE_TYPE == "trn3sim.48xlarge"
     assert json.loads(layout.instance_json(trn3)) == {
-        "instance_type": "trn3.48xlarge",
+        "instance_type": "trn3sim.48xlarge",
         "family": "trn3",
     }
     assert layout.INSTANCE_FILE == "/etc/prefixbench-sim/instance.json"
@@ -115,7 +115,7 @@ def test_inventory_groups_and_host_variables() -> None:
     assert hv["ansible_user"] == "root"
     assert hv["ansible_ssh_private_key_file"] == "/r/.simfleet/ssh/id_ed25519"
     assert hv["ansible_python_interpreter"] == "/usr/bin/python3"
-    assert hv["prefixbench_instance_type"] == "trn3.48xlarge"
+    assert hv["prefixbench_instance_type"] == "trn3sim.48xlarge"
     assert hv["prefixbench_sim_address"] == "10.213.0.201"
     args = shlex.split(hv["ansible_ssh_common_args"])
     assert args == [

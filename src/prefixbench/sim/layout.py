@@ -23,10 +23,11 @@ import yaml
 
 Family = Literal["trn2", "trn3"]
 
-#: Simulated instance types. ``trn3.48xlarge`` is made up: no Trn3 type name is public
-#: yet (only ``trn3pds.*`` has been seen), so this is the one place to change it.
+#: Simulated instance types. ``trn3sim.48xlarge`` is made up for the simulated fleet and
+#: named so it can never be mistaken for a real type (the catalogue refuses a simulated
+#: entry without "sim" in its name); the simulated trn2 hosts use the real trn2.48xlarge.
 TRN2_INSTANCE_TYPE: Final = "trn2.48xlarge"
-TRN3_INSTANCE_TYPE: Final = "trn3.48xlarge"
+TRN3_INSTANCE_TYPE: Final = "trn3sim.48xlarge"
 INSTANCE_TYPES: Final[Mapping[Family, str]] = {
     "trn2": TRN2_INSTANCE_TYPE,
     "trn3": TRN3_INSTANCE_TYPE,
