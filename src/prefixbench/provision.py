@@ -96,7 +96,8 @@ BENCH_CLIENT_REQUIREMENTS: Final = ("pandas==2.3.3",)
 def pip_requirements(release: Release) -> list[str]:
     """``name==version`` for every known pip package of the release, and the bench
     client's own requirements (:data:`BENCH_CLIENT_REQUIREMENTS`)."""
-    pins = [f"{n}=={v}" for n, v in release.pip_packages.items() if v is not None]
+    pins = [f"vllm=={release.vllm}"] if release.vllm else []
+    pins += [f"{n}=={v}" for n, v in release.pip_packages.items() if v is not None]
     return pins + list(BENCH_CLIENT_REQUIREMENTS)
 
 
@@ -115,6 +116,59 @@ def pip_index_args(settings: Mapping[str, Any], *, no_deps: bool) -> list[str]:
     for host in settings.get("vllm_env_trusted_hosts") or []:
         args += ["--trusted-host", str(host)]
     return args
+
+
+def pip_install_plan(release: Release, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What goes into the vLLM environment, as one ``pip install``.
+
+    A pinned requirements file (``vllm_env_requirements_url``, every dependency listed)
+    is installed with ``--no-deps``; otherwise the release's pip set is resolved with its
+    dependencies against the configured indexes. The resolution check and the install use
+    exactly this, so that the check sees what the install would do.
+    """
+    lock = str(settings.get("vllm_env_requirements_url") or "")
+    return {
+        "requirements": [] if lock else pip_requirements(release),
+        "requirements_file": lock,
+        "pip_args": pip_index_args(settings, no_deps=bool(lock)),
+    }
+
+
+def python_problem(release: Release, host: str, facts: Mapping[str, Any],
+                   python: str, python_version: str) -> str | None:
+    """One line when the vLLM environment's interpreter cannot run the release's wheels.
+
+    ``python_version`` is what ``python`` (``vllm_env_python``) reports on the host. On
+    Ubuntu 22.04 the system Python is 3.10, which Neuron dropped in 2.30: the line says
+    to point ``vllm_env_python`` at a 3.11/3.12 interpreter or to use Ubuntu 24.04.
+    """
+    refusal = release.python_refusal(python_version) if python_version else None
+    if refusal is None:
+        return None
+    system = f"{facts.get('distribution', '')} {facts.get('distribution_version', '')}".strip()
+    wanted = " or ".join(release.python_supported)
+    return (f"{host}: {refusal}, and {python} on this {system} host is Python "
+            f"{python_version}; set vllm_env_python to a Python {wanted} interpreter or "
+            f"use Ubuntu 24.04 (the vLLM DLAMI's system); nothing was changed")
+
+
+def hf_download_argv(settings: Mapping[str, Any], hf: str) -> list[str]:
+    """``hf download`` of the model: only the files vLLM loads.
+
+    The include and exclude patterns are matched with fnmatch, where ``*`` also crosses
+    ``/``: ``*.safetensors`` alone would pull gpt-oss's ``original/`` checkpoint too, so
+    the default excludes ``original/*`` and ``metal/*`` explicitly (vLLM 0.21 ignores
+    ``original/**/*``: ``vllm/config/load.py``).
+    """
+    argv = [hf, "download", str(settings["model_cache_repo_id"]),
+            "--revision", str(settings["model_cache_revision"]),
+            "--local-dir", str(settings["model_cache_dir"])]
+    for flag, key in (("--include", "model_cache_hf_include"),
+                      ("--exclude", "model_cache_hf_exclude")):
+        patterns = [str(p) for p in settings.get(key) or []]
+        if patterns:
+            argv += [flag, *patterns]
+    return argv
 
 
 def host_problems(release: Release, host: str, facts: Mapping[str, Any],

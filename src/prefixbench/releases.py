@@ -23,7 +23,9 @@ _RELEASE_RE: Final = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _DEB_NAME_RE: Final = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _PIP_NAME_RE: Final = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _VERSION_RE: Final = re.compile(r"^\d+(\.\d+)*$")
-_KNOWN_KEYS: Final = frozenset({"schema", "release", "sources", "apt", "pip", "os", "notes"})
+_KNOWN_KEYS: Final = frozenset({"schema", "release", "sources", "apt", "pip", "os", "notes",
+                                "python", "dlami"})
+_PY_RE: Final = re.compile(r"^3\.\d+$")
 
 
 class ReleaseError(ValueError):
@@ -42,6 +44,14 @@ class Release:
     os_support: Mapping[str, str] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     notes: str = ""
+    #: {package: public source of its pinned version}, apt and pip (``vllm`` included).
+    origin: Mapping[str, str] = field(default_factory=dict)
+    #: Interpreter versions ("3.11") the release's wheels exist for; empty: not stated.
+    python_supported: tuple[str, ...] = ()
+    python_source: str = ""
+    #: The DLAMI that carries the release's vLLM venv: venv, ssm_parameter, name_filter,
+    #: source (all strings); empty when none is known.
+    dlami: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def series(self) -> str:
@@ -64,6 +74,16 @@ class Release:
                 f"Neuron SDK {self.release}: versions unknown for {', '.join(missing)}; "
                 f"fill them in {self.series}.yml before installing this release"
             )
+
+    def python_refusal(self, version: str) -> str | None:
+        """None when ``version`` ("3.12.3" or "3.12") can run the release's wheels."""
+        if not self.python_supported:
+            return None
+        minor = ".".join(version.split(".")[:2])
+        if minor in self.python_supported:
+            return None
+        return (f"Python {minor} cannot run Neuron SDK {self.release}'s wheels (built for "
+                f"Python {', '.join(self.python_supported)})")
 
     def known_apt(self) -> dict[str, str]:
         return {n: v for n, v in self.apt_packages.items() if v is not None}
@@ -135,6 +155,30 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
     if not isinstance(os_support, Mapping):
         raise ReleaseError(f"{origin}: os must map '<distribution> <version>' to a note")
     sources = data.get("sources") or []
+    origins: dict[str, str] = {}
+    for section, pinned in (("apt", apt.get("packages")), ("pip", pip.get("packages"))):
+        part = (apt if section == "apt" else pip).get("origin") or {}
+        if not isinstance(part, Mapping):
+            raise ReleaseError(f"{origin}: {section}.origin must map a package "
+                               "to its source")
+        origins.update({str(k): str(v) for k, v in part.items()})
+        for name, version in (pinned or {}).items():
+            if version is not None and not str(part.get(name) or "").strip():
+                raise ReleaseError(
+                    f"{origin}: {section}.packages.{name} is pinned to {version} "
+                    f"but {section}.origin names no public source for it")
+        if section == "pip" and vllm is not None and not str(part.get("vllm") or "").strip():
+            raise ReleaseError(f"{origin}: pip.vllm is pinned to {vllm} but "
+                               "pip.origin names no public source for it")
+    python = data.get("python") or {}
+    supported = python.get("supported") or [] if isinstance(python, Mapping) else None
+    if not isinstance(supported, list) or not all(
+            isinstance(v, str) and _PY_RE.match(v) for v in supported):
+        raise ReleaseError(f"{origin}: python.supported must be a list of "
+                           "quoted versions like \"3.12\"")
+    dlami = data.get("dlami") or {}
+    if not isinstance(dlami, Mapping):
+        raise ReleaseError(f"{origin}: dlami must be a mapping")
     return Release(
         release=release,
         apt_packages=apt_packages,
@@ -144,7 +188,15 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
         os_support={str(k): str(v) for k, v in os_support.items()},
         sources=tuple(str(s) for s in sources),
         notes=str(data.get("notes") or ""),
+        origin=origins,
+        python_supported=tuple(supported),
+        python_source=str(python.get("source", "")) if isinstance(python, Mapping) else "",
+        dlami={str(k): str(v) for k, v in dlami.items()},
     )
+
+
+def origin_label(data: Mapping[str, Any]) -> str:
+    return f"manifest of {data.get('release', '?')}"
 
 
 def available_releases(directory: Path = RELEASES_DIR) -> list[str]:

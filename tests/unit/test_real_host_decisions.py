@@ -1,0 +1,94 @@
+"""What provisioning decides for the Ubuntu releases a real Trn fleet runs, from their
+facts (tests/fixtures/host_facts), and the release manifest's sourced pip set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prefixbench import provision, releases
+
+FACTS = Path(__file__).resolve().parents[1] / "fixtures" / "host_facts"
+REL = releases.load_release("2.31")
+
+
+def facts(name: str) -> dict[str, str]:
+    data: dict[str, str] = json.loads((FACTS / f"{name}.json").read_text())
+    return data
+
+
+def problems(name: str, python_version: str | None = None) -> list[str]:
+    f = facts(name)
+    out = provision.host_problems(REL, "h1", f, {}, allow_upgrade=False)
+    line = provision.python_problem(REL, "h1", f, "/usr/bin/python3",
+                                    python_version or f["python_version"])
+    return out + ([line] if line else [])
+
+
+def test_ubuntu_24_04_with_its_python_3_12_is_accepted() -> None:
+    assert problems("ubuntu-24.04") == []
+
+
+def test_ubuntu_22_04_with_its_python_3_10_is_refused_in_one_actionable_line() -> None:
+    found = problems("ubuntu-22.04")
+    assert len(found) == 1, found
+    line = found[0]
+    assert "\n" not in line
+    assert "Python 3.10" in line and "3.11 or 3.12" in line
+    assert "vllm_env_python" in line and "nothing was changed" in line
+
+
+def test_ubuntu_22_04_with_a_python_3_11_interpreter_is_accepted() -> None:
+    assert problems("ubuntu-22.04", python_version="3.11.13") == []
+
+
+def test_the_vllm_021_set_is_the_documented_one_with_torch_211_not_torch_29() -> None:
+    pins = provision.pip_requirements(REL)
+    assert "vllm==0.21.0" in pins and "libtorch-neuronx-lite==2.11.0.1.0.696" in pins
+    assert not any(p.startswith(("torch-neuronx", "neuronx-distributed")) for p in pins)
+
+
+def test_every_pinned_version_names_its_public_source() -> None:
+    for rel in releases.load_all():
+        pinned = {n for n, v in {**rel.known_apt(), **rel.pip_packages}.items() if v}
+        if rel.vllm:
+            pinned.add("vllm")
+        assert pinned <= {n for n, s in rel.origin.items() if s.strip()}, rel.release
+
+
+def test_a_pin_without_a_source_is_refused(tmp_path: Path) -> None:
+    text = (releases.RELEASES_DIR / "2.31.yml").read_text()
+    broken = text.replace('    nki: "n2-manifest.json at v2.31.0; Dockerfile', '    x: "n')
+    (tmp_path / "2.31.yml").write_text(broken)
+    with pytest.raises(releases.ReleaseError, match=r"pip.packages.nki .* no public source"):
+        releases.load_release("2.31", tmp_path)
+
+
+def test_hf_download_takes_only_the_files_vllm_loads() -> None:
+    import fnmatch  # noqa: PLC0415
+
+    from prefixbench import settings as catalogue  # noqa: PLC0415
+
+    s = {k: v.default for k, v in catalogue.BY_NAME.items() if not v.required}
+    argv = provision.hf_download_argv(s, "/venv/bin/hf")
+    assert argv[:3] == ["/venv/bin/hf", "download", "openai/gpt-oss-120b"]
+    inc = argv[argv.index("--include") + 1:argv.index("--exclude")]
+    exc = argv[argv.index("--exclude") + 1:]
+    # gpt-oss-120b's layout (its model card and repository listing): huggingface_hub
+    # keeps a file that matches an include pattern and no exclude pattern (fnmatch).
+    repo = ["config.json", "generation_config.json", "tokenizer.json", "chat_template.jinja",
+            "model.safetensors.index.json", "model-00000-of-00014.safetensors",
+            "original/config.json", "original/model--00001-of-00007.safetensors",
+            "metal/model.bin", "README.md"]
+    kept = [f for f in repo if any(fnmatch.fnmatch(f, p) for p in inc)
+            and not any(fnmatch.fnmatch(f, p) for p in exc)]
+    assert kept == repo[:6]
+
+
+def test_the_adopted_venv_is_the_dlami_venv_the_manifest_names() -> None:
+    from prefixbench import settings as catalogue  # noqa: PLC0415
+
+    assert catalogue.BY_NAME["vllm_env_adopt_venv"].default == REL.dlami["venv"]
+    assert REL.dlami["ssm_parameter"].startswith("/aws/service/neuron/dlami/")
