@@ -86,6 +86,35 @@ def prefixbench_pip_args(settings: Mapping[str, Any], no_deps: bool = False) -> 
     return " ".join(provision.pip_index_args(settings, no_deps=no_deps))
 
 
+def prefixbench_pip_plan(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The one pip install of the vLLM environment: requirements, file and pip options."""
+    return provision.pip_install_plan(
+        releases.load_release(str(settings["prefixbench_neuron_release"])), settings)
+
+
+def prefixbench_python_problem(name: str, host: str, facts: Mapping[str, Any], python: str,
+                               python_version: str) -> list[str]:
+    """[] when the vLLM environment's interpreter can run the release's wheels, else one line."""
+    line = provision.python_problem(releases.load_release(name), host, facts, python,
+                                    python_version)
+    return [line] if line else []
+
+
+def prefixbench_tiktoken_downloads(settings: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The vocabulary files the server reads at start-up: name, URL, published sha256."""
+    from prefixbench import tokenizer_vocab  # noqa: PLC0415 - only this filter needs it
+
+    files = tokenizer_vocab.expected_sha256(settings["model_cache_tiktoken_files"])
+    base = str(settings["model_cache_tiktoken_base_url"])
+    return [{"name": f, "url": tokenizer_vocab.download_url(base, f), "sha256": h}
+            for f, h in files.items()]
+
+
+def prefixbench_hf_download_argv(settings: Mapping[str, Any], hf: str) -> list[str]:
+    """The model's ``hf download`` command: only the files vLLM loads."""
+    return provision.hf_download_argv(settings, hf)
+
+
 def prefixbench_pending_items(settings: Mapping[str, Any], run_dir: str, host: str,
                               configuration: str) -> list[dict[str, Any]]:
     """The benches of one server not yet in the run directory (what a resume runs)."""
@@ -123,6 +152,10 @@ class FilterModule:
             "prefixbench_sweep_points": prefixbench_sweep_points,
             "prefixbench_fingerprint": prefixbench_fingerprint,
             "prefixbench_pip_args": prefixbench_pip_args,
+            "prefixbench_pip_plan": prefixbench_pip_plan,
+            "prefixbench_python_problem": prefixbench_python_problem,
+            "prefixbench_hf_download_argv": prefixbench_hf_download_argv,
+            "prefixbench_tiktoken_downloads": prefixbench_tiktoken_downloads,
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,
             "prefixbench_os_refusal": prefixbench_os_refusal,
