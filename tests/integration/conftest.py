@@ -19,11 +19,12 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 from prefixbench.sim.fleet import Fleet
-from prefixbench.sim.layout import FleetPaths
+from prefixbench.sim.layout import FleetPaths, SimHost
 from prefixbench.sim.system import ensure_host_tools
 from prefixbench.sim.testing import FLEET_SIZE, SimFleetHandle, fleet_session
 
@@ -51,6 +52,22 @@ def sim_fleet() -> Iterator[SimFleetHandle]:
     ensure_host_tools()
     with fleet_session(Fleet(FleetPaths.from_env(ROOT)), FLEET_SIZE) as handle:
         yield handle
+
+
+#: The host that the fixture below sets up the way the Neuron DLAMI and AWS's guide leave
+#: one (prefixbench.sim.flavours); the others stay bare. Every later test (provision,
+#: units, benchmark) therefore runs on both flavours.
+DLAMI_HOST: Final = "trn2-sim-2"
+
+
+@pytest.fixture(scope="session")
+def dlami_host(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> SimHost:
+    """``trn2-sim-2`` dressed as a DLAMI host (idempotent: a dressed host is left as is)."""
+    from prefixbench.sim import flavours  # noqa: PLC0415 - integration only
+
+    host = sim_fleet.host(DLAMI_HOST)
+    flavours.dress(sim_fleet.fleet, host, "dlami")
+    return host
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

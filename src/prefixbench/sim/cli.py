@@ -26,6 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("setup", help="install the host tools (systemd-container, debootstrap, ...)")
     up = sub.add_parser("up", help="bring the fleet to N hosts (idempotent)")
     up.add_argument("count", type=int, nargs="?", default=3, help="number of hosts (default 3)")
+    dress = sub.add_parser("dress", help="give a running bare host a flavour (dlami: set up "
+                           "the way the Neuron DLAMI and AWS's guide leave a host)")
+    dress.add_argument("host", help="e.g. trn2-sim-2")
+    dress.add_argument("flavour", choices=("dlami",))
     sub.add_parser("down", help="power off and remove every host, namespace and mount")
     sub.add_parser("status", help="show each host and its vllm-* units")
     return p
@@ -45,6 +49,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         fleet = Fleet()
         if args.command == "up":
             fleet.up(args.count)
+        elif args.command == "dress":
+            from prefixbench.sim import flavours  # noqa: PLC0415
+
+            host = next((h for h in fleet.hosts() if h.name == args.host), None)
+            if host is None:
+                raise SimFleetError(f"no running host {args.host}; see `simfleet status`")
+            print(f"simfleet: {args.host}: {flavours.dress(fleet, host, args.flavour)}",
+                  flush=True)
         elif args.command == "down":
             fleet.down()
         else:
