@@ -74,6 +74,13 @@ options:
         instance must carry every key with one of its values."
     type: dict
     default: {}
+  image_ids:
+    description:
+      - AMI ids the instances must run (e.g. the Neuron DLAMI's, whose id per region the
+        SSM parameter in the release manifest gives); empty for any image.
+    type: list
+    elements: str
+    default: []
   hostname_tag:
     description: Tag whose value names the host; instances without it are named by instance id.
     type: str
@@ -145,7 +152,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             selection = ec2.Selection.from_options(
                 ec2.resolve_regions(self.get_option("regions") or [], session.region_name,
                                     source=path),
-                self.get_option("instance_types"), self.get_option("tags"))
+                self.get_option("instance_types"), self.get_option("tags"),
+                self.get_option("image_ids"))
             cache_key = self.get_cache_key(path)
             records = None
             if cache and self.get_option("cache") and cache_key in self._cache:

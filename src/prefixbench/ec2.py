@@ -64,6 +64,7 @@ CACHE_VERSION: Final = 1
 _UNSAFE_GROUP_CHARS = re.compile(r"[^A-Za-z0-9_]")
 _UNSAFE_HOST_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_AMI = re.compile(r"^ami-[0-9a-f]{8,17}$")
 
 #: Error codes of a caller that is known but not allowed to describe instances.
 _DENIED_CODES: Final = frozenset({
@@ -115,9 +116,12 @@ class Selection:
     regions: tuple[str, ...]
     instance_types: tuple[str, ...] = DEFAULT_INSTANCE_TYPES
     tags: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: AMI ids (e.g. the Neuron DLAMI's of each region); empty: any image.
+    image_ids: tuple[str, ...] = ()
 
     @classmethod
-    def from_options(cls, regions: Any, instance_types: Any, tags: Any) -> Selection:
+    def from_options(cls, regions: Any, instance_types: Any, tags: Any,
+                     image_ids: Any = None) -> Selection:
         """Validate the plugin options; raise :class:`Ec2InventoryError` naming the option."""
         region_list = _str_list(regions, "regions")
         for region in region_list:
@@ -138,8 +142,13 @@ class Selection:
             if not vals:
                 raise Ec2InventoryError(f"tags.{key}: give at least one value")
             tag_filters.append((key, vals))
+        images = _str_list(image_ids, "image_ids")
+        for image in images:
+            if not _AMI.match(image):
+                raise Ec2InventoryError(f"image_ids: {image!r} is not an AMI id (like "
+                                        "ami-0123456789abcdef0)")
         return cls(regions=tuple(dict.fromkeys(region_list)), instance_types=types,
-                   tags=tuple(tag_filters))
+                   tags=tuple(tag_filters), image_ids=tuple(dict.fromkeys(images)))
 
     def api_filters(self, *, diagnostic: bool = False) -> list[dict[str, Any]]:
         """``Filters`` for ``describe_instances``: a superset of :meth:`matches`.
@@ -156,6 +165,8 @@ class Selection:
             filters.append({"Name": "instance-type", "Values": list(self.instance_types)})
         if not diagnostic:
             filters += [{"Name": f"tag:{k}", "Values": list(v)} for k, v in self.tags]
+            if self.image_ids:
+                filters.append({"Name": "image-id", "Values": list(self.image_ids)})
         return filters
 
     def matches_type(self, instance_type: str) -> bool:
@@ -169,12 +180,16 @@ class Selection:
         tags = record.get("tags") or {}
         return (record.get("state") == "running"
                 and self.matches_type(str(record.get("instance_type", "")))
-                and all(self.matches_tag(tags, k, v) for k, v in self.tags))
+                and all(self.matches_tag(tags, k, v) for k, v in self.tags)
+                and self.matches_image(record))
+
+    def matches_image(self, record: Mapping[str, Any]) -> bool:
+        return not self.image_ids or record.get("image_id") in self.image_ids
 
     def fingerprint(self) -> dict[str, Any]:
         """What a cached result was selected by (a changed selection must not reuse it)."""
         return {"regions": list(self.regions), "instance_types": list(self.instance_types),
-                "tags": {k: list(v) for k, v in self.tags}}
+                "tags": {k: list(v) for k, v in self.tags}, "image_ids": list(self.image_ids)}
 
     def describe_tags(self) -> str:
         return ", ".join(f"{k}={'|'.join(v)}" for k, v in self.tags) or "(none)"
@@ -204,6 +219,7 @@ def instance_record(instance: Mapping[str, Any], region: str) -> dict[str, Any]:
         "region": region,
         "private_ip": instance.get("PrivateIpAddress") or None,
         "public_ip": instance.get("PublicIpAddress") or None,
+        "image_id": instance.get("ImageId") or None,
         "tags": tags,
     }
 
@@ -241,6 +257,14 @@ def explain_no_match(records: Iterable[Mapping[str, Any]], selection: Selection)
             return (f"{len(survivors)} instance(s) of type {types} {where}"
                     f"{_tagged(selection, key)}, none with tag {key}={'|'.join(values)} "
                     f"({key} values there: {_top(seen_values)})")
+        survivors = kept
+    if selection.image_ids:
+        kept = [r for r in survivors if selection.matches_image(r)]
+        if not kept:
+            images = Counter(str(r.get("image_id")) for r in survivors)
+            return (f"{len(survivors)} instance(s) of type {types} {where}"
+                    f"{_tagged(selection, None)}, none from image(s) "
+                    f"{', '.join(selection.image_ids)} (images there: {_top(images)})")
         survivors = kept
     states = Counter(str(r.get("state")) for r in survivors)
     return (f"{len(survivors)} instance(s) of type {types} {where}"
@@ -324,6 +348,7 @@ def build_hosts(records: Sequence[Mapping[str, Any]], *,
             "ec2_region": rec["region"],
             "ec2_private_ip_address": rec.get("private_ip"),
             "ec2_public_ip_address": rec.get("public_ip"),
+            "ec2_image_id": rec.get("image_id"),
             "ec2_tags": dict(rec.get("tags") or {}),
         }))
     return hosts

@@ -20,11 +20,12 @@ def record(iid: str, *, itype: str = "trn2.48xlarge", state: str = "running",
 def test_instance_record_keeps_only_what_the_inventory_uses() -> None:
     raw = {"InstanceId": "i-1", "InstanceType": "trn3.48xlarge", "State": {"Name": "running"},
            "Placement": {"AvailabilityZone": "us-east-2b"}, "PrivateIpAddress": "10.1.2.3",
-           "Tags": [{"Key": "Name", "Value": "n1"}], "LaunchTime": object()}
+           "Tags": [{"Key": "Name", "Value": "n1"}], "LaunchTime": object(),
+           "ImageId": "ami-0123456789abcdef0"}
     assert ec2.instance_record(raw, "us-east-2") == {
         "instance_id": "i-1", "instance_type": "trn3.48xlarge", "state": "running",
         "availability_zone": "us-east-2b", "region": "us-east-2", "private_ip": "10.1.2.3",
-        "public_ip": None, "tags": {"Name": "n1"}}
+        "public_ip": None, "image_id": "ami-0123456789abcdef0", "tags": {"Name": "n1"}}
 
 
 def test_selection_defaults_and_validation() -> None:
@@ -142,3 +143,18 @@ def test_client_error_message_is_one_line(code: str, start: str) -> None:
 def test_safe_group_name() -> None:
     assert ec2.safe_group_name("trn2u.48xlarge") == "trn2u_48xlarge"
     assert ec2.safe_group_name("us-east-1a") == "us_east_1a"
+
+
+def test_image_ids_select_the_dlami_instances_and_explain_a_miss() -> None:
+    sel = ec2.Selection.from_options(["us-east-1"], None, {"Project": "pb"},
+                                     ["ami-0123456789abcdef0"])
+    assert {"Name": "image-id", "Values": ["ami-0123456789abcdef0"]} in sel.api_filters()
+    base = {"instance_id": "i-1", "instance_type": "trn2.48xlarge", "state": "running",
+            "region": "us-east-1", "tags": {"Project": "pb"}}
+    assert sel.matches({**base, "image_id": "ami-0123456789abcdef0"})
+    assert not sel.matches({**base, "image_id": "ami-0fedcba9876543210"})
+    why = ec2.explain_no_match([{**base, "image_id": "ami-0fedcba9876543210"}], sel)
+    assert "none from image(s) ami-0123456789abcdef0" in why
+    assert "ami-0fedcba9876543210 x1" in why
+    with pytest.raises(ec2.Ec2InventoryError, match="image_ids: 'dlami' is not an AMI id"):
+        ec2.Selection.from_options(["us-east-1"], None, None, ["dlami"])
