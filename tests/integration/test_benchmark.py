@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from prefixbench.results import RunLayout
+from prefixbench.sim.layout import SimHost
 from prefixbench.sim.testing import SimFleetHandle
 from prefixbench.sim.testing import run_playbook as playbook
 
@@ -21,7 +22,8 @@ WORKLOADS = ("high_overlap", "no_overlap", "sustained_c4")
 
 
 def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts: Path,
-                                        repo_root: Path, ansible_env: dict[str, str]) -> None:
+                                        dlami_host: SimHost, repo_root: Path,
+                                        ansible_env: dict[str, str]) -> None:
     fleet = sim_fleet
     victim = fleet.hosts[-1]
     results = repo_root / "results"
@@ -88,6 +90,14 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         assert set(fp["units"]) == {"vllm-baseline.service", "vllm-cached.service"}
         assert fp["vllm_version"] and fp["neuron_packages"]["aws-neuronx-runtime-lib"]
         assert fp["model"]["revision"].startswith("sha256:")
+
+    # The DLAMI-flavoured host ran everything from its adopted venv (provisioning is
+    # skipped here, so the units must have found it by themselves), and its service
+    # user can open devices under the neuron group rule.
+    unit = fleet.sh(dlami_host, "systemctl cat vllm-cached.service")
+    assert "ExecStart=/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0/bin/vllm" \
+        in unit, unit
+    assert "neuron" in fleet.sh(dlami_host, "id -nG vllm").split()
 
     # 2. The rerun with the same run id does only what is missing.
     missing = len(failures)
