@@ -8,6 +8,7 @@ it, and apt still works on it afterwards."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,17 @@ STATE = ("{ ls -l --time-style=+%s /etc/apt/sources.list.d /etc/apt/keyrings /op
          "find /opt -maxdepth 6 -name '*.dist-info' 2>/dev/null | sort; } | sha256sum")
 
 DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0"
+
+
+def full_recap(proc: subprocess.CompletedProcess[str],
+               fleet: SimFleetHandle) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP of a run, asserted to exist and to name every host of the fleet, so
+    that a check over its counts cannot pass on an empty (unparsed) recap."""
+    rec = recap(proc.stdout)
+    assert rec, "no PLAY RECAP line parsed:\n" + proc.stdout[-3000:]
+    missing = sorted({h.name for h in fleet.hosts} - set(rec))
+    assert not missing, f"hosts missing from the PLAY RECAP: {missing}\n{proc.stdout[-3000:]}"
+    return rec
 
 
 def host_states(fleet: SimFleetHandle) -> dict[str, str]:
@@ -71,7 +83,7 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
         fleet.sh(trn2, "cp /var/tmp/os-release.orig /etc/os-release")
     assert proc.returncode != 0
     assert "is not supported by Neuron SDK 2.31.0" in proc.stdout
-    assert all(r["changed"] == 0 for r in recap(proc.stdout).values()), proc.stdout
+    assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values()), proc.stdout
     assert host_states(fleet) == before
 
     # 2b. A pip set that cannot resolve is refused by pip's own resolver (a dry run on
@@ -83,7 +95,7 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     assert lines and "The user requested torch==2.13.0+cpu" in lines[0], proc.stdout[-5000:]
     assert f"{trn2.name}: pip cannot resolve the set" in proc.stdout
     assert dlami_host.name + ": pip cannot" not in proc.stdout  # adopted: nothing to resolve
-    assert all(r["changed"] == 0 for r in recap(proc.stdout).values()), proc.stdout[-5000:]
+    assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values()), proc.stdout[-5000:]
     assert host_states(fleet) == before
 
     # 3. A host with a Neuron package at another version is reported precisely.
@@ -95,7 +107,7 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     assert proc.returncode != 0
     assert (f"{trn2.name}: aws-neuronx-runtime-lib is 2.32.31.0, Neuron SDK wants 2.33.10.0"
             in proc.stdout), proc.stdout
-    assert all(r["changed"] == 0 for r in recap(proc.stdout).values())
+    assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values())
     assert own_source_present(fleet) == []
 
     # 4. Converge, allowing the drifted host to move to the pinned version.
@@ -118,11 +130,11 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     # 5. A second run changes nothing; neither does check mode.
     proc, second = playbook(repo_root, ansible_env, "playbooks/provision.yml")
     assert proc.returncode == 0, proc.stdout[-6000:]
-    assert {h: r["changed"] for h, r in recap(proc.stdout).items()} == \
+    assert {h: r["changed"] for h, r in full_recap(proc, fleet).items()} == \
         {h: 0 for h in recap(proc.stdout)}, proc.stdout[-6000:]
     proc, check = playbook(repo_root, ansible_env, "playbooks/provision.yml", "--check")
     assert proc.returncode == 0, proc.stdout[-6000:]
-    assert all(r["changed"] == 0 for r in recap(proc.stdout).values()), proc.stdout[-6000:]
+    assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values()), proc.stdout[-6000:]
     print(f"\nprovision on {len(fleet.hosts)} simulated hosts: first run {first:.0f} s, "
           f"second run {second:.0f} s, check mode {check:.0f} s")
 

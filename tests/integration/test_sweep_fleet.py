@@ -37,15 +37,45 @@ def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, sim_artifacts: 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["kind"] == "sweep"
     assert [p["segment_size"] for p in summary["points"]] == [512, 1024]
-    assert summary["best"]["segment_size"] in (512, 1024)
-    assert "best segment size:" in out
+    assert [p["run_dir"] for p in summary["points"]] == ["seg512", "seg1024"]
+    assert summary["reference_workload"] == "high_overlap"
+    rows = {(r["segment_size"], r["workload"]): r for r in summary["rows"]}
+    # One row per (segment size, workload) of the one host, both servers measured.
+    assert len(summary["rows"]) == 4
+    assert sorted(rows) == [(s, wl) for s in (512, 1024) for wl in ("high_overlap",
+                                                                        "no_overlap")]
+    for row in summary["rows"]:
+        assert row["host"] == host.name, row
+        b, c = row["baseline_median_ttft_ms"], row["cached_median_ttft_ms"]
+        assert b is not None and b > 0 and c is not None and c > 0, row
+        assert row["ttft_reduction_pct"] == pytest.approx((1 - c / b) * 100), row
+
+    # The best point: the lowest cached median TTFT on high_overlap; the other is next.
+    best = summary["best"]
+    cached_high = {s: rows[(s, "high_overlap")]["cached_median_ttft_ms"] for s in (512, 1024)}
+    size = best["segment_size"]
+    other = 1024 if size == 512 else 512
+    assert size in (512, 1024)
+    assert cached_high[size] == min(cached_high.values()), (best, cached_high)
+    assert (best["workload"], best["hosts"], best["runner_up"]) == ("high_overlap", 1, other)
+    assert best["cached_median_ttft_ms"] == pytest.approx(cached_high[size])
+    assert best["runner_up_ttft_ms"] == pytest.approx(cached_high[other])
+    line = f"best segment size: {size} (cached median TTFT {cached_high[size]:.1f} ms"
+    assert line in out, out[-3000:]
     md = (run_dir / "report.md").read_text()
     assert "## Best segment size" in md
+    assert line in md.split("## Best segment size", 1)[1].split("\n## ", 1)[0], md
+    for s, wl in rows:
+        assert f"| {s} | {host.name} | {wl} |" in md, (s, wl)
+    csv_rows = (run_dir / "results.csv").read_text().splitlines()
+    assert csv_rows[0].startswith("segment_size,run_id,host,configuration,workload,")
+    for s in (512, 1024):
+        assert sum(r.startswith(f"{s},seg{s},{host.name},") for r in csv_rows) == 4, s
 
-    rows = {(r["segment_size"], r["workload"]): r for r in summary["rows"]}
     for size in (512, 1024):
         point = run_dir / "sweep" / f"seg{size}"
         assert (point / "report.html").is_file()
+        assert json.loads((point / "summary.json").read_text())["run_id"] == f"seg{size}"
         for conf in ("baseline", "cached"):
             for wl in ("high_overlap", "no_overlap"):
                 assert (point / host.name / conf / wl / "rep1.json").is_file(), (size, conf, wl)
@@ -54,9 +84,13 @@ def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, sim_artifacts: 
         assert high["hit_ratio"] == pytest.approx(high["expected_hit_ratio"], abs=1e-9)
         assert high["expected_hit_ratio"] == pytest.approx(8 * 1024 / (10 * 1536))
         assert rows[(size, "no_overlap")]["hit_ratio"] == 0
-        # The point's servers ran with its own max-num-batched-tokens.
-        startup = json.loads((point / host.name / "cached" / "startup.json").read_text())
-        assert startup, "no startup record"
+        assert rows[(size, "no_overlap")]["expected_hit_ratio"] == 0
+        # Each configuration of the point started its own unit and saw it healthy
+        # (the units' own max-num-batched-tokens: see the fingerprints below).
+        for conf in ("baseline", "cached"):
+            startup = json.loads((point / host.name / conf / "startup.json").read_text())
+            assert startup["unit"] == f"vllm-{conf}.service", (size, startup)
+            assert startup["elapsed_s"] >= 0 and startup["healthy_at"], (size, startup)
     fp512 = json.loads((run_dir / "sweep" / "seg512" / host.name / "fingerprint.json")
                        .read_text())
     fp1024 = json.loads((run_dir / "sweep" / "seg1024" / host.name / "fingerprint.json")

@@ -8,6 +8,7 @@ import re
 import time
 from pathlib import Path
 
+import jinja2
 import pytest
 
 from prefixbench import server, settings
@@ -17,7 +18,18 @@ from prefixbench.sim.testing import run_playbook as playbook
 pytestmark = pytest.mark.integration
 
 VENV_PY = "/opt/vllm-prefixbench/venv/bin/python"
+VLLM = "/opt/vllm-prefixbench/venv/bin/vllm"  # vllm_service_vllm_executable
 HERE = Path(__file__).resolve().parent
+
+
+def neuron_unit(values: dict[str, object], configuration: server.Configuration) -> str:
+    """A unit as the vllm_service role's template task renders it (trim_blocks)."""
+    spec = server.unit_spec(values, configuration, VLLM)
+    template = (HERE.parents[1] / "roles/vllm_service/templates/vllm.service.j2").read_text()
+    return jinja2.Environment(trim_blocks=True, keep_trailing_newline=True,  # noqa: S701
+                              undefined=jinja2.StrictUndefined).from_string(template).render(
+        ansible_managed="Ansible managed", vllm_service_user="vllm",
+        vllm_service_unit_dir="/etc/systemd/system", __vllm_service_spec=spec.as_dict())
 
 
 def metrics(fleet: SimFleetHandle, host_name: str) -> str:
@@ -56,6 +68,20 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
     for unit in ("vllm-baseline.service", "vllm-cached.service"):
         out = fleet.fleet.ssh(host, ["systemd-analyze", "verify", f"/etc/systemd/system/{unit}"])
         assert out.returncode == 0 and out.stderr.strip() == "", (unit, out.stderr)
+    # The Neuron units (trn2, trn3) are never deployed on a CPU host: render them from the
+    # role's template and verify them there (tests/unit/test_unit_verify.py does so offline).
+    for instance_type in ("trn2.48xlarge", "trn3.48xlarge"):
+        values = settings.validate({"prefixbench_platform": "neuron",
+                                    "prefixbench_instance_type": instance_type,
+                                    "vllm_service_model": "openai/gpt-oss-120b"}, "n").settings
+        for configuration in server.CONFIGURATIONS:
+            text = neuron_unit(values, configuration)
+            assert "DeviceAllow=char-neuron rw\n" in text, text
+            path = f"/var/tmp/pb/{instance_type}/{server.unit_name(configuration)}"
+            fleet.sh(host, f"mkdir -p /var/tmp/pb/{instance_type} && cat > {path} <<'EOF'\n"
+                     + text + "EOF")
+            out = fleet.fleet.ssh(host, ["systemd-analyze", "verify", path])
+            assert out.returncode == 0 and out.stderr.strip() == "", (path, out.stderr)
 
     # vLLM's own parser accepts the argv of both configurations, sim and tutorial (Neuron).
     sim = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",

@@ -35,13 +35,41 @@ def test_stream_continues_across_calls_like_numpy() -> None:
     assert gen.randint(201088, 6) == [193147, 4121, 37725, 69649, 70919, 56822]
 
 
-def test_matches_numpy_when_numpy_is_installed() -> None:
-    np = pytest.importorskip("numpy")
-    for seed in (0, 1, 2**32 - 1):
+def test_matches_numpy() -> None:
+    # numpy is a pinned controller test dependency (requirements/controller.in): a missing
+    # numpy is an error here, not a skip.
+    import numpy as np  # noqa: PLC0415
+
+    for seed in (0, 1, 12345, 2**32 - 1):
         gen = LegacyNumpyRandom(seed)
         np.random.seed(seed)
-        for high, size in ((2048, 500), (201088, 700), (7, 50), (1, 3), (2**32, 9)):
+        for high, size in ((2048, 500), (201088, 700), (7, 50), (1, 3), (2**32, 9),
+                           (2**31 + 1, 40), (100, 1000)):
             assert gen.randint(high, size) == np.random.randint(0, high, size=size).tolist()
+
+
+def test_generate_prompts_matches_vllm_procedure_with_numpy() -> None:
+    # vLLM's PrefixRepetitionRandomDataset (no round trip): random.seed + np.random.seed,
+    # one prefix then its suffixes from the global numpy stream, then random.shuffle.
+    import random  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    seed, num_prompts, num_prefixes, prefix_len, suffix_len, vocab = 3, 12, 3, 40, 9, 201088
+    saved = random.getstate()
+    random.seed(seed)
+    np.random.seed(seed)
+    requests = []
+    for _ in range(num_prefixes):
+        prefix = np.random.randint(0, vocab, size=prefix_len).tolist()
+        for _ in range(num_prompts // num_prefixes):
+            suffix = np.random.randint(0, vocab, size=suffix_len).tolist()
+            requests.append(tuple(prefix + suffix))
+    random.shuffle(requests)
+    random.setstate(saved)
+    prompts = generate_prompts(seed, num_prompts, num_prefixes, prefix_len=prefix_len,
+                               suffix_len=suffix_len, vocab_size=vocab)
+    assert [p.tokens for p in prompts] == requests
 
 
 def test_empty_range_draws_nothing() -> None:
