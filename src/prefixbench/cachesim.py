@@ -8,21 +8,36 @@ What is modelled (vLLM v1 ``KVCacheManager`` / ``BlockPool``, checked on vLLM 0.
 * A request's hit is the longest run of leading blocks already cached, capped at
   ``(prompt_len - 1) // block_size`` blocks: vLLM recomputes the last prompt token for
   its logits, so a fully cached prompt still misses its last block.
-* Capacity is a number of KV blocks. Blocks a request holds (hit, computed, and its
-  decode blocks when ``output_len`` is given) are never evicted while it runs. When it
-  finishes its blocks are freed in reverse order (tail first): cached blocks go to the
-  back of an LRU queue, uncached ones (the partial last block) become free at once.
-  New blocks are taken from free uncached blocks first, then by evicting the LRU front.
+* Capacity is a number of usable KV blocks: vLLM's ``num_gpu_blocks`` minus one, as
+  block 0 is vLLM's null block, never allocated (:func:`usable_blocks`). Blocks a
+  request holds (hit, computed, and its decode blocks when ``output_len`` is given) are
+  never evicted while it runs. When it finishes its blocks are freed in reverse order
+  (tail first): cached blocks go to the back of an LRU queue, uncached ones (the partial
+  last block) become free at once. New blocks are taken from free uncached blocks first,
+  then by evicting the LRU front.
+* A block computed although an identical one is cached is cached too, and both physical
+  copies are kept (vLLM does not de-duplicate). This happens to the last block of a
+  prompt that is a whole number of blocks and fully cached: the hit stops one block
+  short, the block is recomputed into a new physical block, which is freed to the LRU
+  tail with the request. A later hit uses the oldest live copy; the key stays cached
+  until its last copy is evicted.
 * Decode blocks (prompt + output tokens) hash over generated tokens no other prompt
   has; they are given unique keys so they take room and age like vLLM's, but never hit.
 
+Checked request by request against vLLM 0.32's own ``KVCacheManager``
+(``tests/integration/test_cachesim_vs_vllm.py``), with and without eviction.
+
+What does not apply: vLLM's hybrid KV-cache manager (several KV cache groups, e.g. full
+and sliding-window attention layers as gpt-oss has) draws every group's blocks from one
+pool, so a full-attention-only capacity model does not predict its evictions;
+:func:`capacity_note` tells from ``vllm:cache_config_info`` when that is the case.
+
 Simplifications, stated so a reader can judge: keys are 64-bit Python hashes (vLLM uses
 sha256; a collision needs ~4e9 distinct blocks to become likely); LoRA / multimodal /
-cache-salt extra keys are not modelled; a block recomputed although an identical one is
-cached (the last block of a fully cached prompt) is counted as an uncached block;
-:meth:`PrefixCacheSim.replay` runs requests one at a time (the tutorial's concurrency 1).
-:meth:`PrefixCacheSim.begin` / :meth:`PrefixCacheSim.finish` keep several requests open
-at once for a scheduler model to build on.
+cache-salt extra keys are not modelled; :meth:`PrefixCacheSim.replay` runs requests one
+at a time (the tutorial's concurrency 1), and a request's decode blocks are allocated
+with its prompt's. :meth:`PrefixCacheSim.begin` / :meth:`PrefixCacheSim.finish` keep
+several requests open at once for a scheduler model to build on.
 
 Speed: hashing is done with tuple slices and ``hash`` in C; there is no per-token Python
 loop. ``scripts/bench-cachesim`` measures prompts per second.
@@ -30,9 +45,10 @@ loop. ``scripts/bench-cachesim`` measures prompts per second.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate, chain
@@ -43,7 +59,9 @@ __all__ = [
     "ReplayResult",
     "RequestHandle",
     "block_hashes",
+    "capacity_note",
     "replay",
+    "usable_blocks",
 ]
 
 #: Keys of decode blocks start here: above every value ``hash`` can return.
@@ -99,7 +117,9 @@ def _kind(tokens: Tokens) -> str:
 
 @dataclass
 class RequestHandle:
-    """Blocks one open request holds: cached keys in chain order, and uncached ones."""
+    """Blocks one open request holds: ids of its cached blocks in block-table order (a
+    block's id is its key, or a unique id for an extra copy or a decode block), and the
+    number of uncached ones."""
 
     keys: list[int]
     uncached: int
@@ -133,7 +153,13 @@ class PrefixCacheSim:
     """The cache of one vLLM server; keep one instance across workloads to see carry-over.
 
     ``capacity_blocks=None`` means unbounded (nothing is ever evicted), which uses a
-    faster path. ``num_gpu_blocks`` from ``vllm:cache_config_info`` is the real capacity.
+    faster path. A bounded capacity is the number of *usable* blocks: vLLM's
+    ``num_gpu_blocks`` (``vllm:cache_config_info``) minus its null block, see
+    :func:`usable_blocks`.
+
+    Bounded mode tracks physical blocks. A block holding a prompt block's key has that
+    key as its id; a second physical copy of a key (see the module docstring) and a
+    decode block get an id of their own above every key.
     """
 
     def __init__(self, block_size: int, capacity_blocks: int | None = None) -> None:
@@ -145,10 +171,16 @@ class PrefixCacheSim:
         self.capacity = capacity_blocks
         #: Unbounded mode: every key ever cached.
         self._seen: set[int] = set()
-        #: Bounded mode: cached blocks nobody holds, least recently used first.
+        #: Bounded mode: cached blocks nobody holds (ids), least recently used first.
         self._lru: OrderedDict[int, None] = OrderedDict()
-        #: Bounded mode: cached blocks held by open requests, with their holder count.
+        #: Bounded mode: cached blocks (ids) held by open requests, with their holder count.
         self._ref: dict[int, int] = {}
+        #: Bounded mode, keys cached in more than one physical block since their first copy
+        #: was made: the ids of their live copies, oldest first (vLLM hits the oldest).
+        #: A key absent here has at most one copy, whose id is the key itself.
+        self._dups: dict[int, list[int]] = {}
+        #: Bounded mode: the key of each live extra copy (id above every key).
+        self._dup_key: dict[int, int] = {}
         self._held_uncached = 0
         self._next_unique = _UNIQUE_BASE
         self._token_kind: str | None = None
@@ -159,7 +191,7 @@ class PrefixCacheSim:
     # -- queries -------------------------------------------------------------------
     @property
     def cached_blocks(self) -> int:
-        """Blocks holding a reusable key (in use or evictable)."""
+        """Physical blocks holding a key (in use or evictable), decode blocks included."""
         if self.capacity is None:
             return len(self._seen)
         return len(self._lru) + len(self._ref)
@@ -181,10 +213,51 @@ class PrefixCacheSim:
             while hit < max_blocks and keys[hit] in seen:
                 hit += 1
         else:
-            lru, ref = self._lru, self._ref
-            while hit < max_blocks and (keys[hit] in lru or keys[hit] in ref):
+            lru, ref, dups = self._lru, self._ref, self._dups
+            while hit < max_blocks and (keys[hit] in lru or keys[hit] in ref
+                                        or keys[hit] in dups):
                 hit += 1
         return hit
+
+    def _block_of(self, key: int) -> int:
+        """The id of the physical block a hit on cached ``key`` uses (the oldest copy)."""
+        copies = self._dups.get(key)
+        return copies[0] if copies else key
+
+    def _new_block(self, key: int) -> int:
+        """Id of a newly computed block with ``key``: the key itself, or a fresh id when
+        the key is still cached (vLLM caches the new copy too and keeps both)."""
+        copies = self._dups.get(key)
+        if copies is None and key not in self._lru and key not in self._ref:
+            return key
+        block = self._next_unique
+        self._next_unique += 1
+        self._dup_key[block] = key
+        if copies is None:
+            self._dups[key] = [key, block]
+        else:
+            copies.append(block)
+        return block
+
+    def _evict(self, count: int) -> None:
+        """Evict ``count`` blocks from the LRU front."""
+        if count <= 0:
+            return
+        self.evicted_blocks += count
+        popitem = self._lru.popitem
+        if not self._dups:
+            for _ in range(count):
+                popitem(last=False)
+            return
+        dups, dup_key = self._dups, self._dup_key
+        for _ in range(count):
+            block = popitem(last=False)[0]
+            key = dup_key.pop(block, block)
+            copies = dups.get(key)
+            if copies is not None:
+                copies.remove(block)
+                if not copies:
+                    del dups[key]
 
     # -- one request at a time -------------------------------------------------------
     def run(self, tokens: Tokens, output_len: int = 0) -> int:
@@ -214,35 +287,37 @@ class PrefixCacheSim:
         n = len(tokens)
         keys = self._keys(tokens)
         max_blocks = (n - 1) // bs if n else 0
-        lru = self._lru
+        lru, dups = self._lru, self._dups
         hit = 0
         for key in keys:
-            if hit >= max_blocks or key not in lru:
+            if hit >= max_blocks or (key not in lru and key not in dups):
                 break
             hit += 1
-        for key in keys[:hit]:
-            del lru[key]
+        blocks = [self._block_of(key) for key in keys[:hit]] if dups else keys[:hit]
+        for block in blocks:
+            del lru[block]
         kv_tokens = n + output_len - 1 if output_len > 0 else n
         total_blocks = -(-kv_tokens // bs)
         if total_blocks > capacity:
-            for key in reversed(keys[:hit]):
-                lru[key] = None
+            for block in reversed(blocks):
+                lru[block] = None
             raise CapacityError(
                 f"request needs {total_blocks} KV blocks of {bs} tokens but at most "
                 f"{capacity} can be given (capacity {capacity})")
-        evict = (total_blocks - hit) - (capacity - len(lru) - hit)
-        if evict > 0:
-            self.evicted_blocks += evict
-            popitem = lru.popitem
-            for _ in range(evict):
-                popitem(last=False)
+        free = capacity - len(lru) - hit
+        prompt_blocks = -(-n // bs)
+        # Prefill takes its blocks (evicting as needed), then caches its full blocks;
+        # decode takes the rest.
+        prompt_evict = max(prompt_blocks - hit - free, 0)
+        self._evict(prompt_evict)
+        blocks.extend(map(self._new_block, keys[hit:]))
+        self._evict(max(total_blocks - hit - free, 0) - prompt_evict)
         decode_full = max(kv_tokens // bs - len(keys), 0)
         first = self._next_unique
         self._next_unique += decode_full
-        # Free tail first: decode blocks, then prompt blocks from last to first. A key
-        # already present (a recomputed duplicate) keeps its place, as in vLLM.
+        # Free tail first: decode blocks, then prompt blocks from last to first.
         lru.update(dict.fromkeys(chain(reversed(range(first, first + decode_full)),
-                                       reversed(keys))))
+                                       reversed(blocks))))
         hit_tokens = hit * bs
         self.hit_tokens_total += hit_tokens
         self.query_tokens_total += n
@@ -265,39 +340,34 @@ class PrefixCacheSim:
         new = total_blocks - hit
         lru, ref = self._lru, self._ref
         # Hold the hit blocks first: they cannot be evicted for this request's own needs.
-        for key in keys[:hit]:
-            if key in lru:
-                del lru[key]
-                ref[key] = 1
+        held = [self._block_of(key) for key in keys[:hit]]
+        for block in held:
+            if block in lru:
+                del lru[block]
+                ref[block] = 1
             else:
-                ref[key] += 1
+                ref[block] += 1
         free = self.capacity - len(lru) - len(ref) - self._held_uncached
         if new > free + len(lru):
-            for key in keys[:hit]:  # undo the hold before refusing
-                self._release(key)
+            for block in held:  # undo the hold before refusing
+                self._release(block)
             raise CapacityError(
                 f"request needs {total_blocks} KV blocks of {bs} tokens but at most "
                 f"{free + len(lru) + hit} can be given (capacity {self.capacity})")
-        evict = new - free
-        if evict > 0:
-            self.evicted_blocks += evict
-            for _ in range(evict):
-                lru.popitem(last=False)
-        held: list[int] = keys[:hit]
-        uncached = 0
+        prompt_evict = max(-(-n // bs) - hit - free, 0)
+        self._evict(prompt_evict)
         for key in keys[hit:full]:
-            if key in ref or key in lru:
-                uncached += 1  # duplicate of a cached block: vLLM keeps both
-            else:
-                ref[key] = 1
-                held.append(key)
-        decode_full = kv_tokens // bs - full
-        for _ in range(max(decode_full, 0)):
-            key = self._next_unique
+            block = self._new_block(key)
+            ref[block] = 1
+            held.append(block)
+        self._evict(max(new - free, 0) - prompt_evict)
+        decode_full = max(kv_tokens // bs - full, 0)
+        for _ in range(decode_full):
+            block = self._next_unique
             self._next_unique += 1
-            ref[key] = 1
-            held.append(key)
-        uncached += total_blocks - full - max(decode_full, 0)
+            ref[block] = 1
+            held.append(block)
+        uncached = total_blocks - full - decode_full
         self._held_uncached += uncached
         hit_tokens = hit * bs
         self.hit_tokens_total += hit_tokens
@@ -305,18 +375,18 @@ class PrefixCacheSim:
         return RequestHandle(keys=held, uncached=uncached, hit_tokens=hit_tokens,
                              prompt_tokens=n)
 
-    def _release(self, key: int) -> None:
-        count = self._ref[key] - 1
+    def _release(self, block: int) -> None:
+        count = self._ref[block] - 1
         if count:
-            self._ref[key] = count
+            self._ref[block] = count
         else:
-            del self._ref[key]
-            self._lru[key] = None
+            del self._ref[block]
+            self._lru[block] = None
 
     def finish(self, handle: RequestHandle) -> None:
         """Release a request's blocks, tail first (vLLM frees in reverse order)."""
-        for key in reversed(handle.keys):
-            self._release(key)
+        for block in reversed(handle.keys):
+            self._release(block)
         self._held_uncached -= handle.uncached
         handle.keys = []
         handle.uncached = 0
@@ -347,3 +417,73 @@ def replay(
 ) -> ReplayResult:
     """Replay ``prompts`` through a fresh cache at concurrency 1."""
     return PrefixCacheSim(block_size, capacity_blocks).replay(prompts, output_len)
+
+
+# -- the server's capacity -----------------------------------------------------------------
+
+def usable_blocks(num_gpu_blocks: int | None) -> int | None:
+    """The capacity to model for a server reporting ``num_gpu_blocks``
+    (``vllm:cache_config_info``): one less, as vLLM's block 0 is its null block, never
+    allocated. ``None`` (unbounded) when unknown or when no block is usable."""
+    if num_gpu_blocks is None or num_gpu_blocks <= 1:
+        return None
+    return num_gpu_blocks - 1
+
+
+def _label(labels: Mapping[str, str], name: str) -> float | None:
+    text = labels.get(name)
+    if text is None or text in ("", "None"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def capacity_note(cache_config_labels: Mapping[str, str] | None) -> str | None:
+    """Why the KV capacity model does not apply to a server, or ``None`` when it does.
+
+    ``cache_config_labels`` are the labels of ``vllm:cache_config_info`` (vLLM 0.32: every
+    field of its ``CacheConfig``). The model assumes one KV cache group of full-attention
+    layers: a request at ``max_model_len`` then takes ``cdiv(max_model_len, block)``
+    blocks. vLLM reports its group-aware capacity (``kv_cache_max_concurrency`` =
+    ``num_gpu_blocks`` / blocks a request at ``max_model_len`` takes over all groups, and
+    ``kv_cache_size_tokens`` = that times ``max_model_len``); when a request takes more
+    blocks than full attention alone needs, the hybrid KV-cache manager runs several
+    groups (full + sliding-window layers as gpt-oss has, or Mamba layers) from one pool,
+    and the model's evictions are not the server's. (With the hybrid manager disabled,
+    sliding-window layers are allocated as full attention and the model applies.)
+    """
+    if not cache_config_labels:
+        return None
+    labels = cache_config_labels
+    mamba_mode = labels.get("mamba_cache_mode")
+    if _label(labels, "mamba_block_size") is not None or mamba_mode not in (None, "none"):
+        return ("vLLM reports Mamba state caching (mamba_block_size / mamba_cache_mode): "
+                "a hybrid model's KV cache is not modelled; the prediction ignores the "
+                "server's KV capacity")
+    blocks = _label(labels, "num_gpu_blocks")
+    block = _label(labels, "effective_attention_block_size") or _label(labels, "block_size")
+    concurrency = _label(labels, "kv_cache_max_concurrency")
+    size_tokens = _label(labels, "kv_cache_size_tokens")
+    window = labels.get("sliding_window")
+    if None in (blocks, block, concurrency, size_tokens) or not concurrency or not block:
+        if window not in (None, "", "None"):
+            return (f"sliding window {window} and no group-aware capacity in "
+                    f"cache_config_info: whether vLLM's hybrid KV-cache manager is on "
+                    f"cannot be told, so the KV capacity model may not apply")
+        return None
+    assert blocks is not None and size_tokens is not None
+    per_request = blocks / concurrency
+    # kv_cache_size_tokens = int(concurrency * max_model_len): max_model_len lies in
+    # [size_tokens / concurrency, (size_tokens + 1) / concurrency).
+    low = -(-math.ceil(size_tokens / concurrency - 1e-6) // int(block))
+    high = -(-math.floor((size_tokens + 1) / concurrency - 1e-9) // int(block))
+    if low - 0.5 <= per_request <= high + 0.5:
+        return None
+    return (f"vLLM's hybrid KV-cache manager is on (several KV cache groups share the "
+            f"block pool): a request at max_model_len takes "
+            f"{per_request:.0f} KV blocks over all its cache groups where full attention "
+            f"alone takes {high} (num_gpu_blocks {blocks:.0f}, kv_cache_max_concurrency "
+            f"{concurrency:g}); the KV capacity model (num_gpu_blocks - 1 full-attention "
+            f"blocks) does not apply, so the prediction ignores the server's capacity")

@@ -3,9 +3,11 @@
 The requests a ``vllm bench serve`` run sends are rebuilt in the order the server gets
 them (ready check and warmups first: copies of the first prompt), encoded as the server
 encodes them, and replayed through :class:`prefixbench.cachesim.PrefixCacheSim` with the
-server's block size and KV capacity. The prediction is ``hits / queries`` over all of
-those requests: the definition of vLLM's ``prefix_cache_hits`` / ``prefix_cache_queries``
-counters, whose deltas the bench records.
+server's block size and KV capacity (:func:`server_capacity`: ``num_gpu_blocks - 1``, as
+block 0 is vLLM's null block; none when vLLM's hybrid KV-cache manager makes the capacity
+model inapplicable, :func:`prefixbench.cachesim.capacity_note`). The prediction is
+``hits / queries`` over all of those requests: the definition of vLLM's
+``prefix_cache_hits`` / ``prefix_cache_queries`` counters, whose deltas the bench records.
 
 * ``prefix_repetition``: the token ids are regenerated from the seed as vLLM draws them
   (:mod:`prefixbench.prefix_repetition`), from a 2**32-word vocabulary, so no tokenizer
@@ -32,9 +34,9 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from prefixbench.cachesim import CapacityError, PrefixCacheSim
+from prefixbench.cachesim import CapacityError, PrefixCacheSim, capacity_note, usable_blocks
 from prefixbench.custom import (
     CustomPromptsError,
     PreparedPrompts,
@@ -48,6 +50,9 @@ from prefixbench.tokenizer import Tokenizer, TokenizerError
 from prefixbench.tokenizer import load as load_tokenizer
 from prefixbench.workloads import Workload, WorkloadError
 
+if TYPE_CHECKING:
+    from prefixbench.metrics import CacheConfig
+
 __all__ = [
     "Prediction",
     "predict",
@@ -55,6 +60,7 @@ __all__ = [
     "predict_prepared",
     "prefix_repetition_tokens",
     "replay_requests",
+    "server_capacity",
 ]
 
 #: Token ids are drawn from this many words: every 32-bit value, no rejection sampling.
@@ -196,6 +202,23 @@ def predict_prepared(
                            note=_concurrency_note(workload))
 
 
+def server_capacity(cache_config: CacheConfig | None) -> tuple[int | None, str | None]:
+    """The capacity to model for a server, from its ``vllm:cache_config_info``, and a note
+    for the report when the capacity model does not apply.
+
+    ``(num_gpu_blocks - 1, None)`` normally (block 0 is vLLM's null block, never usable);
+    ``(None, note)`` (an unbounded cache) when vLLM's hybrid KV-cache manager is on
+    (:func:`prefixbench.cachesim.capacity_note`); ``(None, None)`` when the server
+    reported no capacity.
+    """
+    if cache_config is None:
+        return None, None
+    note = capacity_note(cache_config.labels)
+    if note is not None:
+        return None, note
+    return usable_blocks(cache_config.num_gpu_blocks), None
+
+
 def _none(note: str, block_size: int, capacity_blocks: int | None) -> Prediction:
     return Prediction(ratio=None, block_size=block_size, capacity_blocks=capacity_blocks,
                       note=note)
@@ -208,8 +231,14 @@ def predict(
     capacity_blocks: int | None = None,
     prompts_file: Path | None = None,
     tokenizer_dir: Path | None = None,
+    cache_config: CacheConfig | None = None,
 ) -> Prediction:
     """The predicted hit ratio of one bench of ``workload`` on an empty cache.
+
+    ``capacity_blocks`` is the usable capacity (``None``: unbounded). Give the server's
+    ``cache_config`` instead to take it from ``vllm:cache_config_info`` with
+    :func:`server_capacity` (``num_gpu_blocks - 1``; unbounded, with the reason in the
+    ``note``, when the hybrid KV-cache manager makes the capacity model inapplicable).
 
     ``prompts_file``: a custom workload's prepared file (``<run_dir>/prompts/<name>.jsonl``);
     without it the workload's own ``dataset_path`` is prepared (chat lines need the
@@ -219,6 +248,26 @@ def predict(
     vLLM's default), shuffle, num_prompts, ready check and warmups are honoured.
     Missing or unreadable inputs give ``ratio=None`` and a ``note``; never raises for them.
     """
+    if cache_config is None or capacity_blocks is not None:
+        return _predict(workload, block_size=block_size, capacity_blocks=capacity_blocks,
+                        prompts_file=prompts_file, tokenizer_dir=tokenizer_dir)
+    capacity, cap_note = server_capacity(cache_config)
+    pred = _predict(workload, block_size=block_size, capacity_blocks=capacity,
+                    prompts_file=prompts_file, tokenizer_dir=tokenizer_dir)
+    if cap_note is None:
+        return pred
+    note = cap_note if pred.note is None else f"{pred.note}; {cap_note}"
+    return Prediction(**{**pred.to_dict(), "note": note})
+
+
+def _predict(
+    workload: Workload,
+    *,
+    block_size: int,
+    capacity_blocks: int | None,
+    prompts_file: Path | None,
+    tokenizer_dir: Path | None,
+) -> Prediction:
     if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
         return _none(f"block_size ({block_size}) and capacity_blocks ({capacity_blocks}) "
                      f"must be positive", block_size, capacity_blocks)

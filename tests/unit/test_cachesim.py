@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixbench.cachesim import CapacityError, PrefixCacheSim, block_hashes, replay
+from prefixbench.cachesim import (
+    CapacityError,
+    PrefixCacheSim,
+    block_hashes,
+    capacity_note,
+    replay,
+    usable_blocks,
+)
 from prefixbench.prefix_repetition import generate_prompts
 from prefixbench.ratios import block_aligned_expected
 
@@ -183,3 +190,95 @@ def test_array_prompts_give_the_same_hits_as_tuples() -> None:
     sim.run(array("I", prompts[0]))
     with pytest.raises(TypeError, match="one representation"):
         sim.run(prompts[0])
+
+
+# -- agreement with vLLM's KVCacheManager (tests/integration/test_cachesim_vs_vllm.py) ------
+
+MINIMAL = [tuple(range(1, 19)), tuple(range(1, 9)), (*range(1, 8), *range(19, 27)),
+           tuple(range(1, 19))]
+
+
+def test_a_recomputed_block_is_a_second_cached_copy_as_in_vllm() -> None:
+    # vLLM 0.32's KVCacheManager, block 4, num_gpu_blocks 7 (6 usable): hits 0, 4, 4, 8.
+    # Prompt 2 (1..8: two whole blocks, both cached) hits one block and recomputes 5..8
+    # into a second physical block, cached too (both copies kept): it takes room, so
+    # prompt 3 evicts 9..12 as well as 13..16, and prompt 4 hits 8 tokens, not 12.
+    assert replay(MINIMAL, 4, 6).hit_tokens == [0, 4, 4, 8]
+    sim = PrefixCacheSim(4, 6)
+    hits = []
+    for tokens in MINIMAL:  # the begin/finish path agrees with the serial one
+        handle = sim.begin(tokens)
+        sim.finish(handle)
+        hits.append(handle.hit_tokens)
+    assert hits == [0, 4, 4, 8]
+
+
+def test_a_key_stays_cached_while_any_copy_lives() -> None:
+    sim = PrefixCacheSim(4, 4)
+    a = tuple(range(8))
+    assert sim.run(a) == 0  # a0 a1
+    assert sim.run(a) == 4  # a1 recomputed: two copies of a1, 3 blocks cached
+    assert sim.cached_blocks == 3
+    assert sim.run(tuple(range(100, 108))) == 0  # 1 free + evicts the LRU front (old a1)
+    assert sim.evicted_blocks == 1
+    assert sim.run((*a, 99)) == 8  # the new copy of a1 still serves the hit
+
+
+def test_usable_capacity_excludes_the_null_block() -> None:
+    assert usable_blocks(8192) == 8191
+    assert usable_blocks(None) is None
+    assert usable_blocks(1) is None
+
+
+#: ``vllm:cache_config_info`` of the recorded CPU server (full attention only) and, from
+#: vLLM 0.32's get_max_concurrency_for_kv_cache_config with 20000 blocks of 16 tokens and
+#: max_model_len 8192: full attention alone (512 blocks a request) and full + sliding
+#: window 128 (gpt-oss's layout, 2048 tokens in flight: 649 blocks a request).
+RECORDED = {"block_size": "128", "num_gpu_blocks": "8192", "kv_cache_max_concurrency": "128.0",
+            "kv_cache_size_tokens": "1048576", "sliding_window": "None",
+            "mamba_block_size": "None", "mamba_cache_mode": "none",
+            "effective_attention_block_size": "128"}
+FULL_16 = {"block_size": "16", "num_gpu_blocks": "20000",
+           "kv_cache_max_concurrency": "39.0625", "kv_cache_size_tokens": "320000"}
+HYBRID_16 = {"block_size": "16", "num_gpu_blocks": "20000", "sliding_window": "128",
+             "kv_cache_max_concurrency": "30.816640986132512",
+             "kv_cache_size_tokens": "252449"}
+
+
+def test_capacity_note_names_the_hybrid_kv_cache_manager() -> None:
+    assert capacity_note(RECORDED) is None
+    assert capacity_note(FULL_16) is None
+    assert capacity_note({**FULL_16, "sliding_window": "4096"}) is None  # HMA off
+    note = capacity_note(HYBRID_16)
+    assert note is not None
+    assert "hybrid KV-cache manager is on" in note and "649" in note and "512" in note
+    assert capacity_note(None) is None and capacity_note({}) is None
+    mamba = capacity_note({**RECORDED, "mamba_cache_mode": "align"})
+    assert mamba is not None and "Mamba" in mamba
+    old = capacity_note({"block_size": "16", "num_gpu_blocks": "100",
+                         "sliding_window": "128"})
+    assert old is not None and "cannot be told" in old
+
+
+def test_whatif_models_the_usable_capacity_of_cache_config_info() -> None:
+    from prefixbench import whatif  # noqa: PLC0415 - whatif's wiring only
+    from prefixbench.metrics import CacheConfig  # noqa: PLC0415
+    from prefixbench.workloads import Workload  # noqa: PLC0415
+
+    assert whatif.server_capacity(CacheConfig.from_labels(RECORDED)) == (8191, None)
+    assert whatif.server_capacity(None) == (None, None)
+    w = Workload.from_dict({"name": "w", "prefix_repetition_prefix_len": 64,
+                            "prefix_repetition_suffix_len": 30,
+                            "prefix_repetition_num_prefixes": 4,
+                            "prefix_repetition_output_len": 8, "num_prompts": 40,
+                            "max_concurrency": 1})
+    small = CacheConfig.from_labels({**RECORDED, "block_size": "16", "num_gpu_blocks": "20",
+                                     "kv_cache_max_concurrency": "None"})
+    pred = whatif.predict(w, block_size=16, cache_config=small)
+    assert pred.capacity_blocks == 19 and pred.note is None
+    assert pred == whatif.predict(w, block_size=16, capacity_blocks=19)
+    assert pred.evicted_blocks > 0
+    hybrid = whatif.predict(w, block_size=16, cache_config=CacheConfig.from_labels(HYBRID_16))
+    assert hybrid.capacity_blocks is None and hybrid.evicted_blocks == 0
+    assert hybrid.note is not None and "hybrid KV-cache manager is on" in hybrid.note
+    assert hybrid.ratio == whatif.predict(w, block_size=16).ratio

