@@ -115,6 +115,13 @@ def prefixbench_hf_download_argv(settings: Mapping[str, Any], hf: str) -> list[s
     return provision.hf_download_argv(settings, hf)
 
 
+def prefixbench_gate(shown: Mapping[str, Any], fail_on: Sequence[str]) -> str:
+    """Why the report phase must fail (prefixbench_fail_on), in one line; "" when not."""
+    from prefixbench.report.phase import gate  # noqa: PLC0415 - the report phase only
+
+    return gate(dict(shown), list(fail_on))
+
+
 def prefixbench_pending_items(settings: Mapping[str, Any], run_dir: str, host: str,
                               configuration: str) -> list[dict[str, Any]]:
     """The benches of one server not yet in the run directory (what a resume runs)."""
@@ -153,6 +160,7 @@ class FilterModule:
             "prefixbench_fingerprint": prefixbench_fingerprint,
             "prefixbench_pip_args": prefixbench_pip_args,
             "prefixbench_pip_plan": prefixbench_pip_plan,
+            "prefixbench_gate": prefixbench_gate,
             "prefixbench_python_problem": prefixbench_python_problem,
             "prefixbench_hf_download_argv": prefixbench_hf_download_argv,
             "prefixbench_tiktoken_downloads": prefixbench_tiktoken_downloads,

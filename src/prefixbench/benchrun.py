@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixbench import __version__, metrics, sweep
+from prefixbench.cachesim import usable_blocks
 from prefixbench.custom import PreparedPrompts, check_file, prepare, write_prepared
 from prefixbench.results import (
     BenchmarkRecord,
@@ -196,7 +197,8 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
     if req.workload.is_custom:
         expected = custom_expected(
             req, block_size=block_size,
-            capacity_blocks=config.num_gpu_blocks if config is not None else None,
+            capacity_blocks=usable_blocks(config.num_gpu_blocks) if config is not None
+            else None,
             prompts_file=prepared.path if prepared is not None else None,
             tokenizer=tokenizer_dir(run_dir) if run_dir is not None else None)
     elif block_size:

@@ -28,6 +28,8 @@ from prefixbench.runview import (
     EXIT_ANSIBLE,
     EXIT_ERROR,
     EXIT_FAILED,
+    EXIT_INCOMPLETE,
+    EXIT_INCONCLUSIVE,
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_USAGE,
@@ -35,6 +37,7 @@ from prefixbench.runview import (
     exit_code,
     regression_lines,
     summary_lines,
+    summary_outcome,
 )
 
 __all__ = ["RunRequest", "build_parser", "main", "parse_extravars", "run_request"]
@@ -43,13 +46,18 @@ PROG = "prefixbench"
 
 EXIT_CODES = f"""\
 exit codes:
-  {EXIT_OK}  success: every verdict passed (or is UNKNOWN), no regression
+  {EXIT_OK}  success: every judged verdict passed (criteria with no workload are NOT_RUN),
+     no regression
   {EXIT_ERROR}  the simulated fleet (sim) failed
   {EXIT_USAGE}  usage or input error (bad arguments, missing inventory or run directory)
   {EXIT_FAILED}  a confirmation verdict failed (run, report)
   {EXIT_REGRESSION}  regression against the reference run (run --reference, compare)
   {EXIT_ANSIBLE}  run: the ansible run failed (a task failed outside the report, a host was
      unreachable, ansible-runner could not start); report --upload: the upload failed
+  {EXIT_INCONCLUSIVE}  a verdict is INCONCLUSIVE: its interval straddles the threshold (the
+     verdict says about how many repetitions would decide it) or a result it needs is missing
+  {EXIT_INCOMPLETE}  the run is incomplete: a bench failed and has no result; rerun with the
+     same --run-id to run only what is missing
 """
 
 #: Repository holding benchmark.yml and ansible.cfg (the editable install lives in it).
@@ -140,7 +148,8 @@ def _whatif_parser(sub: Any) -> None:
     whatif.add_argument("--block-size", type=int, default=128,
                         help="KV block size of the server (vllm:cache_config_info; default 128)")
     whatif.add_argument("--capacity-blocks", type=int, metavar="N",
-                        help="KV capacity in blocks (num_gpu_blocks; default unbounded)")
+                        help="usable KV capacity in blocks: the server's num_gpu_blocks - 1 "
+                        "(block 0 is vLLM's null block); default unbounded")
     whatif.add_argument("--seed", type=int, help="vllm bench serve --seed (default 0, or "
                         "the workload's)")
     whatif.add_argument("--no-shuffle", action="store_true",
@@ -295,12 +304,13 @@ def _run(req: RunRequest, out: TextIO, err: TextIO) -> int:
 
     run_dir = Path(view.run_dir) if view.run_dir else (
         req.project_dir / "results" / req.run_id if req.run_id else None)
-    summary_failed: bool | None = None
+    outcome: int | None = None
     regressed = False
     if run_dir is not None:
         summary = _fresh_json(run_dir / "summary.json", started)
         if summary is not None:
-            lines, summary_failed = summary_lines(summary)
+            lines, _ = summary_lines(summary)
+            outcome = summary_outcome(summary)
             print("== verdicts (summary.json)", file=out)
             for line in lines:
                 print(line, file=out)
@@ -317,7 +327,7 @@ def _run(req: RunRequest, out: TextIO, err: TextIO) -> int:
             for line in regression_lines(comparison or {}):
                 regressed = True
                 print(line, file=out)
-    code = exit_code(view, runner_status=status, rc=rc, summary_failed=summary_failed,
+    code = exit_code(view, runner_status=status, rc=rc, outcome=outcome,
                      regressed=regressed)
     artifacts = Path(private) / "artifacts"
     if code == EXIT_OK:

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench import experiment, rules
+from prefixbench import criteria, experiment, rules
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
@@ -53,9 +53,11 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
 
 
 def workload_lines(settings: Mapping[str, Any]) -> list[str]:
-    """One line per workload: its shape and the tutorial's expected hit ratio."""
+    """One line per workload (its shape and the tutorial's expected hit ratio), then
+    which workload serves each of the tutorial's confirmation criteria."""
     lines = []
-    for w in experiment.workloads_of(settings):
+    workloads = experiment.workloads_of(settings)
+    for w in workloads:
         rate = "inf" if w.request_rate == float("inf") else f"{w.request_rate:g}/s"
         if w.is_custom:
             out = "per line" if w.custom_output_len == -1 else str(w.custom_output_len)
@@ -71,7 +73,7 @@ def workload_lines(settings: Mapping[str, Any]) -> list[str]:
             f"{w.num_prompts} prompts, out {w.prefix_repetition_output_len}, "
             f"c={w.max_concurrency or 'unbounded'}, rate {rate}; expected hit ratio "
             f"{w.tutorial_ratio() * 100:.1f}% (before block alignment)")
-    return lines
+    return lines + criteria.assign(workloads).lines()
 
 
 def render(plans: Sequence[HostPlan]) -> list[str]:

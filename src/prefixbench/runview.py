@@ -23,6 +23,8 @@ __all__ = [
     "EXIT_ANSIBLE",
     "EXIT_ERROR",
     "EXIT_FAILED",
+    "EXIT_INCOMPLETE",
+    "EXIT_INCONCLUSIVE",
     "EXIT_OK",
     "EXIT_REGRESSION",
     "EXIT_USAGE",
@@ -42,6 +44,8 @@ EXIT_USAGE: Final = 2
 EXIT_FAILED: Final = 3
 EXIT_REGRESSION: Final = 4
 EXIT_ANSIBLE: Final = 5
+EXIT_INCONCLUSIVE: Final = 6
+EXIT_INCOMPLETE: Final = 7
 
 #: Phases in the order a run goes through them (play names start with ``<Phase> |``).
 PHASES: Final = ("Preflight", "Run", "Provision", "Deploy", "Bench", "Report")
@@ -315,7 +319,7 @@ def summary_lines(summary: Mapping[str, Any]) -> tuple[list[str], bool]:
         lines += [f"    FAIL {v.get('name')}: {_short(v.get('detail', ''))}"
                   for v in verdicts if v.get("status") == "FAIL"]
     failed = failed or summary.get("status") == "FAIL"
-    lines.insert(0, f"overall: {summary.get('status', 'UNKNOWN')}")
+    lines.insert(0, f"overall: {summary.get('status', 'unknown')}")
     return lines, failed
 
 
@@ -328,14 +332,35 @@ def regression_lines(comparison: Mapping[str, Any]) -> list[str]:
             f"{comparison.get('reference_run_id', '?')}: {', '.join(regressions)}"]
 
 
+def outcome_code(status: str, failures: int) -> int:
+    """The exit code a run's summary calls for: a failed verdict first, then missing
+    results (failed benches), then an inconclusive verdict."""
+    if status == "FAIL":
+        return EXIT_FAILED
+    if failures:
+        return EXIT_INCOMPLETE
+    if status == "INCONCLUSIVE":
+        return EXIT_INCONCLUSIVE
+    return EXIT_OK
+
+
+def summary_outcome(summary: Mapping[str, Any]) -> int:
+    """The exit code a ``summary.json`` calls for (:func:`outcome_code`)."""
+    if "points" in summary:  # a sweep: its points' verdicts
+        return EXIT_FAILED if summary.get("status") == "FAIL" else EXIT_OK
+    return outcome_code(str(summary.get("status", "")), len(summary.get("failures") or []))
+
+
 def exit_code(view: LiveView, *, runner_status: str, rc: int | None,
-              summary_failed: bool | None, regressed: bool) -> int:
+              outcome: int | None, regressed: bool) -> int:
     """The exit code of ``prefixbench run``.
 
     5 when a host was unreachable, a task failed outside the Report phase, or
     ansible-playbook failed without a summary to explain it (or timed out / was
-    canceled); else 3 when a verdict failed; else 4 on a regression; else 0 when
-    ansible-playbook succeeded and 5 when it did not.
+    canceled); else the summary's outcome when it is 3 (a verdict failed) or 7 (benches
+    without a result); else 4 on a regression; else 6 when a verdict is inconclusive;
+    else 0. The Report phase's own gate (prefixbench_fail_on) failing is explained by
+    the summary, so it does not count as an ansible failure.
     """
     ansible_ok = runner_status == "successful" and rc == 0
     if view.unreachable or runner_status in ("timeout", "canceled"):
@@ -343,8 +368,12 @@ def exit_code(view: LiveView, *, runner_status: str, rc: int | None,
     still_failed = set(view.failed_hosts)
     if any(p != REPORT_PHASE for h, p in view.failures if h in still_failed):
         return EXIT_ANSIBLE
-    if summary_failed:
-        return EXIT_FAILED
+    if outcome in (EXIT_FAILED, EXIT_INCOMPLETE):
+        return outcome
     if regressed:
         return EXIT_REGRESSION
+    if outcome == EXIT_INCONCLUSIVE:
+        return EXIT_INCONCLUSIVE
+    if outcome is not None:
+        return EXIT_OK
     return EXIT_OK if ansible_ok else EXIT_ANSIBLE

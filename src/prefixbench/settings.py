@@ -111,6 +111,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             maximum=2**31),
     Setting("prefixbench_bench_timeout", "int", "Seconds one `vllm bench serve` may take "
             "before it is stopped and marked failed.", 3600, minimum=30),
+    Setting("prefixbench_fail_on", "list_str", "Outcomes that end the run non-zero once the "
+            "report is written: fail (a FAIL verdict), failed_bench (a bench without a "
+            "result), inconclusive (an INCONCLUSIVE verdict). Empty: never.",
+            ["fail", "failed_bench"], choices=("fail", "failed_bench", "inconclusive")),
     Setting("prefixbench_skip_provision", "bool", "Skip the provision phase (hosts already "
             "provisioned, e.g. a DLAMI with the pinned versions).", False),
     Setting("prefixbench_sweep_segment_sizes", "list_int", "Segment-size sweep: one "

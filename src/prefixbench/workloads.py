@@ -73,6 +73,8 @@ _PREFIX_KEYS: Final = frozenset({
     "prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
     "prefix_repetition_num_prefixes", "prefix_repetition_output_len"})
 _CUSTOM_KEYS: Final = frozenset({"dataset_path", "custom_output_len"})
+#: Values of :attr:`Workload.criterion` ("" = inferred; see prefixbench.criteria).
+CRITERIA: Final = ("", "high_overlap", "no_overlap", "sustained", "none")
 
 
 class WorkloadError(ValueError):
@@ -113,6 +115,10 @@ class Workload:
     dataset_path: str | None = None
     #: custom only: ``--custom-output-len``; -1 uses each line's ``output_tokens``.
     custom_output_len: int = 256
+    #: Which of the tutorial's confirmation criteria this workload serves
+    #: (:mod:`prefixbench.criteria`): ``high_overlap``, ``no_overlap``, ``sustained``,
+    #: ``none``; empty: inferred from the workload's parameters, never from its name.
+    criterion: str = ""
 
     def __post_init__(self) -> None:
         where = f"workload {self.name!r}"
@@ -173,6 +179,10 @@ class Workload:
             raise WorkloadError(f"{where}: seed must be in [0, 2**32)")
         if self.ready_check_timeout_sec is not None and self.ready_check_timeout_sec < 0:
             raise WorkloadError(f"{where}: ready_check_timeout_sec must be >= 0")
+        if self.criterion not in CRITERIA:
+            raise WorkloadError(f"{where}: criterion must be one of "
+                                f"{', '.join(c or repr(c) for c in CRITERIA)}, not "
+                                f"{self.criterion!r}")
 
     # -- derived --------------------------------------------------------------------
     @property

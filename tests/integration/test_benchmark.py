@@ -54,7 +54,10 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     out, _ = proc.communicate(timeout=600)
     wall = time.monotonic() - start
     assert killed, "the victim never reached its cached phase\n" + out[-5000:]
-    assert proc.returncode == 0, out[-8000:]
+    # A bench without a result ends the run non-zero, after the report is written.
+    assert proc.returncode != 0, out[-8000:]
+    assert "bench(es) without a result" in out, out[-8000:]
+    assert f"failed: {victim.name} cached/" in out, out[-8000:]
 
     layout = RunLayout(results, RUN_ID)
     done = layout.completed()

@@ -18,7 +18,7 @@ from typing import Any
 
 from prefixbench.metrics import delta, extract_signals
 from prefixbench.results import BenchmarkRecord, ResultKey, RunLayout, write_json_atomic
-from prefixbench.workloads import tutorial_workloads
+from prefixbench.workloads import Workload, tutorial_workloads
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 BLOCK_SIZE = 128
@@ -79,6 +79,20 @@ def fingerprint(host: str, **changes: Any) -> dict[str, Any]:
     return data
 
 
+def with_ttfts(bench: Mapping[str, Any]) -> dict[str, Any]:
+    """A fixture bench with per-request TTFTs (seconds), which the recorded files predate
+    (they keep ``latencies`` only): the latencies scaled so that their median is the
+    recorded ``median_ttft_ms``, which keeps each request's rank. A test double of what
+    ``--save-detailed`` saves."""
+    out = dict(bench)
+    lat = sorted(bench["latencies"])
+    mid = len(lat) // 2
+    med = lat[mid] if len(lat) % 2 else (lat[mid - 1] + lat[mid]) / 2
+    scale = bench["median_ttft_ms"] / 1000 / med
+    out["ttfts"] = [x * scale for x in bench["latencies"]]
+    return out
+
+
 def make_run(
     root: Path,
     hosts: Sequence[str] = ("host-a",),
@@ -88,13 +102,22 @@ def make_run(
     benches: Sequence[tuple[str, str]] = BENCHES,
     transform: Callable[[str, str, str, int, dict[str, Any]], dict[str, Any]] | None = None,
     fingerprints: Mapping[str, dict[str, Any]] | None = None,
+    ttfts: bool = True,
+    renames: Mapping[str, str] | None = None,
 ) -> Path:
     """Write ``root/run_id`` with every host running the fixture benches.
 
-    ``transform(host, configuration, workload, rep, bench)`` may alter a bench result.
+    ``transform(host, configuration, workload, rep, bench)`` may alter a bench result;
+    ``ttfts`` adds per-request TTFTs (:func:`with_ttfts`); ``renames`` gives workloads
+    other names (the criteria must not depend on them). A bench named in ``benches``
+    without a recorded fixture (``baseline/sustained_c4``) is built by ``transform``
+    from the cached one.
     """
     layout = RunLayout(root, run_id)
-    workloads = {w.name: w.with_seed(0) for w in tutorial_workloads()}
+    names = dict(renames or {})
+    workloads = {w.name: Workload.from_dict({**w.to_dict(), "name": names.get(w.name, w.name)}
+                                            ).with_seed(0)
+                 for w in tutorial_workloads()}
     write_json_atomic(layout.run_dir / "run.json", {
         "schema_version": 1, "run_id": run_id, "started_at": "2026-11-29T08:00:00+00:00",
         "ended_at": "2026-11-29T09:00:00+00:00", "bundle_version": "0.1.0",
@@ -106,14 +129,17 @@ def make_run(
         fp = (fingerprints or {}).get(host) or fingerprint(host)
         write_json_atomic(layout.run_dir / host / "fingerprint.json", fp)
         for conf, wl in benches:
-            d = fixture_delta(conf, wl)
+            recorded = conf if (FIXTURES / f"{conf}_{wl}.json").exists() else "cached"
+            d = fixture_delta(recorded, wl)
             w = workloads[wl]
             for rep in range(1, repetitions + 1):
-                bench = fixture_bench(conf, wl)
+                bench = fixture_bench(recorded, wl)
+                if ttfts:
+                    bench = with_ttfts(bench)
                 if transform is not None:
                     bench = transform(host, conf, wl, rep, bench)
                 layout.write_result(BenchmarkRecord(
-                    key=ResultKey(host, conf, wl, rep), seed=0, bundle_version="0.1.0",
+                    key=ResultKey(host, conf, w.name, rep), seed=0, bundle_version="0.1.0",
                     started_at="2026-11-29T08:00:00+00:00",
                     ended_at="2026-11-29T08:01:00+00:00", bench=bench,
                     workload=w.to_dict(), metrics_delta=d.to_dict(),

@@ -191,7 +191,7 @@ def test_recorded_failed_and_unreachable_run() -> None:
     assert all(row in text for row in view.host_table())
     assert "Bench, FAILED at 'Fail on h2': boom" in view.host_table()[1]
     rec = recording("failed_and_unreachable")
-    assert exit_code(view, runner_status=rec["status"], rc=rec["rc"], summary_failed=None,
+    assert exit_code(view, runner_status=rec["status"], rc=rec["rc"], outcome=None,
                      regressed=False) == 5
 
 
@@ -204,13 +204,13 @@ def test_recorded_run_with_a_failed_verdict() -> None:
     assert failed
     assert lines[0] == "overall: FAIL"
     assert any(line.startswith("    FAIL lower_ttft:") for line in lines)
-    assert exit_code(view, runner_status=rec["status"], rc=rec["rc"], summary_failed=failed,
+    assert exit_code(view, runner_status=rec["status"], rc=rec["rc"], outcome=3 if failed else 0,
                      regressed=False) == 3
-    assert exit_code(view, runner_status=rec["status"], rc=rec["rc"], summary_failed=False,
+    assert exit_code(view, runner_status=rec["status"], rc=rec["rc"], outcome=0,
                      regressed=True) == 4
-    assert exit_code(view, runner_status=rec["status"], rc=rec["rc"], summary_failed=False,
+    assert exit_code(view, runner_status=rec["status"], rc=rec["rc"], outcome=0,
                      regressed=False) == 0
-    assert exit_code(view, runner_status="timeout", rc=254, summary_failed=False,
+    assert exit_code(view, runner_status="timeout", rc=254, outcome=0,
                      regressed=False) == 5
 
 
@@ -254,10 +254,10 @@ def test_failure_only_in_report_with_failed_verdicts_is_3() -> None:
                  task="Refuse failed verdicts", res={"msg": "2 verdicts failed"}))
     view.feed(ev("playbook_on_stats", 2, failures={"localhost": 1}, dark={}))
     assert view.failures == [("localhost", "Report")]
-    assert exit_code(view, runner_status="failed", rc=2, summary_failed=True,
+    assert exit_code(view, runner_status="failed", rc=2, outcome=3,
                      regressed=False) == 3
     # ... but without a summary to explain it, the run failed.
-    assert exit_code(view, runner_status="failed", rc=2, summary_failed=None,
+    assert exit_code(view, runner_status="failed", rc=2, outcome=None,
                      regressed=False) == 5
 
 
@@ -269,7 +269,7 @@ def test_rescued_failure_does_not_count() -> None:
     view.feed(ev("playbook_on_stats", 2, failures={}, rescued={"a": 1}))
     assert view.failed_hosts == []
     assert view.hosts["a"].status == "done"
-    assert exit_code(view, runner_status="successful", rc=0, summary_failed=False,
+    assert exit_code(view, runner_status="successful", rc=0, outcome=0,
                      regressed=False) == 0
 
 
@@ -277,7 +277,7 @@ def test_unreachable_in_recap_only_is_5() -> None:
     view = LiveView()
     view.feed(ev("playbook_on_stats", 1, dark={"b": 1}, failures={}))
     assert view.unreachable == ["b"]
-    assert exit_code(view, runner_status="failed", rc=4, summary_failed=False,
+    assert exit_code(view, runner_status="failed", rc=4, outcome=0,
                      regressed=False) == 5
 
 

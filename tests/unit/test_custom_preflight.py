@@ -37,9 +37,13 @@ def test_rules_check_the_prompts_file(tmp_path: Path) -> None:
 def test_plan_line_of_a_custom_workload(tmp_path: Path) -> None:
     lines = plan.workload_lines({"prefixbench_workloads": [
         custom(tmp_path / "p.jsonl", custom_output_len=-1, max_concurrency=2)]})
-    assert lines == [f"workload mine: your prompts from {tmp_path / 'p.jsonl'}, all prompts, "
-                     f"out per line, c=2, rate inf; expected hit ratio predicted after the "
-                     f"run (prefixbench whatif)"]
+    assert lines[0] == (f"workload mine: your prompts from {tmp_path / 'p.jsonl'}, all "
+                        f"prompts, out per line, c=2, rate inf; expected hit ratio predicted "
+                        f"after the run (prefixbench whatif)")
+    # Your own prompts serve no criterion unless declared: the plan says so.
+    assert [ln.split(" (")[0] for ln in lines[1:]] == [
+        "criterion high_overlap", "criterion no_overlap", "criterion sustained"]
+    assert all("not run" in ln for ln in lines[1:])
 
 
 def test_whatif_command(tmp_path: Path) -> None:

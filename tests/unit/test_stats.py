@@ -135,3 +135,37 @@ def test_split_checks_lengths_and_drops_failed_requests() -> None:
     assert split.warm == [2.0]
     assert split.cold_indices == [0]
     assert split.to_dict()["cold_indices"] == [0]
+
+
+def test_paired_interval_holds_the_true_ratio_and_pairing_narrows_it() -> None:
+    import random  # noqa: PLC0415
+
+    from prefixbench.stats import paired_ratio_interval  # noqa: PLC0415
+
+    rng = random.Random(7)  # noqa: S311 - test data
+    # Prompts of very different lengths: the per-request spread is large, but each
+    # cached request is 0.6 x its own baseline request (plus small noise).
+    base = [[rng.uniform(50, 500) for _ in range(60)]]
+    cached = [[x * 0.6 * rng.uniform(0.97, 1.03) for x in base[0]]]
+    iv = paired_ratio_interval(base, cached)
+    assert iv is not None and iv.low < 0.6 < iv.high and iv.pairs == 60
+    # The same values with the pairing lost (another order on one side) are wider.
+    shuffled = [[*reversed(cached[0]), cached[0][0]]]
+    unpaired = paired_ratio_interval(base, shuffled)
+    assert unpaired is not None
+    assert unpaired.high - unpaired.low > 1.5 * (iv.high - iv.low)
+    # Deterministic: the same data, the same interval.
+    assert paired_ratio_interval(base, cached) == iv
+    # A failed request (None) drops its pair only.
+    holed = [[None, *cached[0][1:]]]
+    assert paired_ratio_interval(base, holed).pairs == 59  # type: ignore[union-attr]
+
+
+def test_repetitions_to_decide_scales_with_the_square_of_the_width() -> None:
+    from prefixbench.stats import RatioInterval, repetitions_to_decide  # noqa: PLC0415
+
+    iv = RatioInterval(estimate=0.80, low=0.70, high=0.95, confidence=0.95,
+                       repetitions=2, pairs=100)
+    # Half-width 0.15 on the threshold's side, gap 0.10: 2 x (0.15 / 0.10)^2 = 4.5 -> 5.
+    assert repetitions_to_decide(iv, 0.90) == 5
+    assert repetitions_to_decide(iv, 0.80) is None  # the estimate sits on the threshold

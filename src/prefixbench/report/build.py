@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from prefixbench import criteria
 from prefixbench.fingerprint import (
     Fingerprint,
     FingerprintError,
@@ -23,15 +24,12 @@ from prefixbench.fingerprint import (
     group_by_identity,
 )
 from prefixbench.metrics import SignalsDelta
+from prefixbench.report import verdicts
 from prefixbench.report.model import (
     BASELINE,
     CACHED,
-    FAIL,
     HIGH_OVERLAP,
     NO_OVERLAP,
-    PASS,
-    SUSTAINED,
-    UNKNOWN,
     Agg,
     BenchSummary,
     ColdWarm,
@@ -42,13 +40,11 @@ from prefixbench.report.model import (
     HitDeparture,
     HostSummary,
     Issue,
-    Status,
     Step7,
     Step7Row,
     Step9Row,
     Summary,
     Thresholds,
-    Verdict,
     agg,
 )
 from prefixbench.results import BenchmarkRecord, BenchResultError, FailureRecord
@@ -244,6 +240,8 @@ class _RecordView:
     per_request_source: str | None
     note: str | None
     predicted: Prediction | None = None
+    #: Per-request TTFT (ms) in send order, None for a failed request ("ttfts" only).
+    ttft_aligned: tuple[float | None, ...] = ()
 
 
 def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_dir: Path,
@@ -265,7 +263,7 @@ def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_di
         else workload.with_seed(record.seed)
     prompts = run_dir / "prompts" / f"{workload.name}.jsonl"
     return predict(seeded, block_size=int(block),
-                   capacity_blocks=cfg.num_gpu_blocks if cfg else None,
+                   cache_config=cfg,
                    prompts_file=prompts if prompts.is_file() else None,
                    tokenizer_dir=tokenizer_dir(run_dir))
 
@@ -298,6 +296,7 @@ def _view(record: BenchmarkRecord, known: Mapping[str, Workload],
     pre = _num(m.get("preemptions"))
     values, cold, source, note = _per_request(record, w, queries)
     return _RecordView(
+        ttft_aligned=_ttft_aligned(record),
         record=record, workload=w, hit_ratio_queries=hq, hit_ratio_by_source=hs,
         hit_tokens=hits, query_tokens=queries, expected_block_aligned=exp_block,
         expected_tutorial=exp_tut, block_size=block_size,
@@ -307,6 +306,19 @@ def _view(record: BenchmarkRecord, known: Mapping[str, Workload],
         kv_cache_usage=d.kv_cache_usage_after if d is not None else None,
         per_request_ms=values, per_request_cold=cold, per_request_source=source, note=note,
         predicted=None if run_dir is None else record_prediction(record, w, run_dir))
+
+
+def _ttft_aligned(record: BenchmarkRecord) -> tuple[float | None, ...]:
+    """Every request's TTFT in ms, in send order; None where the request failed."""
+    try:
+        detail = record.bench_result.detail
+    except BenchResultError:
+        return ()
+    if detail.ttfts is None:
+        return ()
+    ok = detail.succeeded
+    return tuple(v * 1000.0 if good else None
+                 for v, good in zip(detail.ttfts, ok, strict=False))
 
 
 def _per_request(
@@ -419,7 +431,8 @@ def _bench_summary(views: Sequence[_RecordView]) -> BenchSummary:
         per_request_cold=tuple(colds) if cold_warm is not None else (),
         notes=tuple(notes),
         predicted_hit_ratio=agg([p.ratio for p in predictions]),
-        prediction_note="; ".join(prediction_notes) or None)
+        prediction_note="; ".join(prediction_notes) or None,
+        ttft_by_rep=tuple(v.ttft_aligned for v in views if v.ttft_aligned))
 
 
 # -- tables --------------------------------------------------------------------------------
@@ -436,17 +449,18 @@ def _med(a: Agg | None) -> float | None:
     return None if a is None else a.median
 
 
-def _step7(benches: Mapping[tuple[str, str], BenchSummary]) -> Step7:
+def _step7(host: HostView) -> Step7:
     rows = []
-    for label, conf, wl in STEP7_ROWS:
-        b = benches.get((conf, wl))
-        rows.append(Step7Row(label=label, configuration=conf, workload=wl,
+    for label, conf, role in STEP7_ROWS:
+        b = host.role(conf, role)
+        rows.append(Step7Row(label=label, configuration=conf,
+                             workload=host.roles.get(role, role),
                              median_ttft_ms=None if b is None else b.median_ttft_ms,
                              output_throughput=None if b is None else b.output_throughput))
     reduction: dict[str, float | None] = {}
     gain: dict[str, float | None] = {}
     for wl in (HIGH_OVERLAP, NO_OVERLAP):
-        base, cached = benches.get((BASELINE, wl)), benches.get((CACHED, wl))
+        base, cached = host.role(BASELINE, wl), host.role(CACHED, wl)
         bt = _med(base.median_ttft_ms) if base else None
         ct = _med(cached.median_ttft_ms) if cached else None
         reduction[wl] = (1 - ct / bt) * 100 if bt and ct is not None else None
@@ -473,138 +487,12 @@ def _step9(benches: Sequence[BenchSummary]) -> tuple[Step9Row, ...]:
     return tuple(rows)
 
 
-# -- verdicts -------------------------------------------------------------------------------
-
-def _range(a: Agg | None) -> str:
-    if a is None:
-        return "n/a"
-    if a.n == 1:
-        return f"{a.median:.1f}"
-    return f"{a.median:.1f} (min {a.min:.1f}, max {a.max:.1f}, n={a.n})"
-
-
-def _verdict_lower_ttft(host: HostView, t: Thresholds) -> Verdict:
-    name = "high_overlap_ttft_lower"
-    crit = ("The high-overlap workload shows measurably lower median TTFT compared to the "
-            "baseline.")
-    thr = (f"cached median TTFT <= {t.lower_ttft_max_ratio:.2f} x baseline; with >1 "
-           f"repetition each, slowest cached repetition < fastest baseline repetition")
-    base, cached = host.get(BASELINE, HIGH_OVERLAP), host.get(CACHED, HIGH_OVERLAP)
-    b = base.median_ttft_ms if base else None
-    c = cached.median_ttft_ms if cached else None
-    if b is None or c is None:
-        missing = [n for n, x in (("baseline/high_overlap", b), ("cached/high_overlap", c))
-                   if x is None]
-        return Verdict(name, crit, thr, UNKNOWN, f"missing: {', '.join(missing)}")
-    ratio = c.median / b.median if b.median else math.inf
-    separated = c.max < b.min if (b.n > 1 and c.n > 1) else None
-    ok = ratio <= t.lower_ttft_max_ratio and separated is not False
-    detail = (f"cached {_range(c)} ms vs baseline {_range(b)} ms: ratio {ratio:.3f} "
-              f"({(1 - ratio) * 100:.1f}% reduction)")
-    if separated is False:
-        detail += "; repetition ranges overlap (within noise)"
-    if b.n == 1 or c.n == 1:
-        detail += "; single repetition: noise not measured"
-    return Verdict(name, crit, thr, PASS if ok else FAIL, detail, {
-        "baseline_median_ttft_ms": b.median, "cached_median_ttft_ms": c.median,
-        "ratio": ratio, "ttft_reduction_pct": (1 - ratio) * 100,
-        "baseline_min_ms": b.min, "cached_max_ms": c.max})
-
-
-def _verdict_no_overlap(host: HostView, t: Thresholds) -> Verdict:
-    name = "no_overlap_no_regression"
-    crit = ("The no-overlap workload shows no meaningful TTFT difference (confirms no "
-            "regression from enabling caching).")
-    thr = (f"cached median TTFT no more than {t.no_overlap_max_rel_diff:.0%} above "
-           "baseline's (a regression is what the criterion guards against)")
-    base, cached = host.get(BASELINE, NO_OVERLAP), host.get(CACHED, NO_OVERLAP)
-    b = base.median_ttft_ms if base else None
-    c = cached.median_ttft_ms if cached else None
-    if b is None or c is None:
-        missing = [n for n, x in (("baseline/no_overlap", b), ("cached/no_overlap", c))
-                   if x is None]
-        return Verdict(name, crit, thr, UNKNOWN, f"missing: {', '.join(missing)}")
-    rel = c.median / b.median - 1 if b.median else math.inf
-    ok = rel <= t.no_overlap_max_rel_diff
-    detail = f"cached {_range(c)} ms vs baseline {_range(b)} ms: {rel * 100:+.1f}%"
-    if rel < -t.no_overlap_max_rel_diff:
-        detail += ("; cached is faster, which is no regression: on a workload with nothing "
-                   "to reuse a gap this size is run-to-run noise, measure it with "
-                   "prefixbench_repetitions >= 3")
-    return Verdict(name, crit, thr, PASS if ok else FAIL, detail, {
-        "baseline_median_ttft_ms": b.median, "cached_median_ttft_ms": c.median,
-        "rel_diff": rel})
-
-
-def _verdict_hit_rate(host: HostView, t: Thresholds) -> Verdict:
-    name = "hit_rate_matches_expected"
-    crit = ("The Prometheus cache hit rate matches the expected ratio derived from "
-            "num_prefixes, num_prompts, prefix_len and suffix_len.")
-    thr = (f"both signals within {t.hit_ratio_max_abs_diff * 100:.1f} percentage point(s) "
-           f"of the block-aligned expectation, cached high_overlap and no_overlap")
-    numbers: dict[str, float | str | None] = {}
-    parts: list[str] = []
-    status: Status = PASS
-    for wl in (HIGH_OVERLAP, NO_OVERLAP):
-        b = host.get(CACHED, wl)
-        exp = b.expected_block_aligned if b else None
-        if b is None or exp is None:
-            status = UNKNOWN if status == PASS else status
-            parts.append(f"{wl}: {'missing' if b is None else 'no expectation (block size)'}")
-            continue
-        numbers[f"{wl}_expected_block_aligned"] = exp
-        numbers[f"{wl}_expected_tutorial"] = b.expected_tutorial
-        seen_any = False
-        for sig, a in (("queries", b.hit_ratio_queries), ("by_source", b.hit_ratio_by_source)):
-            if a is None:
-                continue
-            seen_any = True
-            numbers[f"{wl}_{sig}"] = a.median
-            diff = a.median - exp
-            if abs(diff) > t.hit_ratio_max_abs_diff:
-                status = FAIL
-            parts.append(f"{wl} {sig} {a.median * 100:.2f}% vs expected {exp * 100:.2f}% "
-                         f"({diff * 100:+.2f} pp)")
-        if not seen_any:
-            status = UNKNOWN if status == PASS else status
-            parts.append(f"{wl}: no hit-rate signal in the metrics")
-    return Verdict(name, crit, thr, status, "; ".join(parts), numbers)
-
-
-def _verdict_throughput(host: HostView, t: Thresholds) -> Verdict:
-    name = "sustained_throughput_preserved"
-    crit = "Under sustained load, the throughput benefit is preserved."
-    thr = (f"sustained c=4 output throughput >= {t.throughput_min_ratio:g} x cached c=1, "
-           f"or >= {t.rate_bound_fraction:.0%} of the offered load (request_rate x "
-           f"output_len) when the rate caps it")
-    c1, c4 = host.get(CACHED, HIGH_OVERLAP), host.get(CACHED, SUSTAINED)
-    o1 = c1.output_throughput if c1 else None
-    o4 = c4.output_throughput if c4 else None
-    if o1 is None or o4 is None:
-        missing = [n for n, x in (("cached/high_overlap", o1), ("cached/sustained_c4", o4))
-                   if x is None]
-        return Verdict(name, crit, thr, UNKNOWN, f"missing: {', '.join(missing)}")
-    ratio = o4.median / o1.median if o1.median else math.inf
-    offered = c4.offered_output_rate if c4 else None
-    rate_bound = offered is not None and o4.median >= t.rate_bound_fraction * offered
-    ok = ratio >= t.throughput_min_ratio or rate_bound
-    detail = (f"c=4 {_range(o4)} tok/s vs c=1 {_range(o1)} tok/s: ratio {ratio:.2f}")
-    if offered is not None:
-        detail += f"; offered load {offered:.0f} tok/s ({o4.median / offered:.0%} served)"
-        if rate_bound and ratio < t.throughput_min_ratio:
-            detail += ("; the request rate caps c=4 throughput below c=1, and the server "
-                       "kept up with all of it")
-    return Verdict(name, crit, thr, PASS if ok else FAIL, detail, {
-        "c1_output_throughput": o1.median, "c4_output_throughput": o4.median,
-        "ratio": ratio, "offered_output_rate": offered})
-
-
 # -- issues ----------------------------------------------------------------------------------
 
 def _issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds) -> list[Issue]:
     out: list[Issue] = []
     name = host.name
-    ch = host.get(CACHED, HIGH_OVERLAP)
+    ch = host.role(CACHED, HIGH_OVERLAP)
     if ch is not None:
         ratios = [a.median for a in (ch.hit_ratio_by_source, ch.hit_ratio_queries) if a]
         if (ratios and max(ratios) == 0) or ch.prefix_caching_enabled is False:
@@ -614,7 +502,7 @@ def _issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds) -> l
                 ev += "; vllm:cache_config_info says enable_prefix_caching=False"
             out.append(Issue("zero_hit_rate", "No TTFT improvement: 0% cache hit rate",
                              name, ev, FIX_ZERO_HITS))
-        base = host.get(BASELINE, HIGH_OVERLAP)
+        base = host.role(BASELINE, HIGH_OVERLAP)
         if ratios and max(ratios) > 0 and base and base.median_ttft_ms and ch.median_ttft_ms:
             red = 1 - ch.median_ttft_ms.median / base.median_ttft_ms.median
             if red < t.no_gain_max_reduction:
@@ -641,7 +529,7 @@ def _issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds) -> l
         if signs:
             out.append(Issue("evictions_under_load", "Cache evictions under sustained load",
                              name, f"{b.workload}: " + ", ".join(signs), FIX_EVICTIONS))
-    cn = host.get(CACHED, NO_OVERLAP)
+    cn = host.role(CACHED, NO_OVERLAP)
     if cn is not None and cn.hit_ratio_by_source and cn.hit_ratio_by_source.median > 0 and (
             cn.expected_block_aligned == 0):
         out.append(Issue(
@@ -669,9 +557,15 @@ def _issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds) -> l
 class HostView:
     name: str
     benches: dict[tuple[str, str], BenchSummary]
+    #: Criterion kind -> the workload that serves it (prefixbench.criteria).
+    roles: Mapping[str, str] = field(default_factory=dict)
 
     def get(self, configuration: str, workload: str) -> BenchSummary | None:
         return self.benches.get((configuration, workload))
+
+    def role(self, configuration: str, role: str) -> BenchSummary | None:
+        name = self.roles.get(role)
+        return None if name is None else self.benches.get((configuration, name))
 
 
 def _failure_info(rec: FailureRecord, path: Path, root: Path) -> FailureInfo:
@@ -777,18 +671,18 @@ def build_summary(
         k = v.record.key
         grouped.setdefault(k.host, {}).setdefault((k.configuration, k.workload), []).append(v)
     failures = [_failure_info(f, p, data.run_dir) for f, p in data.failures]
+    roles = dict(criteria.assign(list(known.values())).serving)
     hosts: list[HostSummary] = []
     for host in data.hosts:
         benches = {key: _bench_summary(vs) for key, vs in sorted(grouped.get(host, {}).items())}
-        hv = HostView(host, benches)
+        hv = HostView(host, benches, roles)
         host_failures = [f for f in failures if f.host == host]
-        verdicts = (_verdict_lower_ttft(hv, t), _verdict_no_overlap(hv, t),
-                    _verdict_hit_rate(hv, t), _verdict_throughput(hv, t))
         hosts.append(HostSummary(
-            host=host, benches=tuple(benches.values()), step7=_step7(benches),
-            step9=_step9(list(benches.values())), verdicts=verdicts,
+            host=host, benches=tuple(benches.values()), step7=_step7(hv),
+            step9=_step9(list(benches.values())), verdicts=verdicts.verdicts(hv, t),
             issues=tuple(_issues(hv, host_failures, t)),
-            fingerprint=data.fingerprints.get(host), failures=tuple(host_failures)))
+            fingerprint=data.fingerprints.get(host), failures=tuple(host_failures),
+            roles=roles))
     return Summary(
         run_id=data.run_id, run=data.run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),

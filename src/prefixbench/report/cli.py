@@ -1,9 +1,11 @@
 """``prefixbench report`` and ``prefixbench compare``: argv in, exit code out.
 
-Exit codes: 0 every confirmation verdict passed (or is UNKNOWN) / no regression;
-2 usage or input error (one line on stderr); 3 a confirmation verdict failed (or, with
-``--fleet-gate``, a host was flagged by the fleet checks); 4 regression against the
-reference; 5 the S3 upload failed.
+Exit codes (:func:`outcome_code`; RUNBOOK.md lists them too): 0 every judged confirmation
+verdict passed (criteria with no workload are NOT_RUN) / no regression; 2 usage or input
+error (one line on stderr); 3 a confirmation verdict failed (or, with ``--fleet-gate``, a
+host was flagged by the fleet checks); 4 regression against the reference; 5 the S3
+upload failed; 6 a verdict is INCONCLUSIVE (more repetitions would decide it); 7 the run
+is incomplete: a bench failed and has no result (rerun with the same run id).
 """
 
 from __future__ import annotations
@@ -28,14 +30,19 @@ from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
 from prefixbench.report.upload import UploadError, upload_run
 from prefixbench.report.write import FORMATS, write_outputs
 from prefixbench.results import json_safe
+from prefixbench.runview import (
+    EXIT_FAILED,
+    EXIT_INCOMPLETE,
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+    outcome_code,
+)
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UPLOAD", "EXIT_USAGE",
-           "compare_main", "report_main"]
+__all__ = ["EXIT_FAILED", "EXIT_INCOMPLETE", "EXIT_INCONCLUSIVE", "EXIT_OK", "EXIT_REGRESSION",
+           "EXIT_UPLOAD", "EXIT_USAGE", "compare_main", "outcome_code", "report_main"]
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_FAILED = 3
-EXIT_REGRESSION = 4
 EXIT_UPLOAD = 5
 
 
@@ -112,9 +119,9 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     print(f"overall: {summary.status}", file=out)
     if args.upload and not _upload(prog, args, out, err):
         return EXIT_UPLOAD
-    if summary.failed_verdicts or (args.fleet_gate and fleet.flagged):
+    if args.fleet_gate and fleet.flagged:
         return EXIT_FAILED
-    return EXIT_OK
+    return outcome_code(summary.status, len(summary.failures))
 
 
 def _upload(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> bool:

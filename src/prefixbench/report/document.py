@@ -203,7 +203,8 @@ th,td{border:1px solid #d0d7de;padding:4px 8px;vertical-align:top;text-align:lef
 th{background:#f3f5f8}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .PASS{background:#d9f5dd;color:#135f24;font-weight:600}
 .FAIL{background:#fde0de;color:#8a1a12;font-weight:600}
-.UNKNOWN{background:#fff3cd;color:#6b5200;font-weight:600}
+.INCONCLUSIVE{background:#fff3cd;color:#6b5200;font-weight:600}
+.NOT_RUN{background:#eceff1;color:#37474f;font-weight:600}
 pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-size:12px}
 figure{margin:8px 0 16px}figcaption{font-size:13px;color:#57606a}
 ul{margin:4px 0 12px}code{background:#f3f5f8;padding:0 3px}
@@ -238,7 +239,7 @@ def _html_table(t: Table) -> str:
             cls = []
             if i in t.numeric:
                 cls.append("num")
-            if c in ("PASS", "FAIL", "UNKNOWN"):
+            if c in ("PASS", "FAIL", "INCONCLUSIVE", "NOT_RUN"):
                 cls.append(c)
             attr = f' class="{" ".join(cls)}"' if cls else ""
             cells.append(f"<td{attr}>{html.escape(c)}</td>")

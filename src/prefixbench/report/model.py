@@ -19,11 +19,12 @@ __all__ = [
     "CACHED",
     "FAIL",
     "HIGH_OVERLAP",
+    "INCONCLUSIVE",
+    "NOT_RUN",
     "NO_OVERLAP",
     "PASS",
     "SUMMARY_SCHEMA_VERSION",
     "SUSTAINED",
-    "UNKNOWN",
     "Agg",
     "BenchSummary",
     "ColdWarm",
@@ -49,14 +50,18 @@ SUMMARY_SCHEMA_VERSION: Final = 1
 
 BASELINE: Final = "baseline"
 CACHED: Final = "cached"
+#: The criteria's workload kinds (prefixbench.criteria): not workload names.
 HIGH_OVERLAP: Final = "high_overlap"
 NO_OVERLAP: Final = "no_overlap"
-SUSTAINED: Final = "sustained_c4"
+SUSTAINED: Final = "sustained"
 
-Status = Literal["PASS", "FAIL", "UNKNOWN"]
+Status = Literal["PASS", "FAIL", "INCONCLUSIVE", "NOT_RUN"]
 PASS: Final[Status] = "PASS"  # noqa: S105 - a verdict, not a password
 FAIL: Final[Status] = "FAIL"
-UNKNOWN: Final[Status] = "UNKNOWN"
+#: The interval straddles the threshold, or a result the criterion needs is missing.
+INCONCLUSIVE: Final[Status] = "INCONCLUSIVE"
+#: No workload of the criterion's kind in the run.
+NOT_RUN: Final[Status] = "NOT_RUN"
 
 
 def _f(x: float | None) -> float | None:
@@ -73,7 +78,8 @@ class Thresholds:
     #: lower"); with more than one repetition each side, the slowest cached repetition
     #: must also be faster than the fastest baseline one (outside repetition noise).
     lower_ttft_max_ratio: float = 0.90
-    #: Confirmation 2: |cached / baseline - 1| of the no-overlap median TTFT at most this.
+    #: Confirmation 2: cached / baseline no-overlap median TTFT at most 1 + this (one-sided:
+    #: a regression is what the criterion guards against).
     no_overlap_max_rel_diff: float = 0.10
     #: Confirmation 3: both measured hit ratios within this (absolute, 0.01 = 1 point) of
     #: the block-aligned expectation, on the cached high- and no-overlap runs.
@@ -83,6 +89,13 @@ class Thresholds:
     #: ... or >= this fraction of the offered load (request_rate x output_len): the
     #: server served everything offered, so c=4 throughput is capped by the rate.
     rate_bound_fraction: float = 0.95
+    #: Confirmation 4 (caching's benefit under load): cached / baseline median TTFT of the
+    #: sustained workload at most this ...
+    sustained_ttft_max_ratio: float = 1.0
+    #: ... and cached output throughput at least this x baseline's (unless rate-capped).
+    sustained_throughput_min_ratio: float = 0.95
+    #: Confidence of every timing interval (paired two-stage bootstrap).
+    confidence: float = 0.95
     #: Common issue "hits but no TTFT gain": high-overlap TTFT reduction below this.
     no_gain_max_reduction: float = 0.10
     #: Fleet outliers: |robust z| above this ...
@@ -201,6 +214,9 @@ class BenchSummary:
     #: median over repetitions; ``prediction_note`` says why there is none, or its limits.
     predicted_hit_ratio: Agg | None = None
     prediction_note: str | None = None
+    #: Per-request TTFT (ms) of each repetition in send order, ``None`` for a failed
+    #: request: what the paired intervals are built from (not in summary.json).
+    ttft_by_rep: tuple[tuple[float | None, ...], ...] = ()
 
     @property
     def offered_output_rate(self) -> float | None:
@@ -379,6 +395,8 @@ class HostSummary:
     issues: tuple[Issue, ...]
     fingerprint: Fingerprint | None
     failures: tuple[FailureInfo, ...]
+    #: Criterion kind -> the workload that serves it (prefixbench.criteria).
+    roles: Mapping[str, str] = field(default_factory=dict)
 
     def bench(self, configuration: str, workload: str) -> BenchSummary | None:
         for b in self.benches:
@@ -390,9 +408,13 @@ class HostSummary:
     def status(self) -> Status:
         return overall_status(v.status for v in self.verdicts)
 
+    def role(self, configuration: str, role: str) -> BenchSummary | None:
+        name = self.roles.get(role)
+        return None if name is None else self.bench(configuration, name)
+
     def step8(self) -> tuple[BenchSummary | None, BenchSummary | None]:
-        """Step 8's two runs: cached high_overlap (c=1) and cached sustained_c4."""
-        return self.bench(CACHED, HIGH_OVERLAP), self.bench(CACHED, SUSTAINED)
+        """Step 8's two runs: the cached high-overlap (c=1) and sustained workloads."""
+        return self.role(CACHED, HIGH_OVERLAP), self.role(CACHED, SUSTAINED)
 
     def step8_dict(self) -> dict[str, Any]:
         c1, c4 = self.step8()
@@ -425,16 +447,19 @@ class HostSummary:
             "issues": [i.to_dict() for i in self.issues],
             "fingerprint": None if self.fingerprint is None else self.fingerprint.to_dict(),
             "failures": [f.to_dict() for f in self.failures],
+            "roles": dict(self.roles),
         }
 
 
 def overall_status(statuses: Any) -> Status:
-    seen = list(statuses)
+    """FAIL if any verdict failed, else INCONCLUSIVE if any is, else PASS; NOT_RUN when
+    no criterion was judged at all."""
+    seen = [s for s in statuses if s != NOT_RUN]
     if FAIL in seen:
         return FAIL
-    if not seen or UNKNOWN in seen:
-        return UNKNOWN
-    return PASS
+    if INCONCLUSIVE in seen:
+        return INCONCLUSIVE
+    return PASS if seen else NOT_RUN
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixbench.report.build import build_summary
+from prefixbench.report.model import INCONCLUSIVE, FailureInfo
 from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
 from prefixbench.report.write import FORMATS, write_outputs
 
@@ -26,12 +27,41 @@ def report_run(run_dir: Path) -> dict[str, Any]:
     lines = [f"run {summary.run_id}: overall {summary.status}"]
     for host in summary.hosts:
         for verdict in host.verdicts:
-            lines.append(f"{host.host}: {verdict.status:7} {verdict.name}: {verdict.detail}")
-    lines += [f"failure: {f}" for f in summary.failures]
+            lines.append(f"{host.host}: {verdict.status:12} {verdict.name}: {verdict.detail}")
+    lines += [failure_line(f) for f in summary.failures]
     lines.append(f"report: {run_dir / FORMATS['html']}")
     return {
         "status": summary.status,
         "failed_verdicts": [f"{h}: {v.name}" for h, v in summary.failed_verdicts],
+        "inconclusive_verdicts": [f"{h.host}: {v.name}" for h in summary.hosts
+                                  for v in h.verdicts if v.status == INCONCLUSIVE],
+        "failures": [failure_line(f) for f in summary.failures],
         "written": [str(p) for p in written],
         "lines": lines,
     }
+
+
+def failure_line(f: FailureInfo) -> str:
+    """A failed bench, for people: where, what, and the last line of its log."""
+    last = next((ln.strip() for ln in reversed(f.log_tail.splitlines()) if ln.strip()), "")
+    rc = f" (exit {f.returncode})" if f.returncode is not None else ""
+    tail = f"; last log line: {last}" if last else ""
+    return (f"failed: {f.host} {f.configuration}/{f.workload} rep{f.repetition}: "
+            f"{f.error}{rc}{tail} [{f.path}]")
+
+
+#: What ``prefixbench_fail_on`` may name: outcomes that fail the report phase.
+GATES = ("fail", "failed_bench", "inconclusive")
+
+
+def gate(shown: dict[str, Any], fail_on: list[str]) -> str:
+    """One line saying why the run must end non-zero, or "" when it need not."""
+    reasons = []
+    if "fail" in fail_on and shown.get("failed_verdicts"):
+        reasons.append(f"verdict(s) FAIL: {', '.join(shown['failed_verdicts'])}")
+    if "failed_bench" in fail_on and shown.get("failures"):
+        reasons.append(f"{len(shown['failures'])} bench(es) without a result (rerun with "
+                       "the same prefixbench_run_id to run only those)")
+    if "inconclusive" in fail_on and shown.get("inconclusive_verdicts"):
+        reasons.append(f"verdict(s) INCONCLUSIVE: {', '.join(shown['inconclusive_verdicts'])}")
+    return "; ".join(reasons)

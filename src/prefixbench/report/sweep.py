@@ -189,10 +189,13 @@ def _rows(segment_size: int, summary: Summary) -> list[SweepRow]:
     return rows
 
 
-def _reference_workload(rows: Sequence[SweepRow]) -> str | None:
+def _reference_workload(rows: Sequence[SweepRow], high_overlap: str | None = None
+                        ) -> str | None:
+    """The workload that ranks the points: the one serving the high-overlap criterion
+    (by what it is, prefixbench.criteria), else the one with the highest hit ratio."""
     names = {r.workload for r in rows if r.cached_median_ttft_ms is not None}
-    if HIGH_OVERLAP in names:
-        return HIGH_OVERLAP
+    if high_overlap in names:
+        return high_overlap
     ranked = sorted(((r.hit_ratio or 0.0, r.workload) for r in rows
                      if r.workload in names), reverse=True)
     return ranked[0][1] if ranked else None
@@ -244,7 +247,8 @@ def build_sweep(run_dir: str | Path, *, now: datetime | None = None) -> SweepSum
         points.append(SweepPointSummary(segment_size=_segment_size(d), run_dir=d,
                                         summary=summary))
         rows += _rows(_segment_size(d), summary)
-    reference = _reference_workload(rows)
+    roles = points[0].summary.hosts[0].roles if points and points[0].summary.hosts else {}
+    reference = _reference_workload(rows, roles.get(HIGH_OVERLAP))
     return SweepSummary(
         run_id=str(run.get("run_id") or root.name), run=run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),
