@@ -82,6 +82,11 @@ class ActionModule(ActionBase):
         if out.get("failed"):
             raise _HostError(f"cannot copy the prompts to {dest}: {out.get('msg')}")
 
+    def _service(self, unit: str, task_vars: dict[str, Any]) -> dict[str, str]:
+        out = self._module("ansible.builtin.command",
+                           {"argv": benchrun.service_argv(unit)}, task_vars)
+        return benchrun.parse_service(str(out.get("stdout", "")))
+
     def _journal(self, unit: str, task_vars: dict[str, Any]) -> str:
         out = self._module("ansible.builtin.command",
                            {"argv": ["journalctl", "--unit", unit, "--lines", "200",
@@ -125,6 +130,7 @@ class ActionModule(ActionBase):
             if req.workload.is_custom:
                 prepared = benchrun.prepare_prompts(req, run_dir)
                 req = prepared.request
+            service_before = self._service(args["unit"], task_vars)
             before = self._metrics(req.base_url, task_vars)
             tmpdir = self._module("ansible.builtin.tempfile",
                                   {"state": "directory", "prefix": "prefixbench."}, task_vars)
@@ -147,6 +153,10 @@ class ActionModule(ActionBase):
                                     stderr=str(ran.get("stderr", "")), args=args,
                                     task_vars=task_vars)
             after = self._metrics(req.base_url, task_vars)
+            restarted = benchrun.service_restart(service_before,
+                                                 self._service(args["unit"], task_vars))
+            if restarted:
+                raise _HostError(restarted)
             slurped = self._module("ansible.builtin.slurp",
                                    {"src": f"{remote_dir}/{req.result_filename}"}, task_vars)
             if slurped.get("failed"):
@@ -165,6 +175,20 @@ class ActionModule(ActionBase):
                 self._module("ansible.builtin.file", {"path": remote_dir, "state": "absent"},
                              task_vars)
             self._remove_tmp_path(self._connection._shell.tmpdir)
+        return self._finish(result, layout, req, record, started=started, args=args,
+                            task_vars=task_vars)
+
+    def _finish(self, result: dict[str, Any], layout: RunLayout, req: benchrun.BenchRequest,
+                record: benchrun.BenchmarkRecord, *, started: str, args: dict[str, Any],
+                task_vars: dict[str, Any]) -> dict[str, Any]:
+        """Write a sound record; a record that fails its sanity checks becomes a failure
+        marker that keeps it (the rerun measures it again)."""
+        problems = benchrun.record_problems(record)
+        if problems:
+            return self._failed(result, layout, req, started=started,
+                                error="invalid record: " + "; ".join(problems), rc=None,
+                                stderr="", args=args, task_vars=task_vars,
+                                extra={"record": record.to_dict()})
         path = layout.write_result(record)
         summary = benchrun.summary(record)
         display.display(benchrun.summary_line(summary))
@@ -174,8 +198,8 @@ class ActionModule(ActionBase):
 
     def _failed(self, result: dict[str, Any], layout: RunLayout,
                 req: benchrun.BenchRequest, *, started: str, error: str, rc: Any,
-                stderr: str, args: dict[str, Any], task_vars: dict[str, Any]
-                ) -> dict[str, Any]:
+                stderr: str, args: dict[str, Any], task_vars: dict[str, Any],
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             journal = self._journal(args["unit"], task_vars)
         except Exception as exc:  # noqa: BLE001 - the failure record matters more
@@ -183,7 +207,7 @@ class ActionModule(ActionBase):
         record = benchrun.build_failure(req, error=error, started_at=started,
                                         ended_at=benchrun.now_iso(),
                                         returncode=rc if isinstance(rc, int) else None,
-                                        stderr=stderr, journal_tail=journal)
+                                        stderr=stderr, journal_tail=journal, extra=extra)
         path = layout.write_failure(record)
         display.warning(f"{req.host}: {req.configuration} {req.workload.name} "
                         f"rep{req.repetition} failed: {error} (details in {path})")

@@ -21,18 +21,19 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from prefixbench import __version__, metrics, sweep
 from prefixbench.cachesim import usable_blocks
 from prefixbench.custom import PreparedPrompts, check_file, prepare, write_prepared
 from prefixbench.results import (
     BenchmarkRecord,
+    BenchResultError,
     FailureRecord,
     ResultKey,
     parse_bench_result,
 )
-from prefixbench.workloads import Workload, bench_argv
+from prefixbench.workloads import Workload, WorkloadError, bench_argv
 
 #: The host's tokenizer files, fetched into the run directory (for custom workloads).
 TOKENIZER_DIR = "tokenizer"
@@ -219,12 +220,15 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
 
 def build_failure(req: BenchRequest, *, error: str, started_at: str, ended_at: str,
                   returncode: int | None = None, stderr: str = "",
-                  journal_tail: str = "") -> FailureRecord:
-    """A failure marker that keeps why, stderr and the server's journal tail."""
+                  journal_tail: str = "", extra: Mapping[str, Any] | None = None
+                  ) -> FailureRecord:
+    """A failure marker that keeps why, stderr and the server's journal tail (and, for
+    a record that failed its sanity checks, the record itself in ``extra``)."""
     return FailureRecord(key=req.key, seed=int(req.workload.seed or 0),
                          bundle_version=__version__, started_at=started_at,
                          ended_at=ended_at, error=error, returncode=returncode,
-                         stderr=stderr[-20000:], journal_tail=journal_tail[-20000:])
+                         stderr=stderr[-20000:], journal_tail=journal_tail[-20000:],
+                         extra=dict(extra or {}))
 
 
 def summary(record: BenchmarkRecord) -> dict[str, Any]:
@@ -263,3 +267,75 @@ def summary_line(s: Mapping[str, Any]) -> str:
         return head + f"prefix caching off ({pct(s['hit_ratio_by_source'])} from cache)"
     return head + (f"hit ratio {pct(s['hit_ratio_queries'])} "
                    f"(expected {pct(s['expected_ratio'])})")
+
+
+# -- sanity of a record ------------------------------------------------------------------
+
+#: ``systemctl show`` properties that tell whether a unit's process was replaced.
+SERVICE_PROPERTIES: Final = ("NRestarts", "InvocationID", "MainPID")
+
+
+def service_argv(unit: str) -> list[str]:
+    """``systemctl show`` of the properties :func:`service_restart` compares."""
+    return ["systemctl", "show", unit, *(f"--property={p}" for p in SERVICE_PROPERTIES)]
+
+
+def parse_service(text: str) -> dict[str, str]:
+    """``KEY=value`` lines of ``systemctl show`` as a mapping."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def service_restart(before: Mapping[str, str], after: Mapping[str, str]) -> str | None:
+    """Why the server is not the one that served the whole bench, or None.
+
+    systemd counts automatic restarts (``NRestarts``) and gives every start a new
+    ``InvocationID``; either changing between the snapshots means the process that
+    answered the metrics before is not the one after. (vLLM's
+    ``process_start_time_seconds`` is not exported in multiprocess mode, which the units
+    use, so it cannot tell.)
+    """
+    changed = [f"{k} {before.get(k) or '?'} -> {after.get(k) or '?'}"
+               for k in ("NRestarts", "InvocationID", "MainPID")
+               if before.get(k) and after.get(k) and before.get(k) != after.get(k)]
+    if not changed:
+        return None
+    return "the server restarted during the bench (systemd " + ", ".join(changed) + ")"
+
+
+def record_problems(record: BenchmarkRecord) -> list[str]:
+    """Why a record cannot be trusted, one phrase each (empty: it is sound).
+
+    - every request sent completed: ``completed`` equals the requests the workload sends;
+    - the server counted them: the ``vllm:request_success`` delta equals the completed
+      requests plus the ready-check and warmup copies sent before them;
+    - with prefix caching on, every prompt token was looked up: the
+      ``vllm:prompt_tokens`` delta equals the ``prefix_cache_queries`` delta.
+    """
+    problems: list[str] = []
+    try:
+        result = record.bench_result
+        workload = Workload.from_dict(record.workload)
+    except (BenchResultError, WorkloadError, TypeError, ValueError) as exc:
+        return [f"unreadable: {exc}"]
+    sent = workload.requests_sent
+    if sent and result.completed != sent:
+        problems.append(f"{result.completed} of {sent} requests completed")
+    counters = dict((record.metrics_delta or {}).get("counters") or {})
+    success = counters.get("request_success")
+    if success is not None and sent:
+        want = result.completed + workload.pre_requests
+        if abs(float(success) - want) > 0.5:
+            problems.append(f"the server counted {float(success):.0f} finished requests "
+                            f"(vllm:request_success), the bench {want}")
+    prompt, queries = counters.get("prompt_tokens"), counters.get("prefix_cache_queries")
+    caching = (record.measured or {}).get("prefix_caching_enabled")
+    if caching and prompt is not None and queries is not None and abs(
+            float(prompt) - float(queries)) > 0.5:
+        problems.append(f"{float(prompt):.0f} prompt tokens but {float(queries):.0f} "
+                        "prefix-cache queries: another client used the server")
+    return problems

@@ -106,8 +106,11 @@ class Workload:
     #: Keep per-request TTFTs (``--save-detailed``): needed for the cold/warm split.
     save_detailed: bool = True
     num_warmups: int = 0
-    #: ``None`` leaves vLLM's default (0 in vLLM 0.32: no ready-check request).
-    ready_check_timeout_sec: int | None = None
+    #: Passed explicitly (0: no ready-check request), so that what the server sees before
+    #: the measured requests, and so the expected hit ratio, does not depend on the bench
+    #: client's default (vLLM 0.21 and 0.32: 0; some versions sent a ready check).
+    #: ``None`` leaves the client's default.
+    ready_check_timeout_sec: int | None = 0
     percentile_metrics: str | None = None
     metric_percentiles: str | None = None
     disable_shuffle: bool = False

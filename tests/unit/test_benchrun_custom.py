@@ -104,16 +104,27 @@ def _plugin() -> Any:
     return module
 
 
-def test_plugin_prepares_transfers_and_runs_a_custom_workload(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: int = 7,
+                restart: bool = False) -> tuple[dict[str, Any], list[tuple[str, Any]],
+                                                list[tuple[str, str]], Path]:
+    """The bench action against a test double of the host: the recorded fixture's bench
+    and metrics, adjusted to the 7 prompts of the file; ``restart`` makes systemd report
+    a new invocation of the unit after the bench."""
     module = _plugin()
     run_dir = tmp_path / "results" / "run1"
     write_tokenizer(run_dir / "tokenizer")
     task_args = args(prompts_file(tmp_path), run_dir)
     calls: list[tuple[str, dict[str, Any]]] = []
-    bench = (FIXTURES / "cached_high_overlap.json").read_text()
-    metrics = iter([(FIXTURES / f"metrics_cached_high_overlap_{w}.txt").read_text()
-                    for w in ("before", "after")])
+    bench_data = json.loads((FIXTURES / "cached_high_overlap.json").read_text())
+    bench_data["completed"] = completed
+    bench = json.dumps(bench_data)
+    after = (FIXTURES / "metrics_cached_high_overlap_after.txt").read_text().replace(
+        'finished_reason="length",model_name="tiny-model"} 50.0',
+        'finished_reason="length",model_name="tiny-model"} 7.0')
+    metrics = iter([(FIXTURES / "metrics_cached_high_overlap_before.txt").read_text(), after])
+    services = iter(["NRestarts=0\nInvocationID=aaa\nMainPID=10\n",
+                     "NRestarts=1\nInvocationID=bbb\nMainPID=11\n" if restart
+                     else "NRestarts=0\nInvocationID=aaa\nMainPID=10\n"])
 
     def execute(module_name: str, module_args: dict[str, Any], task_vars: Any
                 ) -> dict[str, Any]:
@@ -125,6 +136,8 @@ def test_plugin_prepares_transfers_and_runs_a_custom_workload(
         if module_name == "ansible.builtin.slurp":
             return {"content": base64.b64encode(bench.encode()).decode()}
         if module_name == "ansible.builtin.command":
+            if module_args["argv"][:2] == ["systemctl", "show"]:
+                return {"rc": 0, "stdout": next(services)}
             return {"rc": 0, "stdout": "ok"}
         return {}
 
@@ -142,18 +155,42 @@ def test_plugin_prepares_transfers_and_runs_a_custom_workload(
     action._transfer_file = lambda local, remote: transferred.append((local, remote))
     action._fixup_perms2 = lambda paths: None
     action._remove_tmp_path = lambda path: None
-    result = action.run(task_vars={"inventory_hostname": "h1"})
+    return action.run(task_vars={"inventory_hostname": "h1"}), calls, transferred, run_dir
+
+
+def test_plugin_prepares_transfers_and_runs_a_custom_workload(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, calls, transferred, run_dir = _run_plugin(tmp_path, monkeypatch)
     assert result["status"] == "done", result
     assert transferred == [(str(run_dir / "prompts" / "mine.jsonl"),
                             "/home/u/.ansible/tmp/ansible-tmp-1/prompts.jsonl")]
     copy = next(a for n, a in calls if n == "ansible.builtin.copy")
     assert copy["dest"] == "/tmp/prefixbench.abc/mine.jsonl" and copy["remote_src"] is True
-    argv = next(a for n, a in calls if n == "ansible.builtin.command")["argv"]
+    argv = next(a for n, a in calls
+                if n == "ansible.builtin.command" and "bench" in a["argv"])["argv"]
     assert argv[argv.index("--dataset-path") + 1] == "/tmp/prefixbench.abc/mine.jsonl"
     assert argv[argv.index("--num-prompts") + 1] == "7"
     saved = json.loads(Path(result["path"]).read_text())
     assert saved["prompts"]["num_prompts"] == 7
     assert saved["expected"]["predicted_ratio"] is not None
+
+
+def test_plugin_fails_a_bench_whose_server_restarted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, _, _, _ = _run_plugin(tmp_path, monkeypatch, restart=True)
+    assert result["status"] == "failed"
+    assert result["msg"] == ("the server restarted during the bench (systemd NRestarts "
+                             "0 -> 1, InvocationID aaa -> bbb, MainPID 10 -> 11)")
+
+
+def test_plugin_keeps_an_invalid_record_as_a_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, _, _, _ = _run_plugin(tmp_path, monkeypatch, completed=6)
+    assert result["status"] == "failed"
+    assert result["msg"] == ("invalid record: 6 of 7 requests completed; the server counted "
+                             "7 finished requests (vllm:request_success), the bench 6")
+    kept = json.loads(Path(result["path"]).read_text())
+    assert kept["extra"]["record"]["bench"]["completed"] == 6
 
 
 def test_plugin_records_a_failure_for_a_bad_prompts_file(

@@ -59,6 +59,8 @@ def test_bench_argv_is_the_tutorials_command_plus_seed_and_result_options() -> N
         "--seed", "1001",
         "--max-concurrency", "1",
         "--ignore-eos",
+        # Explicit, so the expected hit ratio never rests on the client's default.
+        "--ready-check-timeout-sec", "0",
         "--save-result", "--result-dir", "/var/lib/pb/run1",
         "--result-filename", "high_overlap-rep1.json",
         "--save-detailed",

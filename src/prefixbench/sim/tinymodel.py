@@ -11,14 +11,29 @@
     little-endian bfloat16 data. Weights are N(0, 0.02) from a seeded generator (norms
     are 1.0), so a given seed always yields the same bytes.
 ``tokenizer.json`` / ``tokenizer_config.json``
-    a word-level ``tokenizers`` tokenizer: ids 0-3 are ``<unk> <s> </s> <pad>``, id i >= 4
-    is the word ``t<i>``; whitespace pre-tokenizer, no normaliser, no post-processor (no
-    BOS is added), no decoder (decoding joins tokens with single spaces). Every id
-    decodes to one word that encodes back to that id, so the ``prefix_repetition``
-    dataset's decode -> encode keeps token counts exact and the server counts the same
-    prompt tokens as the client. ``tokenizer_config.json`` carries a ``chat_template``
-    made of vocabulary words (:data:`CHAT_TEMPLATE`: ``t10`` user, ``t11`` assistant,
-    ``t12`` system, ``t13`` end of turn), so chat-messages prompt files work too.
+    ``spec.tokenizer == "bpe"`` (the default, what the fleet serves): a byte-level BPE
+    like GPT-2's or gpt-oss's o200k (:func:`bpe_tokenizer_json`): ``ByteLevel``
+    pre-tokenizer (GPT-2 split regex, no prefix space), BPE model, ``ByteLevel`` decoder,
+    no normaliser, no post-processor (no BOS is added). It is trained here with the
+    ``tokenizers`` library on a corpus generated from ``spec.seed`` (:func:`bpe_corpus`:
+    pseudo-words, numbers, punctuation and U+FFFD), so the same spec and ``tokenizers``
+    version always give the same bytes; ids 0-3 are ``<unk> <s> </s> <pad>``, then the
+    256 byte symbols, then one id per merge, ``vocab_size`` ids in all. As with any
+    byte-level BPE, ``decode(prefix + suffix)`` re-encoded as one text can merge the last
+    prefix token with the first suffix characters: ``prefix_repetition`` prompts then
+    lose a prefix block now and then, as they do on gpt-oss
+    (:func:`prefixbench.whatif.served_expectation` predicts by how much).
+
+    ``spec.tokenizer == "word"`` (:func:`word_level_tokenizer_json`, also
+    :func:`tokenizer_json`): a word-level tokenizer, ids 0-3 the special tokens, id
+    i >= 4 the word ``t<i>``; whitespace pre-tokenizer, no decoder (decoding joins tokens
+    with single spaces). Every id decodes to one word that encodes back to that id, so
+    decode -> encode keeps token counts exact: tests that count words as tokens use it.
+
+    ``tokenizer_config.json`` carries a ``chat_template`` (:data:`CHAT_TEMPLATE`: ``t10``
+    user, ``t11`` assistant, ``t12`` system, ``t13`` end of turn: vocabulary words of
+    the word-level tokenizer, plain text to the BPE), so chat-messages prompt files work
+    with either.
 
 All files are written mode 0644 (the service user must read them). The model is
 published under ``<www>/models/``: the directory ``tiny-llama/`` (with ``SHA256SUMS``),
@@ -83,6 +98,8 @@ class TinyLlamaSpec:
     max_position_embeddings: int = 8192
     seed: int = 0
     init_std: float = 0.02
+    #: ``"bpe"`` (byte-level BPE, the fleet's) or ``"word"`` (word-level, exact round trip).
+    tokenizer: str = "bpe"
 
     @property
     def head_dim(self) -> int:
@@ -100,24 +117,147 @@ def vocab(spec: TinyLlamaSpec) -> dict[str, int]:
     return out
 
 
-def tokenizer_json(spec: TinyLlamaSpec) -> dict[str, Any]:
-    """``tokenizer.json`` in the ``tokenizers`` serialisation format."""
-    added = [
+def _added_tokens() -> list[dict[str, Any]]:
+    return [
         {"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
          "normalized": False, "special": True}
         for i, tok in enumerate(SPECIAL_TOKENS)
     ]
+
+
+def word_level_tokenizer_json(spec: TinyLlamaSpec) -> dict[str, Any]:
+    """The word-level ``tokenizer.json`` (``tokenizers`` serialisation format)."""
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": added,
+        "added_tokens": _added_tokens(),
         "normalizer": None,
         "pre_tokenizer": {"type": "Whitespace"},
         "post_processor": None,
         "decoder": None,
         "model": {"type": "WordLevel", "vocab": vocab(spec), "unk_token": "<unk>"},
     }
+
+
+def tokenizer_json(spec: TinyLlamaSpec) -> dict[str, Any]:
+    """The word-level ``tokenizer.json``, whatever ``spec.tokenizer`` says.
+
+    Kept under this name for the tests and tools that count ``t<i>`` words as tokens;
+    the model directory's tokenizer is :func:`model_tokenizer_json`.
+    """
+    return word_level_tokenizer_json(spec)
+
+
+#: Pieces of the BPE training corpus's pseudo-words.
+_ONSETS: Final = ("b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "qu", "r",
+                  "s", "t", "v", "w", "x", "z", "br", "ch", "cl", "dr", "fl", "gr", "pl",
+                  "sh", "st", "th", "tr", "wh")
+_VOWELS: Final = ("a", "e", "i", "o", "u", "y", "ai", "ea", "ee", "io", "oo", "ou")
+_CODAS: Final = ("", "", "", "n", "r", "s", "t", "l", "m", "ng", "nd", "st", "ck", "x")
+_PUNCT: Final = (".", ",", ";", ":", "!", "?", "-", "'", '"', "(", ")", "/", "...", "--")
+#: Lines of the BPE training corpus: enough pairs for a few thousand merges.
+BPE_CORPUS_LINES: Final = 4000
+#: Ids before the merges: the special tokens, then the 256 byte symbols.
+BPE_MIN_VOCAB: Final = len(SPECIAL_TOKENS) + 256
+
+
+def bpe_corpus(seed: int, lines: int = BPE_CORPUS_LINES) -> list[str]:
+    """A deterministic training corpus: lines of seeded pseudo-words (some capitalised),
+    numbers, punctuation and U+FFFD.
+
+    U+FFFD is in it so that, as in large vocabularies, the replacement character that
+    decoding stray bytes produces is one token: a random id sequence then decodes and
+    re-encodes to a stable length, and vLLM's length adjustment converges.
+    """
+    rng = random.Random(seed)  # noqa: S311 -- a reproducible corpus, not secrets
+
+    def pseudo_word() -> str:
+        syllables = rng.choice((1, 1, 2, 2, 3))
+        text = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+                       for _ in range(syllables))
+        r = rng.random()
+        if r < 0.10:
+            return text.capitalize()
+        if r < 0.13:
+            return str(rng.randrange(10000))
+        if r < 0.16:
+            return "\ufffd" * rng.randint(1, 3) + (text if rng.random() < 0.5 else "")
+        return text
+
+    out: list[str] = []
+    for _ in range(lines):
+        words = []
+        for _ in range(rng.randint(5, 20)):
+            w = pseudo_word()
+            if rng.random() < 0.15:
+                w += rng.choice(_PUNCT)
+            words.append(w)
+        out.append(" ".join(words))
+    return out
+
+
+_BYTE_LEVEL: Final = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                      "use_regex": True}
+
+
+def bpe_tokenizer_json(spec: TinyLlamaSpec) -> dict[str, Any]:
+    """A byte-level BPE ``tokenizer.json`` of ``spec.vocab_size`` ids, trained on
+    :func:`bpe_corpus` with the ``tokenizers`` library (needs it installed).
+
+    Only the trained vocabulary and merges are taken from the library; the JSON around
+    them is written here, so the file does not change with the library's serialiser.
+    """
+    if spec.vocab_size <= BPE_MIN_VOCAB:
+        raise ValueError(f"a byte-level BPE needs more than {BPE_MIN_VOCAB} ids (the "
+                         f"special tokens and 256 bytes), got vocab_size {spec.vocab_size}")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size, min_frequency=2, show_progress=False,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(bpe_corpus(spec.seed), trainer)
+    trained = json.loads(tok.to_str())["model"]
+    vocab_ids: dict[str, int] = trained["vocab"]
+    merges = [m if isinstance(m, list) else m.split(" ", 1) for m in trained["merges"]]
+    if len(vocab_ids) != spec.vocab_size or sorted(vocab_ids.values()) != list(
+            range(spec.vocab_size)):
+        raise ValueError(f"BPE training gave {len(vocab_ids)} ids, not {spec.vocab_size}: "
+                         f"the corpus has too few distinct pairs")
+    if any(vocab_ids[t] != i for i, t in enumerate(SPECIAL_TOKENS)):
+        raise ValueError("BPE training did not put the special tokens at ids 0-3")
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added_tokens(),
+        "normalizer": None,
+        "pre_tokenizer": dict(_BYTE_LEVEL),
+        "post_processor": None,
+        "decoder": {**_BYTE_LEVEL, "add_prefix_space": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": dict(sorted(vocab_ids.items(), key=lambda kv: kv[1])),
+                  "merges": [list(m) for m in merges]},
+    }
+
+
+TOKENIZER_KINDS: Final = ("bpe", "word")
+
+
+def model_tokenizer_json(spec: TinyLlamaSpec) -> dict[str, Any]:
+    """The ``tokenizer.json`` of the model directory: the kind ``spec.tokenizer`` names."""
+    if spec.tokenizer == "bpe":
+        return bpe_tokenizer_json(spec)
+    if spec.tokenizer == "word":
+        return word_level_tokenizer_json(spec)
+    raise ValueError(f"unknown tokenizer kind {spec.tokenizer!r} (known: "
+                     f"{', '.join(TOKENIZER_KINDS)})")
 
 
 def tokenizer_config(spec: TinyLlamaSpec) -> dict[str, Any]:
@@ -248,10 +388,13 @@ def _json(data: Mapping[str, Any]) -> str:
 
 
 def model_files(spec: TinyLlamaSpec) -> dict[str, bytes]:
+    kind = ("byte-level BPE tokenizer (trained locally; prompt re-encoding can re-split\n"
+            "token boundaries as on real models)" if spec.tokenizer == "bpe"
+            else "word-level tokenizer (exact token counts)")
     readme = (
         "# tiny-llama (prefixbench simulated fleet)\n\n"
-        "Random weights, word-level tokenizer: for exercising vLLM serving and prefix caching\n"
-        "on CPU with exact token counts. It generates nonsense. Built by\n"
+        f"Random weights, {kind}:\nfor exercising vLLM serving and prefix caching on "
+        "CPU. It generates nonsense. Built by\n"
         "`scripts/build-tiny-model` (prefixbench.sim.tinymodel); seed "
         f"{spec.seed}.\n"
     )
@@ -262,7 +405,7 @@ def model_files(spec: TinyLlamaSpec) -> dict[str, bytes]:
         "generation_config.json": _json(generation_config()).encode(),
         "model.safetensors": safetensors_bytes(weights(spec)),
         "special_tokens_map.json": _json(special).encode(),
-        "tokenizer.json": json.dumps(tokenizer_json(spec), ensure_ascii=False).encode(),
+        "tokenizer.json": json.dumps(model_tokenizer_json(spec), ensure_ascii=False).encode(),
         "tokenizer_config.json": _json(tokenizer_config(spec)).encode(),
     }
 
@@ -301,6 +444,18 @@ def tarball_bytes(model_dir: Path, arcname: str, epoch: int) -> bytes:
     return gzip.compress(buf.getvalue(), 9, mtime=0)
 
 
+def _tokenizers_version(spec: TinyLlamaSpec) -> str | None:
+    """The ``tokenizers`` version that trains the BPE (its merges could change with it)."""
+    if spec.tokenizer != "bpe":
+        return None
+    try:
+        from importlib.metadata import version  # noqa: PLC0415
+
+        return version("tokenizers")
+    except Exception:  # noqa: BLE001 - not installed: the build says so when it trains
+        return None
+
+
 @dataclass(frozen=True)
 class PublishedModel:
     directory: Path
@@ -318,7 +473,8 @@ def build_model(www: Path, spec: TinyLlamaSpec | None = None) -> PublishedModel:
     stamp = models / f".{MODEL_NAME}.inputs.sha256"
     digest = digest_inputs({"spec": sp.__dict__, "layout": _LAYOUT,
                             "source": sha256_file(Path(__file__)),
-                            "epoch": source_date_epoch()})
+                            "epoch": source_date_epoch(),
+                            "tokenizers": _tokenizers_version(sp)})
     if stamp_matches(stamp, digest) and tarball.is_file() and checksum.is_file():
         log(f"tiny model up to date: {directory}")
         return PublishedModel(directory, tarball, checksum.read_text().split()[0])
@@ -342,8 +498,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--www", action="store_true",
                         help="publish under <dest>/models/ (directory + tarball + sha256)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default="bpe",
+                        help="byte-level BPE (default, as the fleet serves) or word-level "
+                             "(exact token round trip)")
     args = parser.parse_args(argv)
-    spec = TinyLlamaSpec(seed=args.seed)
+    spec = TinyLlamaSpec(seed=args.seed, tokenizer=args.tokenizer)
     if args.www:
         print(build_model(args.dest.resolve(), spec).directory)
     else:
