@@ -40,6 +40,9 @@ ARGUMENT_SPEC = {
     "vllm_executable": {"type": "str", "required": True},
     "unit": {"type": "str", "required": True},
     "timeout": {"type": "int", "default": 3600},
+    # Set when the server of this configuration did not start: the bench is not run and
+    # a failure marker says why (with the unit's journal tail), so the report shows it.
+    "not_started": {"type": "str", "default": ""},
 }
 
 
@@ -111,17 +114,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"{host}: invalid bench request: {exc}") from None
         result.update(changed=False, argv=argv)
 
-        if req.key in layout.completed():
-            record_path = layout.result_path(req.key)
-            record = benchrun.BenchmarkRecord.from_dict(
-                json.loads(record_path.read_text()), str(record_path))
-            result.update(status="skipped", path=str(record_path),
-                          summary=benchrun.summary(record),
-                          msg=f"already done in {record_path} (resume)")
-            return result
-        if self._play_context.check_mode:
-            result.update(status="planned", msg=f"would run: {' '.join(argv)}")
-            return result
+        early = self._without_running(result, layout, req, argv=argv, args=args,
+                                      task_vars=task_vars)
+        if early is not None:
+            return early
 
         started = benchrun.now_iso()
         remote_dir = ""
@@ -177,6 +173,29 @@ class ActionModule(ActionBase):
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return self._finish(result, layout, req, record, started=started, args=args,
                             task_vars=task_vars)
+
+    def _without_running(self, result: dict[str, Any], layout: RunLayout,
+                         req: benchrun.BenchRequest, *, argv: list[str],
+                         args: dict[str, Any], task_vars: dict[str, Any]
+                         ) -> dict[str, Any] | None:
+        """The outcome of a bench that is not run: done before (resume), check mode, or a
+        server that never started. None: run it."""
+        if req.key in layout.completed():
+            record_path = layout.result_path(req.key)
+            record = benchrun.BenchmarkRecord.from_dict(
+                json.loads(record_path.read_text()), str(record_path))
+            result.update(status="skipped", path=str(record_path),
+                          summary=benchrun.summary(record),
+                          msg=f"already done in {record_path} (resume)")
+            return result
+        if self._play_context.check_mode:
+            result.update(status="planned", msg=f"would run: {' '.join(argv)}")
+            return result
+        if args.get("not_started"):
+            return self._failed(result, layout, req, started=benchrun.now_iso(),
+                                error=f"not run: {args['not_started']}", rc=None, stderr="",
+                                args=args, task_vars=task_vars)
+        return None
 
     def _finish(self, result: dict[str, Any], layout: RunLayout, req: benchrun.BenchRequest,
                 record: benchrun.BenchmarkRecord, *, started: str, args: dict[str, Any],

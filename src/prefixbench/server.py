@@ -93,6 +93,32 @@ def serve_argv(settings: Mapping[str, Any], configuration: Configuration,
     return argv
 
 
+#: vLLM's internal channels on loopback when the API is: without these, the worker's
+#: torch.distributed store and gloo sockets bind to the address of the default route
+#: (measured on the simulated fleet: ~14 ephemeral ports on the fabric address, reachable
+#: from other hosts). vLLM reads VLLM_HOST_IP for its own address (vllm/envs.py; used by
+#: get_ip() for the single-process executor's init method) and VLLM_LOOPBACK_IP for the
+#: multiprocess executor's; torch's gloo backend picks its interface from
+#: GLOO_SOCKET_IFNAME. One host serves the model, so nothing needs another address.
+LOOPBACK_ENVIRONMENT: Final = {
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_LOOPBACK_IP": "127.0.0.1",
+    "GLOO_SOCKET_IFNAME": "lo",
+}
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` (the API's --host) is a loopback address."""
+    import ipaddress  # noqa: PLC0415
+
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
 def environment(settings: Mapping[str, Any], configuration: Configuration,
                 runtime_dir: str) -> dict[str, str]:
     """The unit's environment: the tutorial's variables plus the bundle's own.
@@ -115,6 +141,8 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
             env[ENGINE_READY_TIMEOUT_VAR] = str(ready)
     if settings.get("model_cache_tiktoken"):
         env[TIKTOKEN_BASE_VAR] = str(settings["model_cache_tiktoken_dir"])
+    if is_loopback(str(settings.get("vllm_service_host", "127.0.0.1"))):
+        env.update(LOOPBACK_ENVIRONMENT)
     env["VLLM_CACHE_ROOT"] = str(settings.get("vllm_service_cache_root", DEFAULT_CACHE_ROOT))
     env["PROMETHEUS_MULTIPROC_DIR"] = f"{runtime_dir}/prometheus"
     env["HF_HUB_OFFLINE"] = "1"
@@ -128,16 +156,20 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
 _SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
-def systemd_quote(arg: str) -> str:
-    """Quote one argument for an ``ExecStart=`` line.
+def systemd_quote(arg: str, *, expand_variables: bool = True) -> str:
+    """Quote one argument for an ``ExecStart=`` (or ``Environment=``) line.
 
-    systemd splits on whitespace, honours double quotes with C-style escapes, expands
-    ``$VAR`` / ``${VAR}`` and ``%`` specifiers: escape all of them so that the process
-    receives exactly ``arg``.
+    systemd splits on whitespace, honours double quotes with C-style escapes and expands
+    ``%`` specifiers in both; in ``ExecStart=`` it also expands ``$VAR`` / ``${VAR}``,
+    which ``$$`` escapes. ``Environment=`` does no ``$`` expansion ("the $ character has
+    no special meaning", systemd.exec(5)), so there ``$`` must stay single
+    (``expand_variables=False``) or the process would receive ``$$``.
     """
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in arg):
         raise ValueError(f"control character in command-line argument {arg!r}")
-    escaped = arg.replace("%", "%%").replace("$", "$$")
+    escaped = arg.replace("%", "%%")
+    if expand_variables:
+        escaped = escaped.replace("$", "$$")
     if escaped and _SYSTEMD_SAFE.match(escaped):
         return escaped
     escaped = escaped.replace("\\", "\\\\").replace('"', '\\"')
@@ -155,7 +187,7 @@ def environment_lines(env: Mapping[str, str]) -> list[str]:
     for key in sorted(env):
         if not _ENV_NAME.match(key):
             raise ValueError(f"invalid environment variable name {key!r}")
-        lines.append(systemd_quote(f"{key}={env[key]}"))
+        lines.append(systemd_quote(f"{key}={env[key]}", expand_variables=False))
     return lines
 
 
@@ -174,9 +206,16 @@ _HARDENING: Final = (
 )
 
 
-def hardening(platform: str) -> list[str]:
-    """Sandboxing directives; Neuron hosts must still reach their /dev/neuron* devices."""
+def hardening(platform: str, *, loopback_only: bool = True) -> list[str]:
+    """Sandboxing directives; Neuron hosts must still reach their /dev/neuron* devices.
+
+    With the API on loopback the server has no business with any other address: the
+    kernel enforces that where systemd can attach its cgroup BPF filter (cgroup v2; the
+    simulated hosts cannot, so there the bind addresses above are what keeps it local).
+    """
     lines = list(_HARDENING)
+    if loopback_only:
+        lines += ["IPAddressDeny=any", "IPAddressAllow=localhost"]
     if platform == "neuron":
         # The Neuron driver registers a "neuron" character-device class.
         lines += ["DevicePolicy=closed", "DeviceAllow=char-neuron rw"]
@@ -223,5 +262,7 @@ def unit_spec(settings: Mapping[str, Any], configuration: Configuration,
         environment=tuple(environment_lines(env)),
         runtime_directory=f"{runtime} {runtime}/prometheus",
         argv=tuple(argv),
-        hardening=tuple(hardening(str(settings.get("prefixbench_platform", "neuron")))),
+        hardening=tuple(hardening(
+            str(settings.get("prefixbench_platform", "neuron")),
+            loopback_only=is_loopback(str(settings.get("vllm_service_host", "127.0.0.1"))))),
     )

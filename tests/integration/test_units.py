@@ -59,9 +59,14 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
     fleet = sim_fleet
     host = fleet.hosts[0]
 
-    proc, _ = playbook(repo_root, ansible_env, "playbooks/deploy.yml", "--limit", host.name)
+    # A value with $ and % in the unit's environment (checked in the running process).
+    env_vars = json.dumps({"vllm_service_environment": {"VLLM_CPU_KVCACHE_SPACE": "1",
+                                                        "PB_CHECK": "a$b%c"}})
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/deploy.yml", "--limit", host.name,
+                       "-e", env_vars)
     assert proc.returncode == 0, proc.stdout[-5000:]
-    proc, _ = playbook(repo_root, ansible_env, "playbooks/deploy.yml", "--limit", host.name)
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/deploy.yml", "--limit", host.name,
+                       "-e", env_vars)
     assert recap(proc.stdout)[host.name]["changed"] == 0, proc.stdout[-5000:]
 
     # Both units, and the Neuron variant of the tutorial's unit, verify cleanly.
@@ -114,6 +119,27 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
     states = fleet.sh(host, "systemctl is-active vllm-baseline.service "
                             "vllm-cached.service || true").split()
     assert states == ["inactive", "active"]
+
+    # vLLM's internal channels face no network: every TCP socket the service user's
+    # processes listen on is on loopback, and a neighbour cannot connect to any of them.
+    listening = fleet.sh(host, "ss -Hltnp | grep -F \"pid=\" | while read -r l; do "
+                               "pid=${l##*pid=}; pid=${pid%%,*}; "
+                               "[ \"$(ps -o user= -p \"$pid\")\" = vllm ] && "
+                               "echo \"$l\"; done; true")
+    addresses = [line.split()[3] for line in listening.splitlines() if line.strip()]
+    assert addresses, "the running server listens on nothing?"
+    exposed = [a for a in addresses if not a.startswith(("127.0.0.1:", "[::1]:"))]
+    assert exposed == [], listening
+    neighbour = fleet.hosts[1]
+    for port in {a.rsplit(":", 1)[1] for a in addresses}:
+        probe = fleet.fleet.ssh(neighbour, [
+            "python3", "-c", "import socket, sys; socket.create_connection("
+            "(sys.argv[1], int(sys.argv[2])), 2)", host.address, port])
+        assert probe.returncode != 0, f"{neighbour.name} reached {host.address}:{port}"
+    # Environment= values reach the process unaltered ($ is not doubled).
+    environ = fleet.sh(host, "pid=$(systemctl show -p MainPID --value vllm-cached.service);"
+                             " tr '\\0' '\\n' < /proc/$pid/environ")
+    assert "PB_CHECK=a$b%c" in environ.splitlines(), environ
     print(f"\ntime to healthy on {host.name}: baseline (first) {first:.0f} s, "
           f"cached (second, compile cache reused) {second:.0f} s")
 

@@ -211,3 +211,32 @@ def test_plugin_records_a_failure_for_a_bad_prompts_file(
     result = action.run(task_vars={"inventory_hostname": "h1"})
     assert result["status"] == "failed" and "no tokenizer given" in result["msg"]
     assert Path(result["path"]).name == "rep1.failed.json"
+
+
+def test_plugin_records_benches_whose_server_never_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _plugin()
+    run_dir = tmp_path / "results" / "run1"
+    task_args = {**args(prompts_file(tmp_path), run_dir),
+                 "not_started": "vllm-cached.service did not become healthy in 7200 s"}
+    calls: list[str] = []
+
+    def execute(module_name: str, module_args: dict[str, Any], task_vars: Any
+                ) -> dict[str, Any]:
+        calls.append(module_name)
+        return {"rc": 0, "stdout": "Dec 01 engine: RuntimeError: NEFF compile timed out"}
+
+    action = module.ActionModule.__new__(module.ActionModule)
+    action._task = MagicMock(args=task_args, async_val=0)
+    action._play_context = MagicMock(check_mode=False)
+    action._connection = MagicMock()
+    monkeypatch.setattr(module.ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    action.validate_argument_spec = lambda argument_spec: (None, dict(task_args))
+    action._execute_module = execute
+    result = action.run(task_vars={"inventory_hostname": "h1"})
+    assert result["status"] == "failed"
+    assert calls == ["ansible.builtin.command"]  # the journal only: no bench was run
+    kept = json.loads(Path(result["path"]).read_text())
+    assert kept["error"] == ("not run: vllm-cached.service did not become healthy in "
+                             "7200 s")
+    assert "NEFF compile timed out" in kept["journal_tail"]

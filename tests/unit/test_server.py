@@ -106,3 +106,27 @@ def test_family_of_instance_types() -> None:
     assert server.family("trn2u.48xlarge") == "trn2"
     assert server.family("trn3pds.48xlarge") == "trn3"
     assert server.family("inf2.xlarge") == "inf2"
+
+
+def test_environment_values_reach_the_process_unaltered() -> None:
+    # Environment= does no $ expansion (systemd.exec(5)): a doubled $ would reach vLLM as
+    # "$$". % is a specifier there too, so it is doubled; quotes are escaped.
+    assert server.environment_lines({"TOKEN": "a$b", "P": "50%", "Q": 'say "hi"'}) == [
+        'P=50%%', '"Q=say \\"hi\\""', '"TOKEN=a$b"']
+    # In ExecStart= $ is expanded, so there it is escaped.
+    assert server.exec_line(["echo", "a$b"]) == 'echo "a$$b"'
+
+
+def test_internal_channels_stay_on_loopback_when_the_api_does() -> None:
+    local = server.environment({"vllm_service_host": "127.0.0.1",
+                                "prefixbench_platform": "cpu"}, "cached", "/run/x")
+    assert {k: local[k] for k in server.LOOPBACK_ENVIRONMENT} == {
+        "VLLM_HOST_IP": "127.0.0.1", "VLLM_LOOPBACK_IP": "127.0.0.1",
+        "GLOO_SOCKET_IFNAME": "lo"}
+    assert "IPAddressDeny=any" in server.hardening("cpu", loopback_only=True)
+    exposed = server.environment({"vllm_service_host": "10.0.0.5",
+                                  "prefixbench_platform": "cpu"}, "cached", "/run/x")
+    assert not set(server.LOOPBACK_ENVIRONMENT) & set(exposed)
+    assert "IPAddressDeny=any" not in server.hardening("cpu", loopback_only=False)
+    assert server.is_loopback("::1") and server.is_loopback("localhost")
+    assert not server.is_loopback("0.0.0.0")
