@@ -410,3 +410,24 @@ def test_overall_status_ignores_criteria_that_were_not_run() -> None:
     assert overall_status([PASS, NOT_RUN]) == PASS
     assert overall_status([PASS, INCONCLUSIVE, NOT_RUN]) == INCONCLUSIVE
     assert overall_status([INCONCLUSIVE, FAIL]) == FAIL
+
+
+def test_first_screen_says_simulated_and_gives_the_bottom_line(tmp_path: Path) -> None:
+    run = make_run(tmp_path, ("host-a", "host-b"))
+    write_outputs(build_summary(run), run)
+    md = (run / "report.md").read_text()
+    top = md.split("## Hosts at a glance")[0]
+    assert "(SIMULATED fleet)" in top.splitlines()[0]
+    assert "**SIMULATED fleet: not Trainium data.**" in top
+    assert "Hosts: 2 (2 x trn2.48xlarge)" in top and "vLLM 0.32.0" in top
+    assert ("median TTFT on the high-overlap workload (high_overlap) was 54.6% lower "
+            "across 2 host(s)") in top
+    assert "On prompts sharing nothing it was +12.1%" in top
+    assert "Not measured: run-to-run noise (one repetition); Neuron performance" in top
+    # A fleet of real hosts says where it was measured instead.
+    real = make_run(tmp_path / "real", fingerprints={"host-a": fingerprint(
+        "host-a", platform="neuron")})
+    top = build_summary(real)
+    from prefixbench.report.headline import provenance  # noqa: PLC0415
+
+    assert provenance(top).startswith("**Measured on Neuron** (neuron).")

@@ -6,6 +6,7 @@ Slow tier (``integration``): needs Debian's ``chromium`` (``scripts/install-syst
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -103,3 +104,39 @@ def test_report_html_screenshot(tmp_path: Path) -> None:
             nonwhite += px != b"\xff\xff\xff"
     assert len(colors) > 50, len(colors)
     assert nonwhite > 2000, nonwhite
+
+
+def test_provenance_and_bottom_line_are_on_the_first_screen(tmp_path: Path) -> None:
+    """A laptop's first screen (1366 x 768) shows where the numbers come from and the
+    bottom line, measured by the browser's own layout (a script added to a copy of the
+    report reads the paragraphs' positions; the report itself has no script)."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium: run scripts/install-system-deps as root")
+    run = make_run(tmp_path / "results", ("host-a", "host-b"), run_id="first-screen")
+    write_outputs(build_summary(run), run)
+    page = (run / "report.html").read_text()
+    probe = """<script>
+      window.addEventListener("load", () => {
+        const out = [];
+        for (const p of document.querySelectorAll("p")) {
+          const t = p.textContent;
+          const tag = t.includes("SIMULATED fleet: not Trainium data") ? "provenance"
+                    : t.startsWith("Bottom line.") ? "bottom" : null;
+          if (tag) out.push(tag + "=" + Math.ceil(p.getBoundingClientRect().bottom));
+        }
+        document.body.setAttribute("data-first-screen", out.join(";"));
+      });
+    </script>"""
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("</body>", probe + "</body>"))
+    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update",
+            f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1366,768",
+            "--virtual-time-budget=2000", "--dump-dom", probed.as_uri()]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    match = re.search(r'data-first-screen="([^"]*)"', proc.stdout)
+    assert match, proc.stderr[-2000:]
+    found = dict(item.split("=") for item in match.group(1).split(";") if item)
+    assert set(found) == {"provenance", "bottom"}, found
+    assert all(int(v) <= 768 for v in found.values()), found

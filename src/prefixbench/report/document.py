@@ -6,7 +6,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prefixbench.report import plots
+from prefixbench.report import headline, plots
 from prefixbench.report.model import Summary
 from prefixbench.report.tables import (
     Table,
@@ -77,7 +77,10 @@ def _run_line(s: Summary) -> str:
 
 def blocks(s: Summary) -> list[Block]:
     out: list[Block] = [
-        Heading(1, f"Prefix caching benchmark report: {s.run_id}"),
+        Heading(1, f"Prefix caching benchmark report: {s.run_id}"
+                   + (" (SIMULATED fleet)" if headline.simulated(s) else "")),
+        Para(headline.provenance(s)),
+        Para(f"**Bottom line.** {headline.bottom_line(s)}"),
         Para(f"Overall: **{s.status}**. {_run_line(s)}; generated {s.generated_at}."),
     ]
     if not s.hosts:
@@ -87,7 +90,7 @@ def blocks(s: Summary) -> list[Block]:
          str(len(h.failures))) for h in s.hosts)
     out += [Heading(2, "Hosts at a glance"), Table(
         ("Host", "Overall", "TTFT lower (high overlap)", "No regression (no overlap)",
-         "Hit rate as expected", "Throughput under load", "Issues", "Failures"), overview)]
+         "Hit rate as expected", "Benefit under load", "Issues", "Failures"), overview)]
     if s.hosts:
         out += [Heading(2, "Plots"),
                 Plot("Median TTFT by host and configuration", plots.host_bars(s)),

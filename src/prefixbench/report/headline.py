@@ -1,0 +1,116 @@
+"""The report's first screen: where the numbers come from, and the bottom line.
+
+A reader who sees only the top of the report must know whether these are Trainium
+figures or the simulated fleet's, on which model and versions, and what to conclude
+with how much confidence, including what was not measured.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from prefixbench.report.model import (
+    FAIL,
+    INCONCLUSIVE,
+    NOT_RUN,
+    PASS,
+    HostSummary,
+    Summary,
+    Verdict,
+)
+
+__all__ = ["bottom_line", "provenance", "simulated"]
+
+
+def _counted(values: Iterable[str | None]) -> str:
+    seen = Counter(v for v in values if v)
+    if not seen:
+        return "unknown"
+    return ", ".join(f"{n} x {v}" if n > 1 else v for v, n in sorted(seen.items()))
+
+
+def _distinct(values: Iterable[str | None]) -> str:
+    seen = sorted({v for v in values if v})
+    return " / ".join(seen) if seen else "unknown"
+
+
+def simulated(s: Summary) -> bool:
+    """Whether any host of the run is a simulated one (vLLM's CPU build)."""
+    return any(h.fingerprint is not None and h.fingerprint.platform == "cpu" for h in s.hosts)
+
+
+def provenance(s: Summary) -> str:
+    """One paragraph: simulated or real, instance types, model, versions, repetitions."""
+    fps = [h.fingerprint for h in s.hosts if h.fingerprint is not None]
+    models = [f"{fp.model.get('repo_id') or fp.model.get('source') or '?'}"
+              f"@{(fp.model.get('revision') or '?')[:12]}" for fp in fps]
+    reps = s.run.get("repetitions")
+    head = ("**SIMULATED fleet: not Trainium data.** vLLM's CPU build serving a tiny model "
+            "on simulated hosts (platform cpu); the figures show the method, not Neuron "
+            "performance." if simulated(s) else
+            f"**Measured on Neuron** ({_distinct(fp.platform for fp in fps)}).")
+    return (f"{head} Hosts: {len(s.hosts)} ({_counted(fp.instance_type for fp in fps)}). "
+            f"Model: {_distinct(models)}. Neuron SDK {_distinct(fp.neuron_release for fp in fps)}"
+            f", vLLM {_distinct(fp.vllm_version for fp in fps)}, vllm-neuron "
+            f"{_distinct(fp.vllm_neuron_version for fp in fps)}. Repetitions: "
+            f"{reps if reps else 'unknown'}.")
+
+
+def _verdicts(hosts: Sequence[HostSummary], name: str) -> list[Verdict]:
+    return [v for h in hosts for v in h.verdicts if v.name == name]
+
+
+def _pct_range(values: Sequence[float], *, signed: bool = False) -> str:
+    lo, hi = min(values), max(values)
+    fmt = "+.1f" if signed else ".1f"
+    return f"{lo:{fmt}}%" if abs(hi - lo) < 0.05 else f"{lo:{fmt}}% to {hi:{fmt}}%"
+
+
+def bottom_line(s: Summary) -> str:
+    """What to conclude, how sure, and what was not measured, in one paragraph."""
+    if not s.hosts:
+        return "No host has results yet."
+    parts: list[str] = []
+    high = [v for v in _verdicts(s.hosts, "high_overlap_ttft_lower")
+            if v.status != NOT_RUN and isinstance(v.numbers.get("ratio"), float)]
+    if high:
+        cuts = [(1 - float(v.numbers["ratio"] or 0)) * 100 for v in high]  # type: ignore[arg-type]
+        lows = [(1 - float(v.numbers["ratio_high"] or 0)) * 100 for v in high]  # type: ignore[arg-type]
+        highs = [(1 - float(v.numbers["ratio_low"] or 0)) * 100 for v in high]  # type: ignore[arg-type]
+        workload = high[0].numbers.get("workload")
+        parts.append(
+            f"With prefix caching, median TTFT on the high-overlap workload ({workload}) "
+            f"was {_pct_range(cuts)} lower across {len(high)} host(s) (95% intervals "
+            f"{min(lows):.1f}% to {max(highs):.1f}%).")
+    no = [v for v in _verdicts(s.hosts, "no_overlap_no_regression")
+          if isinstance(v.numbers.get("ratio"), float)]
+    if no:
+        diffs = [(float(v.numbers["ratio"] or 0) - 1) * 100 for v in no]  # type: ignore[arg-type]
+        parts.append(f"On prompts sharing nothing it was {_pct_range(diffs, signed=True)} "
+                     "(positive: slower with caching).")
+    statuses = Counter(v.status for h in s.hosts for v in h.verdicts)
+    parts.append("Verdicts: " + ", ".join(f"{statuses[k]} {k}" for k in
+                                         (PASS, FAIL, INCONCLUSIVE, NOT_RUN) if statuses[k])
+                 + ".")
+    if s.status == PASS:
+        parts.append("Every judged criterion passed with its interval clear of the threshold.")
+    elif s.status == FAIL:
+        failed = sorted({f"{h}: {v.name}" for h, v in s.failed_verdicts})
+        parts.append(f"Failed: {', '.join(failed)}; read those verdicts before acting.")
+    elif s.status == INCONCLUSIVE:
+        parts.append("Some criteria are not decided by this run: their verdicts say how "
+                     "many repetitions would decide them.")
+    gaps = []
+    not_run = sorted({v.name for h in s.hosts for v in h.verdicts if v.status == NOT_RUN})
+    if not_run:
+        gaps.append(f"criteria without a workload ({', '.join(not_run)})")
+    if s.failures:
+        gaps.append(f"{len(s.failures)} bench(es) without a result (see Failures)")
+    if (s.run.get("repetitions") or 1) == 1:
+        gaps.append("run-to-run noise (one repetition)")
+    if simulated(s):
+        gaps.append("Neuron performance (simulated fleet)")
+    if gaps:
+        parts.append("Not measured: " + "; ".join(gaps) + ".")
+    return " ".join(parts)
