@@ -75,9 +75,9 @@ def bottom_line(s: Summary) -> str:
     high = [v for v in _verdicts(s.hosts, "high_overlap_ttft_lower")
             if v.status != NOT_RUN and isinstance(v.numbers.get("ratio"), float)]
     if high:
-        cuts = [(1 - float(v.numbers["ratio"] or 0)) * 100 for v in high]  # type: ignore[arg-type]
-        lows = [(1 - float(v.numbers["ratio_high"] or 0)) * 100 for v in high]  # type: ignore[arg-type]
-        highs = [(1 - float(v.numbers["ratio_low"] or 0)) * 100 for v in high]  # type: ignore[arg-type]
+        cuts = [(1 - float(v.numbers["ratio"] or 0)) * 100 for v in high]
+        lows = [(1 - float(v.numbers["ratio_high"] or 0)) * 100 for v in high]
+        highs = [(1 - float(v.numbers["ratio_low"] or 0)) * 100 for v in high]
         workload = high[0].numbers.get("workload")
         parts.append(
             f"With prefix caching, median TTFT on the high-overlap workload ({workload}) "
@@ -86,7 +86,7 @@ def bottom_line(s: Summary) -> str:
     no = [v for v in _verdicts(s.hosts, "no_overlap_no_regression")
           if isinstance(v.numbers.get("ratio"), float)]
     if no:
-        diffs = [(float(v.numbers["ratio"] or 0) - 1) * 100 for v in no]  # type: ignore[arg-type]
+        diffs = [(float(v.numbers["ratio"] or 0) - 1) * 100 for v in no]
         parts.append(f"On prompts sharing nothing it was {_pct_range(diffs, signed=True)} "
                      "(positive: slower with caching).")
     statuses = Counter(v.status for h in s.hosts for v in h.verdicts)
