@@ -74,8 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark vLLM prefix caching on Trn2/Trn3 fleets (Ansible bundle).",
         epilog=EXIT_CODES + "\nexamples:\n"
         "  prefixbench sim up 3 && prefixbench run -i inventories/sim\n"
-        "  prefixbench run -i inventories/aws --run-id nightly -e prefixbench_repetitions=3\n"
-        "  prefixbench compare results/nightly results/reference\n")
+        "  # nightly: a new run id each night (a fixed one would resume yesterday's run and\n"
+        "  # bench nothing); compare it with a reference run\n"
+        "  prefixbench run -i inventories/aws --run-id nightly-$(date +%F) "
+        "-e prefixbench_repetitions=3 \\\n"
+        "      --reference results/reference\n"
+        "  # resume an interrupted run: the same run id runs only what is missing\n"
+        "  prefixbench run -i inventories/aws --run-id nightly-2026-11-30\n")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser(
