@@ -122,6 +122,11 @@ def prefixbench_gate(shown: Mapping[str, Any], fail_on: Sequence[str]) -> str:
     return gate(dict(shown), list(fail_on))
 
 
+def prefixbench_teardown_paths(settings: Mapping[str, Any], role: str) -> list[str]:
+    """The directories teardown removes for ``role`` (never a system directory)."""
+    return provision.teardown_paths(settings)[role]
+
+
 def prefixbench_pending_items(settings: Mapping[str, Any], run_dir: str, host: str,
                               configuration: str) -> list[dict[str, Any]]:
     """The benches of one server not yet in the run directory (what a resume runs)."""
@@ -161,6 +166,7 @@ class FilterModule:
             "prefixbench_pip_args": prefixbench_pip_args,
             "prefixbench_pip_plan": prefixbench_pip_plan,
             "prefixbench_gate": prefixbench_gate,
+            "prefixbench_teardown_paths": prefixbench_teardown_paths,
             "prefixbench_python_problem": prefixbench_python_problem,
             "prefixbench_hf_download_argv": prefixbench_hf_download_argv,
             "prefixbench_tiktoken_downloads": prefixbench_tiktoken_downloads,

@@ -188,3 +188,45 @@ def host_problems(release: Release, host: str, facts: Mapping[str, Any],
     if not allow_upgrade:
         problems += [d.line(host) for d in drift(release, installed_versions(packages))]
     return problems
+
+
+#: Directories teardown never removes, whatever a setting points at (names, not uses:
+#: nothing is created in them here).
+_SYSTEM_DIRS: Final = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt",
+    "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",  # noqa: S108
+    "/var",
+    "/usr/bin", "/usr/lib", "/usr/local", "/usr/share", "/var/lib", "/var/cache",
+    "/var/log", "/var/tmp", "/opt/aws", "/opt/aws/neuron"})  # noqa: S108
+
+
+def removable(path: str) -> bool:
+    """Whether teardown may delete ``path``: absolute, normalised, not a system directory
+    (a setting pointed at ``/opt`` must not take ``/opt`` with it)."""
+    import posixpath  # noqa: PLC0415
+
+    if not path.startswith("/") or ".." in path.split("/"):
+        return False
+    norm = posixpath.normpath(path)
+    return norm not in _SYSTEM_DIRS and norm.count("/") >= 2
+
+
+def teardown_paths(settings: Mapping[str, Any]) -> dict[str, list[str]]:
+    """What teardown deletes, by role; every path checked with :func:`removable`.
+
+    The bundle's venv (its parent too when it is the default's ``/opt/vllm-prefixbench``),
+    never the adopted DLAMI venv; the model and vocabulary directories when
+    ``prefixbench_teardown_model`` and the model was not a directory the user brought
+    (source ``local``).
+    """
+    venv = str(settings["vllm_env_venv"])
+    env = [venv]
+    if venv == "/opt/vllm-prefixbench/venv":
+        env.append("/opt/vllm-prefixbench")
+    if venv == str(settings.get("vllm_env_adopt_venv") or ""):
+        env = []
+    model: list[str] = []
+    if settings.get("prefixbench_teardown_model") and settings.get("model_cache_source") != "local":
+        model = [str(settings["model_cache_dir"]), str(settings["model_cache_tiktoken_dir"])]
+    return {"vllm_env": [p for p in env if removable(p)],
+            "model_cache": [p for p in model if removable(p)]}

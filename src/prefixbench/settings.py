@@ -115,6 +115,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "report is written: fail (a FAIL verdict), failed_bench (a bench without a "
             "result), inconclusive (an INCONCLUSIVE verdict). Empty: never.",
             ["fail", "failed_bench"], choices=("fail", "failed_bench", "inconclusive")),
+    Setting("prefixbench_teardown_model", "bool", "playbooks/teardown.yml removes the "
+            "model files (off: keep them for the next run).", True),
+    Setting("prefixbench_teardown_neuron_packages", "bool", "playbooks/teardown.yml also "
+            "removes the Neuron apt packages (off: only their holds are released).", False),
     Setting("prefixbench_skip_provision", "bool", "Skip the provision phase (hosts already "
             "provisioned, e.g. a DLAMI with the pinned versions).", False),
     Setting("prefixbench_sweep_segment_sizes", "list_int", "Segment-size sweep: one "

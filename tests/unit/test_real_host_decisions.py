@@ -92,3 +92,21 @@ def test_the_adopted_venv_is_the_dlami_venv_the_manifest_names() -> None:
 
     assert catalogue.BY_NAME["vllm_env_adopt_venv"].default == REL.dlami["venv"]
     assert REL.dlami["ssm_parameter"].startswith("/aws/service/neuron/dlami/")
+
+
+def test_teardown_never_removes_a_system_directory_or_an_adopted_venv() -> None:
+    from prefixbench import settings as catalogue  # noqa: PLC0415
+
+    s = {k: v.default for k, v in catalogue.BY_NAME.items() if not v.required}
+    assert provision.teardown_paths(s) == {
+        "vllm_env": ["/opt/vllm-prefixbench/venv", "/opt/vllm-prefixbench"],
+        "model_cache": ["/opt/models/gpt-oss-120b", "/opt/models/tiktoken"]}
+    risky = {**s, "vllm_env_venv": "/opt", "model_cache_dir": "/var/lib"}
+    assert provision.teardown_paths(risky) == {"vllm_env": [],
+                                               "model_cache": ["/opt/models/tiktoken"]}
+    adopted = {**s, "vllm_env_venv": s["vllm_env_adopt_venv"],
+               "prefixbench_teardown_model": False}
+    assert provision.teardown_paths(adopted) == {"vllm_env": [], "model_cache": []}
+    brought = {**s, "model_cache_source": "local"}
+    assert provision.teardown_paths(brought)["model_cache"] == []
+    assert not provision.removable("/opt/../etc/ssh")

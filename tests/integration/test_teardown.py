@@ -1,0 +1,63 @@
+"""playbooks/teardown.yml on the simulated fleet, after every other test: check mode
+that changes nothing, then a bare host and the DLAMI-flavoured host returned to how
+they were before the bundle, and a second run with nothing left to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prefixbench.sim.layout import SimHost
+from prefixbench.sim.testing import SimFleetHandle, recap
+from prefixbench.sim.testing import run_playbook as playbook
+
+pytestmark = pytest.mark.integration
+
+DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0"
+LEFTOVERS = ("ls -d /etc/systemd/system/vllm-*.service /opt/vllm-prefixbench "
+             "/opt/models/tiny-llama /var/cache/vllm-prefixbench /var/lib/vllm-prefixbench "
+             "/etc/apt/sources.list.d/prefixbench-neuron.list /etc/apt/keyrings/neuron.asc "
+             "/etc/profile.d/neuron.sh 2>/dev/null; getent passwd vllm; apt-mark showhold; "
+             "true")
+
+
+def test_teardown(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: SimHost,
+                  repo_root: Path, ansible_env: dict[str, str]) -> None:
+    fleet = sim_fleet
+    bare = fleet.hosts[0]
+    hosts = [bare, dlami_host]
+    limit = ",".join(h.name for h in hosts)
+    before = {h.name: fleet.sh(h, LEFTOVERS) for h in hosts}
+    assert "/opt/vllm-prefixbench" in before[bare.name], before  # provisioned by now
+    assert "aws-neuronx-runtime-lib" in before[bare.name]  # held
+    dlami_freeze = fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"])
+
+    # Check mode reports what it would remove and removes nothing.
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/teardown.yml", "--check",
+                       "--limit", limit)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert recap(proc.stdout)[bare.name]["changed"] > 0, proc.stdout[-4000:]
+    assert {h.name: fleet.sh(h, LEFTOVERS) for h in hosts} == before
+
+    proc, seconds = playbook(repo_root, ansible_env, "playbooks/teardown.yml",
+                             "--limit", limit)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    for host in hosts:
+        assert fleet.sh(host, LEFTOVERS).strip() == "", (host.name, fleet.sh(host, LEFTOVERS))
+        update = fleet.sh(host, "apt-get update 2>&1")
+        assert "\nE:" not in update, update
+    # The bare host's Neuron packages stay (only their holds are released); the DLAMI
+    # host keeps its venv, exactly, and its own apt source.
+    assert fleet.sh(bare, "dpkg-query -W -f='${Version}' aws-neuronx-runtime-lib"
+                    ).startswith("2.33.10.0")
+    assert fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"]) == dlami_freeze
+    assert fleet.sh(dlami_host, "test -f /etc/apt/sources.list.d/neuron.list && echo kept"
+                    ).strip() == "kept"
+
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/teardown.yml", "--limit", limit)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    rec = recap(proc.stdout)
+    assert {h.name: rec[h.name]["changed"] for h in hosts} == {h.name: 0 for h in hosts}, \
+        proc.stdout[-6000:]
+    print(f"\nteardown of {limit}: {seconds:.0f} s")
