@@ -11,6 +11,13 @@ from ``add_bos_token`` / ``add_eos_token`` for some tokenizer classes (Llama's);
 module does not, so a ``tokenizer.json`` whose post-processor disagrees with those flags
 is counted as the file says. The simulated fleet's tokenizer has no post-processor.
 
+:meth:`Tokenizer.decode` is ``transformers``' (5.x) ``decode(ids)``: special tokens kept,
+``clean_up_tokenization_spaces`` of ``tokenizer_config.json`` applied (default off; never
+for a BPE model, as transformers 5 refuses it). :meth:`Tokenizer.roundtrip` and
+:attr:`Tokenizer.base_vocab_size` are what vLLM's ``prefix_repetition`` dataset uses:
+``encode(decode(ids), add_special_tokens=False)`` and ``tokenizer.vocab_size`` (the
+vocabulary without added tokens, as a Hugging Face fast tokenizer counts it).
+
 :meth:`Tokenizer.render_chat` renders a conversation with the tokenizer's chat template
 the way ``transformers`` ``apply_chat_template(..., add_generation_prompt=True,
 tokenize=False)`` does: jinja2's ``ImmutableSandboxedEnvironment(trim_blocks=True,
@@ -56,14 +63,46 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return int(self.backend.get_vocab_size(with_added_tokens=True))
 
+    @property
+    def base_vocab_size(self) -> int:
+        """``tokenizer.vocab_size`` as transformers reports it for a fast tokenizer (added
+        tokens not counted): the ``high`` of vLLM's ``prefix_repetition`` draws."""
+        return int(self.backend.get_vocab_size(with_added_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """``transformers``' ``tokenizer.decode(ids)``: special tokens kept, spaces cleaned
+        up only when the config asks for it and the model is not BPE."""
+        text = str(self.backend.decode(list(ids), skip_special_tokens=False))
+        if self.config.get("clean_up_tokenization_spaces") is True and not self._is_bpe():
+            text = _clean_up_tokenization(text)
+        return text
+
+    def _is_bpe(self) -> bool:
+        return type(self.backend.model).__name__ == "BPE"
+
+    def encode_plain(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added."""
+        return list(self._batch([text], add_special_tokens=False)[0].ids)
+
+    def roundtrip(self, ids: Sequence[int]) -> list[int]:
+        """``encode(decode(ids), add_special_tokens=False)``, one step of vLLM's
+        ``gen_prompt_decode_to_target_len``."""
+        return self.encode_plain(self.decode(ids))
+
     def encode(self, text: str) -> list[int]:
         """Token ids of a completion prompt, special tokens added as the server adds them."""
         return list(self.backend.encode(text, add_special_tokens=True).ids)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`encode` of many texts at once (the tokenizers library batches in Rust)."""
-        return [list(e.ids) for e in self.backend.encode_batch(list(texts),
-                                                               add_special_tokens=True)]
+        return [list(e.ids) for e in self._batch(list(texts), add_special_tokens=True)]
+
+    def _batch(self, texts: list[str], *, add_special_tokens: bool) -> Any:
+        # encode_batch_fast (tokenizers >= 0.21) skips the offsets: same ids, less work.
+        fast = getattr(self.backend, "encode_batch_fast", None)
+        if fast is None:  # pragma: no cover - older tokenizers
+            return self.backend.encode_batch(texts, add_special_tokens=add_special_tokens)
+        return fast(texts, add_special_tokens=add_special_tokens)
 
     def special_tokens_added(self) -> tuple[int, int]:
         """How many tokens the server adds before and after every prompt (BOS, EOS)."""
@@ -105,6 +144,15 @@ class Tokenizer:
         except Exception as exc:  # noqa: BLE001 - any template error is one line
             raise TokenizerError(f"{self.source}: the chat template failed: "
                                  f"{type(exc).__name__}: {exc}") from None
+
+
+def _clean_up_tokenization(text: str) -> str:
+    """transformers' ``clean_up_tokenization``."""
+    for old, new in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+                     (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"),
+                     (" 're", "'re")):
+        text = text.replace(old, new)
+    return text
 
 
 class _TemplateRaised(Exception):

@@ -250,7 +250,8 @@ def test_shim_wheel_is_minimal_and_valid(tmp_path: Path) -> None:
 
 
 SMALL = tinymodel.TinyLlamaSpec(hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                                num_attention_heads=2, num_key_value_heads=1, vocab_size=32)
+                                num_attention_heads=2, num_key_value_heads=1, vocab_size=32,
+                                tokenizer="word")
 
 
 def test_safetensors_header_parses(tmp_path: Path) -> None:
@@ -285,11 +286,44 @@ def test_model_dir_is_deterministic_and_world_readable(tmp_path: Path) -> None:
     assert tinymodel.tarball_bytes(a, "m", 0) == tinymodel.tarball_bytes(a, "m", 0)
 
 
-def test_tokenizer_round_trips_exactly(tmp_path: Path) -> None:
+def test_word_level_tokenizer_round_trips_exactly(tmp_path: Path) -> None:
     tokenizers = pytest.importorskip("tokenizers")
-    model = tinymodel.write_model_dir(tmp_path / "m", tinymodel.TinyLlamaSpec())
-    tok = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))
+    spec = tinymodel.TinyLlamaSpec(tokenizer="word")
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(tinymodel.model_tokenizer_json(spec)))
+    assert tinymodel.tokenizer_json(tinymodel.TinyLlamaSpec()) == json.loads(path.read_text())
+    tok = tokenizers.Tokenizer.from_file(str(path))
     assert tok.get_vocab_size() == 2048
     ids = [(i * 7919) % 2048 for i in range(384)]
     text = tok.decode(ids, skip_special_tokens=False)
     assert tok.encode(text, add_special_tokens=False).ids == ids
+
+
+def test_model_dir_serves_a_byte_level_bpe(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    spec = tinymodel.TinyLlamaSpec()
+    assert spec.tokenizer == "bpe"
+    model = tinymodel.write_model_dir(tmp_path / "m", spec)
+    raw = json.loads((model / "tokenizer.json").read_text())
+    assert (raw["model"]["type"], raw["pre_tokenizer"]["type"], raw["decoder"]["type"]) == (
+        "BPE", "ByteLevel", "ByteLevel")
+    assert raw["post_processor"] is None  # no BOS added to a served prompt
+    tok = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))
+    cfg = json.loads((model / "config.json").read_text())
+    # The embedding has a row for every id the tokenizer can produce, and no more.
+    assert tok.get_vocab_size(with_added_tokens=False) == tok.get_vocab_size() == 2048
+    assert cfg["vocab_size"] == 2048
+    header = tinymodel.read_safetensors_header(model / "model.safetensors")
+    assert header["model.embed_tokens.weight"]["shape"] == [2048, spec.hidden_size]
+    assert [tok.token_to_id(t) for t in tinymodel.SPECIAL_TOKENS] == [0, 1, 2, 3]
+    assert (cfg["bos_token_id"], cfg["eos_token_id"]) == (1, 2)
+    text = "Hello, wor\u00efld 42 \ufffd <s>"
+    ids = tok.encode(text).ids
+    assert tok.decode(ids, skip_special_tokens=False) == text and 1 in ids
+    assert len(ids) < len(text.encode())  # merges, not bytes
+    cfg_tok = json.loads((model / "tokenizer_config.json").read_text())
+    assert cfg_tok["chat_template"] == tinymodel.CHAT_TEMPLATE
+    assert "byte-level BPE" in (model / "README.md").read_text()
+    # Rebuilt: the same bytes (the published stamp and tarball stay stable).
+    again = tinymodel.write_model_dir(tmp_path / "m2", spec)
+    assert (model / "SHA256SUMS").read_text() == (again / "SHA256SUMS").read_text()
