@@ -171,6 +171,33 @@ def custom_expected(req: BenchRequest, *, block_size: int | None,
     return out
 
 
+def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
+                    config: metrics.CacheConfig) -> dict[str, Any]:
+    """The expected ratio from the tokens the server sees (prefixbench.whatif
+    .served_expectation), as record keys; a note instead when it cannot be made."""
+    from prefixbench import whatif  # noqa: PLC0415 - loads the tokenizer library
+    from prefixbench.tokenizer import TokenizerError  # noqa: PLC0415
+
+    tok = tokenizer_dir(run_dir) if run_dir is not None else None
+    if tok is None:
+        return {"served_note": "no tokenizer copy in the run directory"}
+    capacity, note = whatif.server_capacity(config)
+    try:
+        served = whatif.served_expectation(workload, tok, block_size,
+                                           capacity_blocks=capacity)
+    except (TokenizerError, ValueError, OSError) as exc:
+        return {"served_note": f"cannot replay the prompts: {exc}"}
+    out: dict[str, Any] = {
+        "served_ratio": served.ratio, "served_hit_tokens": served.hit_tokens,
+        "served_query_tokens": served.query_tokens,
+        "junction_resplits": served.junction_resplits,
+        "junction_lost_blocks": served.lost_blocks,
+        "junction_gained_blocks": served.gained_blocks}
+    if note:
+        out["served_note"] = note
+    return out
+
+
 def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
                  bench_json: str, started_at: str, ended_at: str,
                  extra: Mapping[str, Any] | None = None,
@@ -204,6 +231,8 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
             tokenizer=tokenizer_dir(run_dir) if run_dir is not None else None)
     elif block_size:
         expected = req.workload.expected_ratios(block_size)
+        if config is not None and config.enable_prefix_caching:
+            expected.update(served_expected(req.workload, run_dir, block_size, config))
     else:
         expected = {"tutorial_ratio": req.workload.tutorial_ratio()}
     measured = dict(delta.measured())

@@ -240,3 +240,25 @@ def test_plugin_records_benches_whose_server_never_started(
     assert kept["error"] == ("not run: vllm-cached.service did not become healthy in "
                              "7200 s")
     assert "NEFF compile timed out" in kept["journal_tail"]
+
+
+def test_a_caching_record_carries_the_expectation_from_the_served_tokens(
+        tmp_path: Path) -> None:
+    from tiny_tokenizer import write_tokenizer as write_tok  # noqa: PLC0415
+
+    from prefixbench import benchrun, metrics  # noqa: PLC0415
+    from prefixbench.workloads import Workload  # noqa: PLC0415
+
+    run_dir = tmp_path / "run"
+    write_tok(run_dir / "tokenizer", kind="bpe")
+    w = Workload(name="hi", prefix_repetition_prefix_len=256,
+                 prefix_repetition_suffix_len=128, prefix_repetition_num_prefixes=2,
+                 prefix_repetition_output_len=4, num_prompts=8, max_concurrency=1, seed=3)
+    config = metrics.extract_signals(
+        (FIXTURES / "metrics_cached_high_overlap_after.txt").read_text()).cache_config
+    assert config is not None and config.enable_prefix_caching
+    got = benchrun.served_expected(w, run_dir, 128, config)
+    assert 0 < got["served_ratio"] <= w.expected(128).ratio
+    assert got["junction_lost_blocks"] >= 0 and "served_note" not in got
+    assert benchrun.served_expected(w, None, 128, config) == {
+        "served_note": "no tokenizer copy in the run directory"}

@@ -431,3 +431,19 @@ def test_first_screen_says_simulated_and_gives_the_bottom_line(tmp_path: Path) -
     from prefixbench.report.headline import provenance  # noqa: PLC0415
 
     assert provenance(top).startswith("**Measured on Neuron** (neuron).")
+
+
+def test_hit_rate_is_held_to_the_served_expectation_when_there_is_one(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    path = run / "host-a" / "cached" / "high_overlap" / "rep1.json"
+    data = json.loads(path.read_text())
+    # Measured 67.50%; the served tokens would give 66.00% (3 blocks lost at the junction).
+    data["expected"].update(served_ratio=0.66, junction_lost_blocks=3)
+    path.write_text(json.dumps(data))
+    h = build_summary(run).host("host-a")
+    verdict = next(v for v in h.verdicts if v.name == "hit_rate_matches_expected")
+    assert "high_overlap queries 67.50% vs expected 66.00% (+1.50 pp)" in verdict.detail
+    assert ("expected 66.00% from the served tokens (block-aligned formula 67.50%; 3 "
+            "block(s) lost") in verdict.detail
+    row = next(r for r in h.step9 if (r.configuration, r.workload) == ("cached", "high_overlap"))
+    assert row.expected == 0.66 and row.expected_block_aligned == pytest.approx(0.675)

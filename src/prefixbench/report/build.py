@@ -242,6 +242,8 @@ class _RecordView:
     predicted: Prediction | None = None
     #: Per-request TTFT (ms) in send order, None for a failed request ("ttfts" only).
     ttft_aligned: tuple[float | None, ...] = ()
+    expected_served: float | None = None
+    junction_lost_blocks: float | None = None
 
 
 def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_dir: Path,
@@ -297,6 +299,8 @@ def _view(record: BenchmarkRecord, known: Mapping[str, Workload],
     values, cold, source, note = _per_request(record, w, queries)
     return _RecordView(
         ttft_aligned=_ttft_aligned(record),
+        expected_served=_num(e.get("served_ratio")),
+        junction_lost_blocks=_num(e.get("junction_lost_blocks")),
         record=record, workload=w, hit_ratio_queries=hq, hit_ratio_by_source=hs,
         hit_tokens=hits, query_tokens=queries, expected_block_aligned=exp_block,
         expected_tutorial=exp_tut, block_size=block_size,
@@ -372,6 +376,11 @@ def _cold_warm(values: Sequence[float], cold: Sequence[bool], source: str) -> Co
         slowest_is_cold=bool(cold[slowest]) and bool(warm_ms))
 
 
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return _median(kept) if kept else None
+
+
 def _sum(values: Iterable[float | None]) -> float | None:
     kept = [v for v in values if v is not None]
     return math.fsum(kept) if kept else None
@@ -432,7 +441,9 @@ def _bench_summary(views: Sequence[_RecordView]) -> BenchSummary:
         notes=tuple(notes),
         predicted_hit_ratio=agg([p.ratio for p in predictions]),
         prediction_note="; ".join(prediction_notes) or None,
-        ttft_by_rep=tuple(v.ttft_aligned for v in views if v.ttft_aligned))
+        ttft_by_rep=tuple(v.ttft_aligned for v in views if v.ttft_aligned),
+        expected_served=_median_or_none([v.expected_served for v in views]),
+        junction_lost_blocks=_sum(v.junction_lost_blocks for v in views))
 
 
 # -- tables --------------------------------------------------------------------------------
@@ -483,7 +494,8 @@ def _step9(benches: Sequence[BenchSummary]) -> tuple[Step9Row, ...]:
             expected_tutorial=0.0 if off else b.expected_tutorial,
             hit_tokens=b.hit_tokens, query_tokens=b.query_tokens,
             predicted=0.0 if off else _med(b.predicted_hit_ratio),
-            prediction_note=None if off else b.prediction_note))
+            prediction_note=None if off else b.prediction_note,
+            expected_served=0.0 if off else b.expected_served))
     return tuple(rows)
 
 

@@ -217,6 +217,11 @@ class BenchSummary:
     #: Per-request TTFT (ms) of each repetition in send order, ``None`` for a failed
     #: request: what the paired intervals are built from (not in summary.json).
     ttft_by_rep: tuple[tuple[float | None, ...], ...] = ()
+    #: The expected ratio from the tokens the server sees (the prompts the bench sends,
+    #: re-encoded and replayed: prefixbench.whatif.served_expectation), and the blocks
+    #: lost where prefix and suffix re-split; ``None`` where it was not made.
+    expected_served: float | None = None
+    junction_lost_blocks: float | None = None
 
     @property
     def offered_output_rate(self) -> float | None:
@@ -254,6 +259,8 @@ class BenchSummary:
             "notes": list(self.notes),
             "predicted_hit_ratio": _agg_dict(self.predicted_hit_ratio),
             "prediction_note": self.prediction_note,
+            "expected_served": _f(self.expected_served),
+            "junction_lost_blocks": _f(self.junction_lost_blocks),
         }
 
 
@@ -303,11 +310,20 @@ class Step9Row:
     #: The what-if analyzer's prediction for the same requests (``None``: none made).
     predicted: float | None = None
     prediction_note: str | None = None
+    #: Expected from the tokens the server sees (``None``: not made; see BenchSummary).
+    expected_served: float | None = None
+
+    @property
+    def expected(self) -> float | None:
+        """The expectation measurements are held to: the served one when made, else the
+        block-aligned formula."""
+        return self.expected_served if self.expected_served is not None \
+            else self.expected_block_aligned
 
     def diff_pp(self, measured: float | None) -> float | None:
-        if measured is None or self.expected_block_aligned is None:
+        if measured is None or self.expected is None:
             return None
-        return (measured - self.expected_block_aligned) * 100
+        return (measured - self.expected) * 100
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -322,6 +338,7 @@ class Step9Row:
             "predicted": _f(self.predicted),
             "predicted_diff_pp": _f(self.predicted_diff_pp),
             "prediction_note": self.prediction_note,
+            "expected_served": _f(self.expected_served),
         }
 
     @property

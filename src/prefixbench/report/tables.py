@@ -108,15 +108,16 @@ def step9_table(h: HostSummary) -> Table:
     rows = []
     for r in h.step9:
         rows.append((f"{r.configuration} / {r.workload}", _pct(r.hit_ratio_queries),
-                     _pct(r.hit_ratio_by_source), _pct(r.expected_block_aligned),
-                     _pct(r.expected_tutorial),
+                     _pct(r.hit_ratio_by_source), _pct(r.expected_served),
+                     _pct(r.expected_block_aligned), _pct(r.expected_tutorial),
                      fmt(r.diff_pp(r.hit_ratio_by_source), "+.2f", " pp"),
                      _pct(r.predicted), fmt(r.predicted_diff_pp, "+.2f", " pp"),
                      r.prediction_note or ""))
-    return Table(("Run", "hits/queries", "cache_hit/(hit+compute)", "expected (block-aligned)",
+    return Table(("Run", "hits/queries", "cache_hit/(hit+compute)",
+                  "expected (served tokens)", "expected (block-aligned)",
                   "expected (tutorial formula)", "by_source - expected",
                   "predicted (what-if)", "measured - predicted", "prediction note"),
-                 tuple(rows), (1, 2, 3, 4, 5, 6, 7))
+                 tuple(rows), (1, 2, 3, 4, 5, 6, 7, 8))
 
 
 def verdict_table(h: HostSummary) -> Table:

@@ -172,8 +172,9 @@ def hit_rate(host: RoleView, t: Thresholds) -> Verdict:
     crit = ("The Prometheus cache hit rate matches the expected ratio derived from "
             "num_prefixes, num_prompts, prefix_len and suffix_len.")
     thr = (f"both signals within {t.hit_ratio_max_abs_diff * 100:.1f} percentage point(s) "
-           f"of the block-aligned expectation, on the cached high- and no-overlap runs "
-           f"(counters: exact, no interval)")
+           f"of the expectation, on the cached high- and no-overlap runs (counters: exact, "
+           f"no interval). The expectation is computed from the tokens the server sees "
+           f"(the bench's prompts re-encoded and replayed), else the block-aligned formula")
     roles = [r for r in (HIGH_OVERLAP, NO_OVERLAP) if r in host.roles]
     if not roles:
         return Verdict(name, crit, thr, NOT_RUN,
@@ -184,13 +185,20 @@ def hit_rate(host: RoleView, t: Thresholds) -> Verdict:
     for role_name in roles:
         wl = host.roles[role_name]
         b = host.role(CACHED, role_name)
-        exp = b.expected_block_aligned if b else None
+        exp = None if b is None else (b.expected_served if b.expected_served is not None
+                                      else b.expected_block_aligned)
         if b is None or exp is None:
             status = INCONCLUSIVE if status == PASS else status
             parts.append(f"{wl}: {'no result' if b is None else 'no expectation (block size)'}")
             continue
-        numbers[f"{role_name}_expected_block_aligned"] = exp
+        numbers[f"{role_name}_expected"] = exp
+        numbers[f"{role_name}_expected_block_aligned"] = b.expected_block_aligned
         numbers[f"{role_name}_expected_tutorial"] = b.expected_tutorial
+        if b.expected_served is not None and b.expected_block_aligned is not None:
+            lost = b.junction_lost_blocks or 0
+            parts.append(f"{wl} expected {exp * 100:.2f}% from the served tokens (block-"
+                         f"aligned formula {b.expected_block_aligned * 100:.2f}%; "
+                         f"{lost:.0f} block(s) lost where prefix and suffix re-split)")
         seen_any = False
         for sig, a in (("queries", b.hit_ratio_queries), ("by_source", b.hit_ratio_by_source)):
             if a is None:
