@@ -246,6 +246,11 @@ def test_outputs_are_written_and_html_is_self_contained(tmp_path: Path) -> None:
     rows = list(csv.DictReader(io.StringIO((run / "results.csv").read_text())))
     assert len(rows) == 3 * 5
     assert {r["status"] for r in rows} == {"ok"}
+    # A server without prefix caching expects no hits, in the CSV as in step 9.
+    assert {r["expected_block_aligned"] for r in rows if r["configuration"] == "baseline"} \
+        == {"0.0"}
+    assert {r["expected_block_aligned"] for r in rows
+            if (r["configuration"], r["workload"]) == ("cached", "high_overlap")} == {"0.675"}
     md = (run / "report.md").read_text()
     assert "| cached (high overlap) | 71.9 |" in md
     assert not list(run.glob(".*.tmp"))

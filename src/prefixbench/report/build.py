@@ -531,13 +531,7 @@ def _issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds) -> l
             signs.append(f"{b.preemptions:.0f} preemptions")
         if b.evictions_sampled:
             signs.append(f"{b.evictions_sampled:.0f} sampled block evictions")
-        under_load = (b.max_concurrency or 1) > 1
-        short = None
-        if under_load and b.expected_block_aligned and b.hit_ratio_by_source:
-            short = b.hit_ratio_by_source.median - b.expected_block_aligned
-            if short < -t.hit_ratio_max_abs_diff and (b.kv_cache_usage_max or 0) >= 0.9:
-                signs.append(f"hit ratio {short * 100:+.2f} pp below expected with KV cache "
-                             f"{b.kv_cache_usage_max:.0%} full")
+        # (No KV-usage sign: the gauge is read when the server is idle, where it is 0.)
         if signs:
             out.append(Issue("evictions_under_load", "Cache evictions under sustained load",
                              name, f"{b.workload}: " + ", ".join(signs), FIX_EVICTIONS))

@@ -152,10 +152,12 @@ def bench_table(h: HostSummary) -> Table:
         rows.append((f"{b.configuration} / {b.workload}", str(len(b.repetitions)),
                      _agg(b.median_ttft_ms), _agg(b.p99_ttft_ms),
                      _agg(b.output_throughput), f"{b.completed}/{b.completed + b.failed}",
-                     fmt(b.preemptions, ".0f"), fmt(b.kv_cache_usage_max, ".0%")))
+                     fmt(b.preemptions, ".0f"), fmt(b.evictions_sampled, ".0f")))
+    # No KV-usage column: vllm:kv_cache_usage_perc is a gauge, and the snapshots are
+    # taken when the server is idle (before and after a bench), where it reads 0%.
     return Table(("Run", "reps", "median TTFT ms [min-max]", "p99 TTFT ms [min-max]",
-                  "output tok/s [min-max]", "completed", "preemptions", "KV usage max"),
-                 tuple(rows), (1, 2, 3, 4, 6, 7))
+                  "output tok/s [min-max]", "completed", "preemptions",
+                  "block evictions (sampled)"), tuple(rows), (1, 2, 3, 4, 6, 7))
 
 
 def fleet_table(f: FleetSummary) -> Table:

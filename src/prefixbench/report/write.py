@@ -27,7 +27,7 @@ CSV_COLUMNS: Final = (
     "started_at", "ended_at", "completed", "failed", "median_ttft_ms", "p99_ttft_ms",
     "mean_ttft_ms", "output_throughput", "request_throughput", "total_input_tokens",
     "hit_ratio_queries", "hit_ratio_by_source", "hit_tokens", "query_tokens",
-    "expected_block_aligned", "expected_tutorial", "preemptions", "error")
+    "expected_served", "expected_block_aligned", "expected_tutorial", "preemptions", "error")
 
 
 def _cell(value: Any) -> str:
@@ -47,19 +47,24 @@ def results_csv(run_dir: str | Path) -> str:
     rows: list[tuple[Any, ...]] = []
     for r in data.records:
         b, m, e = r.bench, r.measured, r.expected
+        # A server without prefix caching expects no hits, whatever the workload's shape
+        # (the report's step 9 says 0% for it too).
+        off = m.get("prefix_caching_enabled") is False or r.key.configuration == "baseline"
+        expected = (0.0, 0.0, 0.0) if off else (
+            e.get("served_ratio"), e.get("block_aligned_ratio", e.get("block_aligned")),
+            e.get("tutorial_ratio", e.get("tutorial")))
         rows.append((data.run_id, r.key.host, r.key.configuration, r.key.workload,
                      r.key.repetition, "ok", r.seed, r.started_at, r.ended_at,
                      b.get("completed"), b.get("failed"), b.get("median_ttft_ms"),
                      b.get("p99_ttft_ms"), b.get("mean_ttft_ms"), b.get("output_throughput"),
                      b.get("request_throughput"), b.get("total_input_tokens"),
                      m.get("hit_ratio_queries"), m.get("hit_ratio_by_source"),
-                     m.get("hit_tokens"), m.get("query_tokens"),
-                     e.get("block_aligned_ratio", e.get("block_aligned")),
-                     e.get("tutorial_ratio", e.get("tutorial")), m.get("preemptions"), ""))
+                     m.get("hit_tokens"), m.get("query_tokens"), *expected,
+                     m.get("preemptions"), ""))
     for f, _p in data.failures:
         rows.append((data.run_id, f.key.host, f.key.configuration, f.key.workload,
                      f.key.repetition, "failed", f.seed, f.started_at, f.ended_at,
-                     *([None] * 15), f.error))
+                     *([None] * 16), f.error))
     for row in sorted(rows, key=lambda r: (str(r[1]), str(r[2]), str(r[3]), int(r[4]))):
         w.writerow([_cell(v) for v in row])
     return buf.getvalue()
