@@ -17,12 +17,10 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
-
-import yaml
 
 from prefixbench.runview import (
     EXIT_ANSIBLE,
@@ -40,7 +38,7 @@ from prefixbench.runview import (
     summary_outcome,
 )
 
-__all__ = ["RunRequest", "build_parser", "main", "parse_extravars", "run_request"]
+__all__ = ["RunRequest", "build_parser", "extra_vars_cmdline", "main", "run_request"]
 
 PROG = "prefixbench"
 
@@ -94,9 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "current directory, then from the project directory")
     run.add_argument("--run-id", help="run directory name under the results directory; "
                      "reuse one to resume a run (default: a new timestamped id)")
-    run.add_argument("-e", "--extra-vars", action="append", default=[], metavar="K=V|@FILE",
-                     help="extra variable (repeatable); V is read as YAML (3 -> int, "
-                     "true -> bool); @FILE loads a YAML/JSON mapping")
+    run.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
+                     help="extra variables (repeatable), handed to ansible-playbook as "
+                     "they are: key=value pairs, JSON or YAML, or @FILE")
     run.add_argument("-l", "--limit", help="ansible --limit host pattern")
     run.add_argument("--tags", help="ansible --tags (comma-separated)")
     run.add_argument("--reference", metavar="REFERENCE_DIR",
@@ -168,30 +166,16 @@ def _whatif_parser(sub: Any) -> None:
                         help="warmup requests (copies of the first prompt) sent first")
 
 
-def parse_extravars(items: Sequence[str], read: Callable[[Path], str] | None = None
-                    ) -> dict[str, Any]:
-    """``["a=1", "b=x y", "@vars.yml"]`` -> ``{"a": 1, "b": "x y", ...}``; later wins."""
-    read = read or (lambda p: p.read_text(encoding="utf-8"))
-    out: dict[str, Any] = {}
-    for item in items:
-        if item.startswith("@"):
-            path = Path(item[1:])
-            try:
-                data = yaml.safe_load(read(path))
-            except (OSError, yaml.YAMLError) as exc:
-                raise UsageError(f"-e {item}: cannot read: {exc}") from None
-            if not isinstance(data, Mapping):
-                raise UsageError(f"-e {item}: expected a mapping of variables")
-            out.update({str(k): v for k, v in data.items()})
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not key.strip().isidentifier():
-            raise UsageError(f"-e {item!r}: expected NAME=VALUE or @FILE")
-        try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError:
-            out[key.strip()] = value
-    return out
+def extra_vars_cmdline(items: Sequence[str]) -> str:
+    """``-e`` arguments for ansible-runner's command line, passed through unparsed.
+
+    ansible-playbook reads each one itself (JSON, YAML, ``key=value`` pairs, ``@file``),
+    exactly as if it had been given on its own command line: ansible-runner splits this
+    string with :func:`shlex.split`, which :func:`shlex.quote` undoes.
+    """
+    import shlex  # noqa: PLC0415
+
+    return " ".join(f"-e {shlex.quote(item)}" for item in items)
 
 
 @dataclass(frozen=True)
@@ -202,6 +186,8 @@ class RunRequest:
     playbook: str
     inventories: tuple[str, ...]
     extravars: dict[str, Any] = field(default_factory=dict)
+    #: ``-e`` arguments as given, handed to ansible-playbook unparsed.
+    extra_args: tuple[str, ...] = ()
     limit: str | None = None
     tags: str | None = None
     verbosity: int = 0
@@ -225,8 +211,11 @@ class RunRequest:
         }
         if self.limit:
             kwargs["limit"] = self.limit
+        cmdline = [extra_vars_cmdline(self.extra_args)] if self.extra_args else []
         if self.tags:
-            kwargs["cmdline"] = f"--tags {self.tags}"
+            cmdline.append(f"--tags {self.tags}")
+        if cmdline:
+            kwargs["cmdline"] = " ".join(cmdline)
         if self.verbosity:
             kwargs["verbosity"] = self.verbosity
         return kwargs
@@ -246,7 +235,7 @@ def run_request(args: argparse.Namespace, cwd: Path | None = None) -> RunRequest
     project = Path(args.project_dir).resolve()
     if not (project / args.playbook).is_file():
         raise UsageError(f"no playbook {args.playbook} in {project} (use --project-dir)")
-    extravars = parse_extravars(args.extra_vars)
+    extravars: dict[str, Any] = {}
     if args.run_id:
         extravars["prefixbench_run_id"] = args.run_id
     if args.tags and any(c.isspace() for c in args.tags):
@@ -259,7 +248,8 @@ def run_request(args: argparse.Namespace, cwd: Path | None = None) -> RunRequest
     return RunRequest(
         project_dir=project, playbook=args.playbook,
         inventories=tuple(_resolve_inventory(i, project, cwd) for i in args.inventory),
-        extravars=extravars, limit=args.limit, tags=args.tags, verbosity=args.verbose,
+        extravars=extravars, extra_args=tuple(args.extra_vars), limit=args.limit,
+        tags=args.tags, verbosity=args.verbose,
         raw=args.raw, reference=reference)
 
 

@@ -40,25 +40,54 @@ def replay(name: str) -> tuple[LiveView, list[str]]:
 # -- arguments --------------------------------------------------------------------------
 
 
-def test_parse_extravars_reads_values_as_yaml(tmp_path: Path) -> None:
-    varfile = tmp_path / "vars.yml"
-    varfile.write_text("prefixbench_repetitions: 5\nz: [1, 2]\n")
-    assert cli.parse_extravars(["a=3", "b=true", "c=hello world", "d=", "e=[1, x]",
-                                f"@{varfile}", "prefixbench_repetitions=2", "f=a: b"]) == {
-        "a": 3, "b": True, "c": "hello world", "d": "", "e": [1, "x"], "z": [1, 2],
-        "prefixbench_repetitions": 2, "f": {"a": "b"}}
+EXTRA_VARS = [
+    "prefixbench_repetitions=3 other='two words'",
+    '{"prefixbench_sweep_segment_sizes": [512, 1024], "q": "it\'s \\"quoted\\" $HOME"}',
+    "{sizes: [512, 1024], flag: yes}",
+    "@vars.yml",
+]
 
 
-@pytest.mark.parametrize("item", ["novalue", "=1", "bad-name=1", "@/nonexistent/vars.yml"])
-def test_parse_extravars_rejects(item: str) -> None:
-    with pytest.raises(cli.UsageError):
-        cli.parse_extravars([item])
+def test_extra_vars_reach_ansible_playbook_exactly_as_its_own_e(tmp_path: Path) -> None:
+    """The same -e inputs given to ansible-playbook directly, and through the command
+    line prefixbench run hands ansible-runner (split as ansible-runner splits it), give
+    the playbook identical variables."""
+    import json as _json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import shlex  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
 
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    (tmp_path / "vars.yml").write_text("from_file: {a: [1, 2]}\nprefixbench_repetitions: 5\n")
+    play = tmp_path / "show.yml"
+    play.write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.copy:\n        dest: \"{{ out }}\"\n        mode: '0644'\n"
+        "        content: \"{{ {'r': prefixbench_repetitions | default(none),"
+        " 'o': other | default(none), 's': prefixbench_sweep_segment_sizes | default(none),"
+        " 'q': q | default(none), 'z': sizes | default(none), 'f': flag | default(none),"
+        " 'file': from_file | default(none)} | to_json }}\"\n")
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg"),
+           "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
-def test_parse_extravars_file_must_be_a_mapping(tmp_path: Path) -> None:
-    (tmp_path / "l.yml").write_text("- 1\n")
-    with pytest.raises(cli.UsageError, match="expected a mapping"):
-        cli.parse_extravars([f"@{tmp_path / 'l.yml'}"])
+    def seen(extra: list[str], name: str) -> dict[str, object]:
+        out = tmp_path / f"{name}.json"
+        proc = subprocess.run([str(bindir / "ansible-playbook"), "-i", "localhost,",
+                               str(play), "-e", f"out={out}", *extra], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, check=False,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        data: dict[str, object] = _json.loads(out.read_text())
+        return data
+
+    direct = seen([a for item in EXTRA_VARS for a in ("-e", item)], "direct")
+    through = seen(shlex.split(cli.extra_vars_cmdline(EXTRA_VARS)), "through")
+    assert through == direct
+    assert direct["s"] == [512, 1024] and direct["o"] == "two words"
+    assert direct["r"] == 5 and direct["file"] == {"a": [1, 2]}
 
 
 def _project(tmp_path: Path) -> Path:
@@ -78,7 +107,8 @@ def test_run_request(tmp_path: Path) -> None:
         "--project-dir", str(project)])
     req = cli.run_request(args, cwd=elsewhere)
     assert req.inventories == (str(project / "inventories/sim"), str(elsewhere / "mine"))
-    assert req.extravars == {"prefixbench_repetitions": 3, "prefixbench_run_id": "nightly-1"}
+    assert req.extravars == {"prefixbench_run_id": "nightly-1"}
+    assert req.extra_args == ("prefixbench_repetitions=3",)
     assert req.run_id == "nightly-1"
     kwargs = req.runner_kwargs("/tmp/pd")
     assert kwargs == {
@@ -87,14 +117,13 @@ def test_run_request(tmp_path: Path) -> None:
         "extravars": req.extravars,
         "envvars": {"ANSIBLE_CONFIG": str(project / "ansible.cfg")},
         "quiet": True, "suppress_env_files": True, "limit": "trn2",
-        "cmdline": "--tags bench,report"}
+        "cmdline": "-e prefixbench_repetitions=3 --tags bench,report"}
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["-i", "nope"], "inventory 'nope' not found"),
     (["-i", "inventories/sim", "--playbook", "other.yml"], "no playbook other.yml"),
     (["-i", "inventories/sim", "--reference", "/nonexistent"], "not a directory"),
-    (["-i", "inventories/sim", "-e", "x"], "expected NAME=VALUE"),
 ])
 def test_run_usage_errors_exit_2(tmp_path: Path, argv: list[str], message: str) -> None:
     project = _project(tmp_path)
