@@ -22,7 +22,8 @@ except ImportError:  # running from a checkout without the editable install
     from prefixbench.report.build import ReportInputError
     from prefixbench.report.phase import report_run
 
-ARGUMENT_SPEC = {"run_dir": {"type": "path", "required": True}}
+ARGUMENT_SPEC = {"run_dir": {"type": "path", "required": True},
+                 "junit": {"type": "str", "default": ""}}
 
 
 class ActionModule(ActionBase):
@@ -41,7 +42,7 @@ class ActionModule(ActionBase):
             result.update(changed=False, msg=f"check mode: would write the report of {run_dir}")
             return result
         try:
-            shown = report_run(run_dir)
+            shown = report_run(run_dir, junit=args.get("junit") or "")
         except ReportInputError as exc:
             raise AnsibleActionFail(f"cannot report {run_dir}: {exc}") from None
         result.update(changed=True, **shown, msg=shown["lines"])

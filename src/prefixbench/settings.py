@@ -115,6 +115,9 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "report is written: fail (a FAIL verdict), failed_bench (a bench without a "
             "result), inconclusive (an INCONCLUSIVE verdict). Empty: never.",
             ["fail", "failed_bench"], choices=("fail", "failed_bench", "inconclusive")),
+    Setting("prefixbench_junit_file", "str", "Also write the verdicts as JUnit XML to this "
+            "file, relative to the run directory (e.g. junit.xml), for CI systems. Empty: "
+            "none.", "", pattern=r"^$|^(?!.*\.\.)[\w.-]+(/[\w.-]+)*$"),
     Setting("prefixbench_teardown_model", "bool", "playbooks/teardown.yml removes the "
             "model files (off: keep them for the next run).", True),
     Setting("prefixbench_teardown_neuron_packages", "bool", "playbooks/teardown.yml also "

@@ -26,6 +26,7 @@ from prefixbench.report.compare import (
     compare,
     load_tolerances,
 )
+from prefixbench.report.junit import write_junit
 from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
 from prefixbench.report.upload import UploadError, upload_run
 from prefixbench.report.write import FORMATS, write_outputs
@@ -89,6 +90,9 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
                         help="comma-separated: json, md, html, csv or all (default all)")
     parser.add_argument("--upload", metavar="S3_URI",
                         help="after writing, upload the run directory to s3://bucket/prefix")
+    parser.add_argument("--junit", metavar="FILE",
+                        help="also write the verdicts as JUnit XML (one test case per host "
+                             "and criterion) for CI systems")
     parser.add_argument("--fleet-gate", action="store_true",
                         help="exit 3 also when the fleet checks flag a host (outlier, "
                              "hit-ratio departure, fingerprint drift)")
@@ -101,6 +105,8 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     try:
         summary = build_summary(args.run_dir)
         paths = write_outputs(summary, args.run_dir, args.format)
+        if args.junit:
+            paths.append(write_junit(summary, args.junit))
     except (ReportInputError, OSError) as exc:
         return _fail(prog, str(exc), err)
     for h in summary.hosts:

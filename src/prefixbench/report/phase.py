@@ -6,13 +6,15 @@ from pathlib import Path
 from typing import Any
 
 from prefixbench.report.build import build_summary
+from prefixbench.report.junit import write_junit
 from prefixbench.report.model import INCONCLUSIVE, FailureInfo
 from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
 from prefixbench.report.write import FORMATS, write_outputs
 
 
-def report_run(run_dir: Path) -> dict[str, Any]:
-    """Build the summary of ``run_dir``, write all outputs, return what to show."""
+def report_run(run_dir: Path, junit: str = "") -> dict[str, Any]:
+    """Build the summary of ``run_dir``, write all outputs (and JUnit XML to ``junit``,
+    relative to the run directory, when given), return what to show."""
     if is_sweep(run_dir):
         sweep, paths = report_sweep(run_dir)
         return {
@@ -24,6 +26,8 @@ def report_run(run_dir: Path) -> dict[str, Any]:
         }
     summary = build_summary(run_dir)
     written = write_outputs(summary, run_dir, tuple(FORMATS))
+    if junit:
+        written.append(write_junit(summary, run_dir / junit))
     lines = [f"run {summary.run_id}: overall {summary.status}"]
     for host in summary.hosts:
         for verdict in host.verdicts:
