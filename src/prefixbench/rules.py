@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from prefixbench import experiment, instances, releases, settings, sweep, tokenizer_vocab
+from prefixbench import experiment, instances, releases, server, settings, sweep, tokenizer_vocab
 from prefixbench.server import TRN3_ONLY_ENVIRONMENT, family
 from prefixbench.workloads import WorkloadError
 
@@ -83,6 +83,17 @@ def seqs_buckets(s: Mapping[str, Any]) -> Iterator[str]:
     if buckets is not None and max(buckets) != mns:
         yield (f"num_seqs_buckets {buckets} must reach vllm_service_max_num_seqs {mns} "
                f"(largest bucket = max-num-seqs)")
+
+
+@settings.rule
+def api_on_loopback(s: Mapping[str, Any]) -> Iterator[str]:
+    """The API stays on the host: the units carry no authentication, so a bind to any
+    other address would serve the model (and its /metrics) to the whole network."""
+    host = str(s.get("vllm_service_host", "127.0.0.1"))
+    if not server.is_loopback(host):
+        yield (f"vllm_service_host {host} is not a loopback address: the servers have no "
+               "API key and would face the network; keep 127.0.0.1 (the benchmark runs on "
+               "the host itself)")
 
 
 @settings.rule

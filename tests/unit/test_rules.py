@@ -89,3 +89,17 @@ def test_trn3_host_may_not_set_the_bundles_own_variable_by_hand() -> None:
                                     {"NEURON_RT_ALLOW_LEGACY_NEFF": "1"}}, host="h1")
     assert result.problems == ["h1: vllm_service_environment.NEURON_RT_ALLOW_LEGACY_NEFF is "
                                "set by the bundle on Trn3 hosts: remove it from the inventory"]
+
+
+def test_the_api_must_stay_on_loopback() -> None:
+    from prefixbench import settings as catalogue  # noqa: PLC0415
+
+    base = {"prefixbench_instance_type": "trn2.48xlarge", "vllm_service_model": "/m",
+            "prefixbench_platform": "cpu"}
+    for host in ("0.0.0.0", "10.1.2.3", "trn-a.internal"):
+        problems = catalogue.validate({**base, "vllm_service_host": host}, "h1").problems
+        assert problems == [f"h1: vllm_service_host {host} is not a loopback address: the "
+                            "servers have no API key and would face the network; keep "
+                            "127.0.0.1 (the benchmark runs on the host itself)"]
+    for host in ("127.0.0.1", "::1", "localhost"):
+        assert catalogue.validate({**base, "vllm_service_host": host}, "h1").problems == []
