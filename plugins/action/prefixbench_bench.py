@@ -180,7 +180,7 @@ class ActionModule(ActionBase):
                          ) -> dict[str, Any] | None:
         """The outcome of a bench that is not run: done before (resume), check mode, or a
         server that never started. None: run it."""
-        if req.key in layout.completed():
+        if layout.is_completed(req.key):
             record_path = layout.result_path(req.key)
             record = benchrun.BenchmarkRecord.from_dict(
                 json.loads(record_path.read_text()), str(record_path))

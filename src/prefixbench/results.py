@@ -499,6 +499,16 @@ class RunLayout:
             except (OSError, ValueError):
                 continue  # unreadable or foreign: not done, a rerun rewrites it
 
+    def is_completed(self, key: ResultKey) -> bool:
+        """Whether ``key`` has a readable result file of this schema: :meth:`completed`
+        for one benchmark, reading that one file only (not the whole run)."""
+        path = self.result_path(key)
+        try:
+            BenchmarkRecord.from_dict(json.loads(path.read_text(encoding="utf-8")), str(path))
+        except (OSError, ValueError):
+            return False
+        return True
+
     def completed(self) -> set[ResultKey]:
         """Benchmarks with a readable result file of this schema (what a rerun skips)."""
         return {rec.key for rec in self._records()}

@@ -202,3 +202,17 @@ def test_non_finite_values_are_kept_as_null_not_lost(tmp_path: Path) -> None:
     path = layout.write_result(rec)
     assert json.loads(path.read_text())["bench"]["mean_tpot_ms"] is None
     assert layout.completed() == {rec.key}
+
+
+def test_is_completed_reads_one_file_and_agrees_with_completed(tmp_path: Path) -> None:
+    from prefixbench.results import ResultKey, RunLayout  # noqa: PLC0415
+
+    layout = RunLayout(tmp_path, "r")
+    record = _record()
+    key = record.key
+    assert not layout.is_completed(key)
+    layout.result_path(key).parent.mkdir(parents=True)
+    layout.result_path(key).write_text("{not json")
+    assert not layout.is_completed(key) and key not in layout.completed()
+    layout.write_result(record)
+    assert layout.is_completed(key) and key in layout.completed()
