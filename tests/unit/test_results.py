@@ -205,7 +205,7 @@ def test_non_finite_values_are_kept_as_null_not_lost(tmp_path: Path) -> None:
 
 
 def test_is_completed_reads_one_file_and_agrees_with_completed(tmp_path: Path) -> None:
-    from prefixbench.results import ResultKey, RunLayout  # noqa: PLC0415
+    from prefixbench.results import RunLayout  # noqa: PLC0415
 
     layout = RunLayout(tmp_path, "r")
     record = _record()
