@@ -79,8 +79,12 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
             assert have == expected_keys, (host.name, have)
         hi = by_key[(host.name, "cached", "high_overlap")]
         measured = hi.measured["hit_ratio_queries"]
+        # Below the block-aligned formula by at most the blocks lost where prefix and
+        # suffix re-split (2.81 pp bound at block 128 for this shape), and equal to the
+        # expectation from the served tokens.
         aligned = hi.expected["block_aligned_ratio"]
-        assert abs(measured - aligned) <= 0.01, (host.name, measured, aligned)
+        assert aligned - 0.0281 <= measured <= aligned + 1e-9, (host.name, measured, aligned)
+        assert measured == hi.expected["served_ratio"], (host.name, measured, hi.expected)
         base = by_key[(host.name, "baseline", "high_overlap")]
         assert base.measured["hit_ratio_by_source"] == 0.0
         assert hi.bench["median_ttft_ms"] < base.bench["median_ttft_ms"], host.name

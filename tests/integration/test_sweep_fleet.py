@@ -80,9 +80,13 @@ def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, sim_artifacts: 
             for wl in ("high_overlap", "no_overlap"):
                 assert (point / host.name / conf / wl / "rep1.json").is_file(), (size, conf, wl)
         high = rows[(size, "high_overlap")]
-        # 2 prefixes x 5 prompts of 1024 + 512 tokens: 8 warm requests hit 1024 tokens.
+        # 2 prefixes x 5 prompts of 1024 + 512 tokens: 8 warm requests hit 1024 tokens by
+        # the block-aligned formula; the expectation from the tokens the server sees can
+        # be a few blocks lower where prefix and suffix re-split (the tiny model's BPE),
+        # and the server's counters equal it exactly.
+        assert high["expected_block_aligned"] == pytest.approx(8 * 1024 / (10 * 1536))
         assert high["hit_ratio"] == pytest.approx(high["expected_hit_ratio"], abs=1e-9)
-        assert high["expected_hit_ratio"] == pytest.approx(8 * 1024 / (10 * 1536))
+        assert 0 < high["expected_hit_ratio"] <= high["expected_block_aligned"] + 1e-9
         assert rows[(size, "no_overlap")]["hit_ratio"] == 0
         assert rows[(size, "no_overlap")]["expected_hit_ratio"] == 0
         # Each configuration of the point started its own unit and saw it healthy

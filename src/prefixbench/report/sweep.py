@@ -78,7 +78,10 @@ class SweepRow:
     baseline_median_ttft_ms: float | None
     cached_median_ttft_ms: float | None
     hit_ratio: float | None
+    #: From the tokens the server sees when the record has it (the bench's prompts
+    #: re-encoded and replayed), else the block-aligned formula.
     expected_hit_ratio: float | None
+    expected_block_aligned: float | None = None
 
     @property
     def reduction_pct(self) -> float | None:
@@ -91,7 +94,8 @@ class SweepRow:
                 "baseline_median_ttft_ms": self.baseline_median_ttft_ms,
                 "cached_median_ttft_ms": self.cached_median_ttft_ms,
                 "ttft_reduction_pct": self.reduction_pct, "hit_ratio": self.hit_ratio,
-                "expected_hit_ratio": self.expected_hit_ratio}
+                "expected_hit_ratio": self.expected_hit_ratio,
+                "expected_block_aligned": self.expected_block_aligned}
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,10 @@ def _rows(segment_size: int, summary: Summary) -> list[SweepRow]:
                 baseline_median_ttft_ms=_med(base.median_ttft_ms) if base else None,
                 cached_median_ttft_ms=_med(cached.median_ttft_ms) if cached else None,
                 hit_ratio=_med(cached.hit_ratio_queries) if cached else None,
-                expected_hit_ratio=cached.expected_block_aligned if cached else None))
+                expected_hit_ratio=None if cached is None else (
+                    cached.expected_served if cached.expected_served is not None
+                    else cached.expected_block_aligned),
+                expected_block_aligned=cached.expected_block_aligned if cached else None))
     return rows
 
 
