@@ -42,8 +42,9 @@ test: test-fast test-integration  ## Every tier: lint, fast tests, simulated-fle
 demo: venv system-deps  ## The whole experiment on a simulated fleet; prints where the report is
 	scripts/demo $(SIM_HOSTS)
 
-sim-up: venv system-deps  ## Bring up the simulated fleet (SIM_HOSTS hosts)
+sim-up: venv system-deps  ## Bring up the simulated fleet (SIM_HOSTS hosts) and build what its hosts install
 	scripts/simfleet up $(SIM_HOSTS)
+	$(BIN)/python -m prefixbench.sim.artifacts $${PREFIXBENCH_SIM_STATE:-$(CURDIR)/.simfleet}/www >/dev/null
 
 sim-down: venv  ## Tear the simulated fleet down, leaving nothing behind
 	scripts/simfleet down

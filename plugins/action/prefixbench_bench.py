@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-try:
-    from prefixbench import benchrun
-    from prefixbench.results import RunLayout
-except ImportError:  # running from a checkout without the editable install
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import benchrun
-    from prefixbench.results import RunLayout
+from prefixbench import benchrun
+from prefixbench.results import RunLayout
 
 display = Display()
 

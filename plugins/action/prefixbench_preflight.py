@@ -7,18 +7,12 @@ changes nothing anywhere. It fails with one line per problem.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-try:
-    from prefixbench import settings as pb_settings
-except ImportError:  # running from a checkout without the editable install
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import settings as pb_settings
+from prefixbench import settings as pb_settings
 
 
 class ActionModule(ActionBase):

@@ -7,20 +7,14 @@ exit code); only an unreadable run directory fails the task.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-try:
-    from prefixbench.report.build import ReportInputError
-    from prefixbench.report.phase import report_run
-except ImportError:  # running from a checkout without the editable install
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench.report.build import ReportInputError
-    from prefixbench.report.phase import report_run
+from prefixbench.report.build import ReportInputError
+from prefixbench.report.phase import report_run
 
 ARGUMENT_SPEC = {"run_dir": {"type": "path", "required": True},
                  "junit": {"type": "str", "default": ""}}

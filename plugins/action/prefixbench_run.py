@@ -5,17 +5,12 @@ Thin adapter over prefixbench.runmeta; runs on the controller only.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-try:
-    from prefixbench import runmeta
-except ImportError:  # running from a checkout without the editable install
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import runmeta
+from prefixbench import runmeta
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "default": "open", "choices": ["open", "closed"]},

@@ -7,7 +7,6 @@ controller in the result (and into ``log_file`` when given).
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,13 +15,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-try:
-    from prefixbench import health
-    from prefixbench.atomic import write_json_atomic, write_text_atomic
-except ImportError:  # running from a checkout without the editable install
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import health
-    from prefixbench.atomic import write_json_atomic, write_text_atomic
+from prefixbench import health
+from prefixbench.atomic import write_json_atomic, write_text_atomic
 
 display = Display()
 

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-try:
-    from prefixbench import collect, experiment, plan, provision, releases, server, sweep
-except ImportError:  # running from a checkout without the editable install
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from prefixbench import collect, experiment, plan, provision, releases, server, sweep
+from prefixbench import collect, experiment, plan, provision, releases, server, sweep
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
