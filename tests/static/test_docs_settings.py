@@ -17,7 +17,7 @@ NAME = re.compile(r"\b((?:prefixbench|neuron_sdk|vllm_env|model_cache|vllm_servi
 #: Names with an owned prefix that are not settings: the bundle's modules and plugins,
 #: and what roles publish or pass to each other.
 NOT_SETTINGS = {
-    *(p.stem for d in ("library", "module_utils", "plugins/action")
+    *(p.stem for d in ("library", "module_utils", "plugins/action", "plugins/inventory")
       for p in (ROOT / d).glob("*.py")),
     "vllm_env_executable",     # the fact the vllm_env role publishes
     "vllm_service_settings",   # a sweep point's settings, handed to vllm_service
