@@ -16,6 +16,7 @@ the old file or the new one, never half of one.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -302,6 +303,7 @@ class BenchmarkRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<memory>") -> BenchmarkRecord:
         _check_schema(data, "result", source)
+        verify_checksum(data, source)
         bench = _req(data, "bench", source)
         parse_bench_result(bench, f"{source} (bench)")
         return cls(
@@ -391,6 +393,38 @@ class FailureRecord:
 
 # -- atomic files ---------------------------------------------------------------------------
 
+#: Key of the checksum a result file carries over the rest of its content.
+CHECKSUM_KEY: Final = "checksum"
+
+
+def content_checksum(data: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of a record's content (everything but the checksum), as canonical
+    JSON: sorted keys, no spaces, so that formatting does not matter, values do."""
+    body = {k: v for k, v in data.items() if k != CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def with_checksum(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` (already strict JSON) with its :func:`content_checksum`."""
+    out = {k: v for k, v in data.items() if k != CHECKSUM_KEY}
+    out[CHECKSUM_KEY] = content_checksum(out)
+    return out
+
+
+def verify_checksum(data: Mapping[str, Any], source: str) -> None:
+    """Raise ``ValueError`` when a record's checksum does not match its content: it was
+    edited after it was written, and is not trusted (a rerun measures it again). Records
+    written before checksums existed carry none and are accepted."""
+    want = data.get(CHECKSUM_KEY)
+    if want is None:
+        return
+    got = content_checksum(data)
+    if got != want:
+        raise ValueError(f"{source}: checksum mismatch ({want} recorded, {got} now): the "
+                         "record was changed after it was written and is not trusted")
+
+
 def json_safe(obj: Any) -> Any:
     """``obj`` with every NaN / infinity replaced by ``None`` (strict JSON has neither).
 
@@ -461,15 +495,17 @@ class RunLayout:
         return self.result_path(key).with_name(f"rep{key.repetition}.failed.json")
 
     def write_result(self, record: BenchmarkRecord) -> Path:
-        """Write a result and drop an older failure marker of the same benchmark."""
-        path = write_json_atomic(self.result_path(record.key), json_safe(record.to_dict()))
+        """Write a result (with the checksum of its content) and drop an older failure
+        marker of the same benchmark."""
+        path = write_json_atomic(self.result_path(record.key),
+                                 with_checksum(json_safe(record.to_dict())))
         with contextlib.suppress(FileNotFoundError):
             self.failed_path(record.key).unlink()
         return path
 
     def write_failure(self, record: FailureRecord) -> Path:
         """Write a failure marker; never touches an existing result of that benchmark."""
-        if self.result_path(record.key).exists():
+        if self.is_completed(record.key):  # a tampered or unreadable one is not finished
             raise FileExistsError(
                 f"{self.result_path(record.key)} exists: a finished result is never "
                 f"replaced by a failure")

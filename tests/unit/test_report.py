@@ -16,7 +16,7 @@ from prefixbench.report.cli import compare_main, report_main
 from prefixbench.report.compare import compare, load_tolerances
 from prefixbench.report.model import FAIL, INCONCLUSIVE, NOT_RUN, PASS
 from prefixbench.report.write import write_outputs
-from prefixbench.results import FailureRecord, ResultKey, RunLayout
+from prefixbench.results import FailureRecord, ResultKey, RunLayout, with_checksum
 
 
 def _verdicts(summary: Any, host: str) -> dict[str, str]:
@@ -288,7 +288,7 @@ def test_zero_hit_rate_and_evictions_are_detected(tmp_path: Path) -> None:
         if path.parent.name == "sustained_c4":
             counters["num_preemptions"] = 7.0
             data["measured"]["preemptions"] = 7.0
-        path.write_text(json.dumps(data))
+        path.write_text(json.dumps(with_checksum(data)))  # a record written so
     h = build_summary(run).host("host-a")
     issues = {i.code: i for i in h.issues}
     assert "--no-enable-prefix-caching" in issues["zero_hit_rate"].fix
@@ -444,7 +444,7 @@ def test_hit_rate_is_held_to_the_served_expectation_when_there_is_one(tmp_path: 
     data = json.loads(path.read_text())
     # Measured 67.50%; the served tokens would give 66.00% (3 blocks lost at the junction).
     data["expected"].update(served_ratio=0.66, junction_lost_blocks=3)
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps(with_checksum(data)))  # as if written so
     h = build_summary(run).host("host-a")
     verdict = next(v for v in h.verdicts if v.name == "hit_rate_matches_expected")
     assert "high_overlap queries 67.50% vs expected 66.00% (+1.50 pp)" in verdict.detail
@@ -452,3 +452,25 @@ def test_hit_rate_is_held_to_the_served_expectation_when_there_is_one(tmp_path: 
             "block(s) lost") in verdict.detail
     row = next(r for r in h.step9 if (r.configuration, r.workload) == ("cached", "high_overlap"))
     assert row.expected == 0.66 and row.expected_block_aligned == pytest.approx(0.675)
+
+
+def test_a_record_edited_after_the_run_is_not_trusted(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    layout = RunLayout(tmp_path, "run-1")
+    key = ResultKey("host-a", "cached", "high_overlap", 1)
+    assert key in layout.completed()
+    path = layout.result_path(key)
+    data = json.loads(path.read_text())
+    data["bench"]["median_ttft_ms"] = 1.0  # a better number, typed in by hand
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    # A rerun measures it again, and the report says why it is missing.
+    assert key not in layout.completed() and not layout.is_completed(key)
+    s = build_summary(run)
+    assert any("checksum mismatch" in w and "host-a/cached/high_overlap/rep1.json" in w
+               for w in s.warnings), s.warnings
+    v = {x.name: x.status for x in s.host("host-a").verdicts}
+    assert v["high_overlap_ttft_lower"] == INCONCLUSIVE
+    # Reformatting alone changes nothing.
+    data["bench"]["median_ttft_ms"] = fixture_bench("cached", "high_overlap")["median_ttft_ms"]
+    path.write_text(json.dumps(data))
+    assert layout.is_completed(key)
