@@ -474,3 +474,18 @@ def test_a_record_edited_after_the_run_is_not_trusted(tmp_path: Path) -> None:
     data["bench"]["median_ttft_ms"] = fixture_bench("cached", "high_overlap")["median_ttft_ms"]
     path.write_text(json.dumps(data))
     assert layout.is_completed(key)
+
+
+def test_a_host_that_dropped_out_is_a_failure(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    data = json.loads((run / "run.json").read_text())
+    data["hosts"] = ["host-a", "host-gone"]
+    (run / "run.json").write_text(json.dumps(data))
+    s = build_summary(run)
+    gone = [f for f in s.failures if f.host == "host-gone"]
+    assert [f.error.split(":")[0] for f in gone] == ["no result at all from this host"]
+    assert report_main([str(run)], out=io.StringIO(), err=io.StringIO()) == 3  # FAIL first
+    # While the run is still going, a host without results yet is not a failure.
+    del data["ended_at"]
+    (run / "run.json").write_text(json.dumps(data))
+    assert not [f for f in build_summary(run).failures if f.host == "host-gone"]

@@ -594,6 +594,19 @@ def _failure_info(rec: FailureRecord, path: Path, root: Path) -> FailureInfo:
                        log_tail="\n".join(lines))
 
 
+def _dropped_hosts(data: RunData) -> list[FailureInfo]:
+    """A host the run started with that has neither a result nor a failure marker once
+    the run has ended: it dropped out (unreachable, or failed before its first bench)."""
+    if not data.run.get("ended_at"):
+        return []  # still running: its benches may simply not have come yet
+    seen = {r.key.host for r in data.records} | {f.key.host for f, _ in data.failures}
+    return [FailureInfo(host=h, configuration="-", workload="-", repetition=0,
+                        error="no result at all from this host: it dropped out "
+                              "(unreachable, or failed before its first bench)",
+                        returncode=None, path="run.json", log_tail="")
+            for h in (str(x) for x in data.run.get("hosts") or []) if h not in seen]
+
+
 def fleet_values(hosts: Sequence[HostSummary]) -> dict[str, dict[str, float]]:
     """Per metric name, each host's value (its median over repetitions)."""
     metrics: dict[str, dict[str, float]] = {}
@@ -677,6 +690,7 @@ def build_summary(
         k = v.record.key
         grouped.setdefault(k.host, {}).setdefault((k.configuration, k.workload), []).append(v)
     failures = [_failure_info(f, p, data.run_dir) for f, p in data.failures]
+    failures += _dropped_hosts(data)
     roles = dict(criteria.assign(list(known.values())).serving)
     hosts: list[HostSummary] = []
     for host in data.hosts:
