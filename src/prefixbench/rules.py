@@ -97,6 +97,15 @@ def api_on_loopback(s: Mapping[str, Any]) -> Iterator[str]:
 
 
 @settings.rule
+def prices(s: Mapping[str, Any]) -> Iterator[str]:
+    """Prices per instance-hour are non-negative numbers."""
+    for key, value in (s.get("prefixbench_price_per_instance_hour") or {}).items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            yield (f"prefixbench_price_per_instance_hour.{key} must be a number >= 0, got "
+                   f"{value!r}")
+
+
+@settings.rule
 def environment_values(s: Mapping[str, Any]) -> Iterator[str]:
     """Environment names are identifiers; values are single-line scalars."""
     for key, value in (s.get("vllm_service_environment") or {}).items():

@@ -35,6 +35,9 @@ def run_meta(run_id: str, settings: Mapping[str, Any], hosts: Sequence[str],
         "repetitions": int(settings.get("prefixbench_repetitions", 1)),
         "base_seed": int(settings.get("prefixbench_base_seed", 1000)),
         "sweep_segment_sizes": [p.segment_size for p in sweep.points(settings)],
+        "price_per_instance_hour": {
+            str(k): float(v) for k, v in
+            (settings.get("prefixbench_price_per_instance_hour") or {}).items()},
     }
 
 

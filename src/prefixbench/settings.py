@@ -118,6 +118,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("prefixbench_junit_file", "str", "Also write the verdicts as JUnit XML to this "
             "file, relative to the run directory (e.g. junit.xml), for CI systems. Empty: "
             "none.", "", pattern=r"^$|^(?!.*\.\.)[\w.-]+(/[\w.-]+)*$"),
+    Setting("prefixbench_price_per_instance_hour", "dict", "Price of an instance-hour by "
+            "instance type (e.g. {trn2.48xlarge: 40.0}, in your currency), for the "
+            "report's cost per million tokens with and without caching. Empty: no cost.",
+            {}),
     Setting("prefixbench_teardown_model", "bool", "playbooks/teardown.yml removes the "
             "model files (off: keep them for the next run).", True),
     Setting("prefixbench_teardown_neuron_packages", "bool", "playbooks/teardown.yml also "

@@ -25,6 +25,7 @@ from prefixbench.fingerprint import (
 )
 from prefixbench.metrics import SignalsDelta
 from prefixbench.report import verdicts
+from prefixbench.report.economics import host_time
 from prefixbench.report.model import (
     BASELINE,
     CACHED,
@@ -697,7 +698,14 @@ def build_summary(
         benches = {key: _bench_summary(vs) for key, vs in sorted(grouped.get(host, {}).items())}
         hv = HostView(host, benches, roles)
         host_failures = [f for f in failures if f.host == host]
+        fp = data.fingerprints.get(host)
+        prices = data.run.get("price_per_instance_hour") or {}
+        price = prices.get(fp.instance_type) if fp is not None and fp.instance_type else None
+        spans = [(r.started_at, r.ended_at) for r in data.records if r.key.host == host]
+        spans += [(f.started_at, f.ended_at) for f, _ in data.failures if f.key.host == host]
         hosts.append(HostSummary(
+            time=host_time(data.run_dir, host, spans,
+                           float(price) if isinstance(price, int | float) else None),
             host=host, benches=tuple(benches.values()), step7=_step7(hv),
             step9=_step9(list(benches.values())), verdicts=verdicts.verdicts(hv, t),
             issues=tuple(_issues(hv, host_failures, t)),

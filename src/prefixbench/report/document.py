@@ -23,6 +23,7 @@ from prefixbench.report.tables import (
     step8_lines,
     step8_table,
     step9_table,
+    time_cost_table,
     verdict_table,
 )
 
@@ -91,6 +92,13 @@ def blocks(s: Summary) -> list[Block]:
     out += [Heading(2, "Hosts at a glance"), Table(
         ("Host", "Overall", "TTFT lower (high overlap)", "No regression (no overlap)",
          "Hit rate as expected", "Benefit under load", "Issues", "Failures"), overview)]
+    timing = time_cost_table(s)
+    if timing.rows:
+        out += [Heading(2, "Time and cost"), timing,
+                Para("Bench wall: first bench start to last bench end on the host "
+                     "(provisioning and the model download are not in it). Cost: instance-"
+                     "hours x prefixbench_price_per_instance_hour; per million output tokens "
+                     "of the high-overlap workload at each server's measured throughput.")]
     if s.hosts:
         out += [Heading(2, "Plots"),
                 Plot("Median TTFT by host and configuration", plots.host_bars(s)),

@@ -67,6 +67,29 @@ def _pct_range(values: Sequence[float], *, signed: bool = False) -> str:
     return f"{lo:{fmt}}%" if abs(hi - lo) < 0.05 else f"{lo:{fmt}}% to {hi:{fmt}}%"
 
 
+def _cost_sentence(s: Summary) -> list[str]:
+    from prefixbench.report.economics import cost_per_million  # noqa: PLC0415
+    from prefixbench.report.model import BASELINE, CACHED, HIGH_OVERLAP  # noqa: PLC0415
+
+    pairs = []
+    for h in s.hosts:
+        price = h.time.price_per_hour if h.time else None
+        b, c = h.role(BASELINE, HIGH_OVERLAP), h.role(CACHED, HIGH_OVERLAP)
+        cb = cost_per_million(price, b.output_throughput.median
+                              if b and b.output_throughput else None)
+        cc = cost_per_million(price, c.output_throughput.median
+                              if c and c.output_throughput else None)
+        if cb is not None and cc is not None:
+            pairs.append((cb, cc))
+    if not pairs:
+        return []
+    from prefixbench.stats import median  # noqa: PLC0415
+
+    return [f"A million output tokens of that workload cost {median([p[0] for p in pairs]):.2f}"
+            f" without caching and {median([p[1] for p in pairs]):.2f} with it (median of "
+            f"{len(pairs)} host(s), at the prices given per instance-hour)."]
+
+
 def bottom_line(s: Summary) -> str:
     """What to conclude, how sure, and what was not measured, in one paragraph."""
     if not s.hosts:
@@ -89,6 +112,7 @@ def bottom_line(s: Summary) -> str:
         diffs = [(float(v.numbers["ratio"] or 0) - 1) * 100 for v in no]
         parts.append(f"On prompts sharing nothing it was {_pct_range(diffs, signed=True)} "
                      "(positive: slower with caching).")
+    parts += _cost_sentence(s)
     statuses = Counter(v.status for h in s.hosts for v in h.verdicts)
     parts.append("Verdicts: " + ", ".join(f"{statuses[k]} {k}" for k in
                                          (PASS, FAIL, INCONCLUSIVE, NOT_RUN) if statuses[k])

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from prefixbench.fingerprint import Drift, Fingerprint, FingerprintGroup
+from prefixbench.report.economics import HostTime
 from prefixbench.stats import median
 
 __all__ = [
@@ -414,6 +415,8 @@ class HostSummary:
     failures: tuple[FailureInfo, ...]
     #: Criterion kind -> the workload that serves it (prefixbench.criteria).
     roles: Mapping[str, str] = field(default_factory=dict)
+    #: Bench wall, server start-ups, instance-hours and cost (prefixbench.report.economics).
+    time: HostTime | None = None
 
     def bench(self, configuration: str, workload: str) -> BenchSummary | None:
         for b in self.benches:
@@ -465,6 +468,7 @@ class HostSummary:
             "fingerprint": None if self.fingerprint is None else self.fingerprint.to_dict(),
             "failures": [f.to_dict() for f in self.failures],
             "roles": dict(self.roles),
+            "time": None if self.time is None else self.time.to_dict(),
         }
 
 

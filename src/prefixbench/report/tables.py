@@ -6,7 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from prefixbench.report.economics import cost_per_million
 from prefixbench.report.model import (
+    BASELINE,
+    CACHED,
     HIGH_OVERLAP,
     NO_OVERLAP,
     Agg,
@@ -31,6 +34,7 @@ __all__ = [
     "step8_lines",
     "step8_table",
     "step9_table",
+    "time_cost_table",
     "verdict_table",
 ]
 
@@ -194,3 +198,26 @@ def failures_table(s: Summary) -> Table:
                   "" if f.returncode is None else str(f.returncode), f.path)
                  for f in s.failures)
     return Table(("Host", "Benchmark", "Reason", "rc", "File"), rows)
+
+
+def time_cost_table(s: Summary) -> Table:
+    """Per host: bench wall, server start-ups, instance-hours, cost, and the cost of a
+    million output tokens of the high-overlap workload on each server."""
+    rows = []
+    for h in s.hosts:
+        t = h.time
+        if t is None:
+            continue
+        kind = h.fingerprint.instance_type if h.fingerprint else None
+        per_m = []
+        for conf in (BASELINE, CACHED):
+            b = h.role(conf, HIGH_OVERLAP)
+            tput = b.output_throughput.median if b and b.output_throughput else None
+            per_m.append(fmt(cost_per_million(t.price_per_hour, tput), ".2f"))
+        startups = ", ".join(f"{c} {v:.0f} s" for c, v in sorted(t.startup_s.items()))
+        rows.append((h.host, kind or "?", fmt(t.bench_wall_s, ".0f", " s"), startups or "n/a",
+                     fmt(t.instance_hours, ".3f"), fmt(t.price_per_hour, ".2f"),
+                     fmt(t.cost, ".2f"), *per_m))
+    return Table(("Host", "Instance type", "Bench wall", "Server start-ups (compile)",
+                  "Instance-hours", "Price / hour", "Cost", "Per M output tokens, baseline",
+                  "Per M output tokens, cached"), tuple(rows), (2, 4, 5, 6, 7, 8))

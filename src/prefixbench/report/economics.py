@@ -1,0 +1,78 @@
+"""Time and cost of a run, per host: what a manager needs beside the verdicts.
+
+- *bench wall*: from the first bench's start to the last bench's end on the host (the
+  records' own times; provisioning and the model download are not in it);
+- *server start-ups*: seconds each configuration's server took to become healthy, from
+  ``<host>/<configuration>/startup.json`` (on Neuron this is mostly graph compilation);
+- *instance-hours*: the bench wall in hours;
+- *cost per million output tokens* with and without caching: the price of an
+  instance-hour (``prefixbench_price_per_instance_hour``, by instance type, recorded in
+  ``run.json``) over the output tokens an hour of the high-overlap workload yields at the
+  measured output throughput of each server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HostTime", "cost_per_million", "host_time"]
+
+
+@dataclass(frozen=True)
+class HostTime:
+    host: str
+    bench_wall_s: float | None
+    startup_s: Mapping[str, float]
+    price_per_hour: float | None
+
+    @property
+    def instance_hours(self) -> float | None:
+        return None if self.bench_wall_s is None else self.bench_wall_s / 3600
+
+    @property
+    def cost(self) -> float | None:
+        if self.instance_hours is None or self.price_per_hour is None:
+            return None
+        return self.instance_hours * self.price_per_hour
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "bench_wall_s": self.bench_wall_s,
+                "startup_s": dict(self.startup_s), "instance_hours": self.instance_hours,
+                "price_per_hour": self.price_per_hour, "cost": self.cost}
+
+
+def _time(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def host_time(run_dir: Path, host: str, spans: Sequence[tuple[str, str]],
+              price_per_hour: float | None) -> HostTime:
+    """``spans`` are the (started_at, ended_at) of the host's benches."""
+    starts = [t for t in (_time(a) for a, _ in spans) if t is not None]
+    ends = [t for t in (_time(b) for _, b in spans) if t is not None]
+    wall = (max(ends) - min(starts)).total_seconds() if starts and ends else None
+    startup: dict[str, float] = {}
+    for path in sorted((run_dir / host).glob("*/startup.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        elapsed = data.get("elapsed_s") if isinstance(data, Mapping) else None
+        if isinstance(elapsed, int | float):
+            startup[path.parent.name] = float(elapsed)
+    return HostTime(host, wall, startup, price_per_hour)
+
+
+def cost_per_million(price_per_hour: float | None, output_tok_s: float | None) -> float | None:
+    """Instance cost of a million output tokens at a sustained ``output_tok_s``."""
+    if not price_per_hour or not output_tok_s:
+        return None
+    return price_per_hour / (output_tok_s * 3600) * 1e6
