@@ -511,3 +511,14 @@ def test_time_and_cost_per_host(tmp_path: Path) -> None:
     assert f"| {per_m[0]:.2f} | {per_m[1]:.2f} |" in md
     assert (f"A million output tokens of that workload cost {per_m[0]:.2f} without caching "
             f"and {per_m[1]:.2f} with it") in md
+
+
+def test_trn2_and_trn3_hosts_are_separate_populations(tmp_path: Path) -> None:
+    fps = {"host-a": fingerprint("host-a"), "host-b": fingerprint("host-b"),
+           "host-c": fingerprint("host-c", instance_type="trn3.48xlarge", family="trn3")}
+    s = build_summary(make_run(tmp_path, tuple(fps), fingerprints=fps))
+    names = {m.name for m in s.fleet.metrics}
+    assert "trn2: cached/high_overlap/median_ttft_ms" in names
+    assert "trn3: cached/high_overlap/median_ttft_ms" in names
+    trn2 = next(m for m in s.fleet.metrics if m.name == "trn2: cached/high_overlap/median_ttft_ms")
+    assert set(trn2.values) == {"host-a", "host-b"}

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench import criteria
+from prefixbench import criteria, instances
 from prefixbench.fingerprint import (
     Fingerprint,
     FingerprintError,
@@ -653,8 +653,24 @@ def _fleet_metric(name: str, values: Mapping[str, float], t: Thresholds) -> Flee
                        robust_z=dict(zip(hosts, zs, strict=True)), outliers=tuple(outs))
 
 
+def _family(h: HostSummary) -> str:
+    fp = h.fingerprint
+    if fp is not None and fp.family:
+        return fp.family
+    return instances.family(fp.instance_type) if fp is not None and fp.instance_type else "?"
+
+
 def _fleet(hosts: Sequence[HostSummary], data: RunData, t: Thresholds) -> FleetSummary:
-    metrics = [_fleet_metric(n, v, t) for n, v in sorted(fleet_values(hosts).items())]
+    # Trn2 and Trn3 hosts are different populations: spread and outliers are computed
+    # within each instance family (metric names prefixed with it when there are several).
+    families: dict[str, list[HostSummary]] = {}
+    for h in hosts:
+        families.setdefault(_family(h), []).append(h)
+    metrics = []
+    for fam, members in sorted(families.items()):
+        prefix = f"{fam}: " if len(families) > 1 else ""
+        metrics += [_fleet_metric(prefix + n, v, t)
+                    for n, v in sorted(fleet_values(members).items())]
     departures: list[HitDeparture] = []
     for h in hosts:
         for b in h.benches:
