@@ -98,8 +98,11 @@ def serve_argv(settings: Mapping[str, Any], configuration: Configuration,
 #: (measured on the simulated fleet: ~14 ephemeral ports on the fabric address, reachable
 #: from other hosts). vLLM reads VLLM_HOST_IP for its own address (vllm/envs.py; used by
 #: get_ip() for the single-process executor's init method) and VLLM_LOOPBACK_IP for the
-#: multiprocess executor's; torch's gloo backend picks its interface from
-#: GLOO_SOCKET_IFNAME. One host serves the model, so nothing needs another address.
+#: multiprocess executor's (vllm/envs.py and vllm/utils/network_utils.py in the 0.21.0
+#: wheel); torch's gloo backend picks its interface from GLOO_SOCKET_IFNAME (PyTorch's
+#: torch.distributed documentation, "Choosing the network interface to use"). One host
+#: serves the model, so nothing needs another address. Measured on the simulated fleet:
+#: with these set, every socket of the service user is on 127.0.0.1 (test_units).
 LOOPBACK_ENVIRONMENT: Final = {
     "VLLM_HOST_IP": "127.0.0.1",
     "VLLM_LOOPBACK_IP": "127.0.0.1",

@@ -127,3 +127,18 @@ def test_sweep_report_columns_and_best_point(tmp_path: Path, factors: dict[int, 
         point = run_dir / "sweep" / f"seg{size}"
         assert json.loads((point / "summary.json").read_text())["run_id"] == f"seg{size}"
         assert (point / "report.html").is_file()
+
+
+def test_rows_expect_the_served_tokens_when_a_record_has_them(tmp_path: Path) -> None:
+    from prefixbench.report.sweep import build_sweep  # noqa: PLC0415
+    from prefixbench.results import with_checksum  # noqa: PLC0415
+
+    run_dir = _sweep_run(tmp_path, {512: 0.5, 1024: 0.6})
+    path = run_dir / "sweep" / "seg512" / HOST / "cached" / "high_overlap" / "rep1.json"
+    data = json.loads(path.read_text())
+    data["expected"].update(served_ratio=0.66, junction_lost_blocks=3)
+    path.write_text(json.dumps(with_checksum(data)))
+    rows = {(r.segment_size, r.workload): r for r in build_sweep(run_dir).rows}
+    assert rows[(512, "high_overlap")].expected_hit_ratio == 0.66
+    assert rows[(512, "high_overlap")].expected_block_aligned == 0.675
+    assert rows[(1024, "high_overlap")].expected_hit_ratio == 0.675  # no served figure
