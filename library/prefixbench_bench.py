@@ -75,6 +75,19 @@ options:
     description: Seconds the bench may take before it is stopped and marked failed.
     type: int
     default: 3600
+  not_started:
+    description: >-
+      Why the server of this configuration did not start; when set, the bench is not run
+      and a failure marker with the unit's journal tail says why.
+    type: str
+    default: ""
+  api_key:
+    description: >-
+      The servers require an API key (vllm_service_api_key): the bench reads it on the
+      host from the units' root-only environment file and sends it as OPENAI_API_KEY;
+      the key is never an argument of this task.
+    type: bool
+    default: false
 author: prefixbench
 """
 

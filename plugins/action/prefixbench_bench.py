@@ -18,7 +18,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from prefixbench import benchrun
+from prefixbench import benchrun, server
 from prefixbench.results import RunLayout
 
 display = Display()
@@ -37,6 +37,9 @@ ARGUMENT_SPEC = {
     # Set when the server of this configuration did not start: the bench is not run and
     # a failure marker says why (with the unit's journal tail), so the report shows it.
     "not_started": {"type": "str", "default": ""},
+    # The servers require an API key: the bench reads it on the host from the units'
+    # root-only environment file (never from this task's arguments).
+    "api_key": {"type": "bool", "default": False},
 }
 
 
@@ -113,6 +116,10 @@ class ActionModule(ActionBase):
         if early is not None:
             return early
 
+        no_room = benchrun.results_space_problem(run_dir)
+        if no_room:
+            return self._unwritable(result, no_room)
+
         started = benchrun.now_iso()
         remote_dir = ""
         prepared: benchrun.PreparedBench | None = None
@@ -135,7 +142,8 @@ class ActionModule(ActionBase):
             result["argv"] = argv
             display.display(f"{host}: {req.configuration} {req.workload.name} "
                             f"rep{req.repetition}: running vllm bench serve")
-            ran = self._module("ansible.builtin.command", {"argv": argv}, task_vars)
+            run_argv = server.bench_argv_with_key(argv) if args.get("api_key") else argv
+            ran = self._module("ansible.builtin.command", {"argv": run_argv}, task_vars)
             if ran.get("rc") != 0:
                 why = "timed out" if ran.get("rc") in (124, 137) else f"exited {ran.get('rc')}"
                 return self._failed(result, layout, req, started=started,
@@ -202,7 +210,11 @@ class ActionModule(ActionBase):
                                 error="invalid record: " + "; ".join(problems), rc=None,
                                 stderr="", args=args, task_vars=task_vars,
                                 extra={"record": record.to_dict()})
-        path = layout.write_result(record)
+        try:
+            path = layout.write_result(record)
+        except OSError as exc:
+            return self._unwritable(result, benchrun.unwritable_message(
+                layout.result_path(req.key), exc, layout.run_dir))
         summary = benchrun.summary(record)
         display.display(benchrun.summary_line(summary))
         result.update(status="done", path=str(path), summary=summary,
@@ -221,8 +233,20 @@ class ActionModule(ActionBase):
                                         ended_at=benchrun.now_iso(),
                                         returncode=rc if isinstance(rc, int) else None,
                                         stderr=stderr, journal_tail=journal, extra=extra)
-        path = layout.write_failure(record)
+        try:
+            path = layout.write_failure(record)
+        except OSError as exc:
+            return self._unwritable(result, benchrun.unwritable_message(
+                layout.failed_path(req.key), exc, layout.run_dir))
         display.warning(f"{req.host}: {req.configuration} {req.workload.name} "
                         f"rep{req.repetition} failed: {error} (details in {path})")
         result.update(status="failed", path=str(path), msg=error, stderr_tail=stderr[-2000:])
+        return result
+
+    @staticmethod
+    def _unwritable(result: dict[str, Any], message: str) -> dict[str, Any]:
+        """The controller cannot keep results: not a failure of this bench (the task goes
+        on to the play's stop), but the whole run must stop (bench.yml ends it)."""
+        display.error(message)
+        result.update(status="unwritable", results_unwritable=True, msg=message)
         return result

@@ -39,5 +39,10 @@ class ActionModule(ActionBase):
             shown = report_run(run_dir, junit=args.get("junit") or "")
         except ReportInputError as exc:
             raise AnsibleActionFail(f"cannot report {run_dir}: {exc}") from None
+        except OSError as exc:  # the results disk: full, read-only, gone
+            raise AnsibleActionFail(
+                f"cannot write the report of {run_dir}: {exc.strerror or exc}; free space "
+                f"there and rerun `prefixbench report {run_dir}` (the records are intact)"
+            ) from None
         result.update(changed=True, **shown, msg=shown["lines"])
         return result

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from prefixbench import runmeta
@@ -45,8 +46,13 @@ class ActionModule(ActionBase):
             result.update(changed=False, run_id=run_id, run_dir=str(run_dir), resumed=False,
                           msg=f"check mode: would write {run_dir}/run.json")
             return result
-        run_dir, resumed = runmeta.open_run(results_dir, run_id, args["settings"],
-                                            args["hosts"], args["inventory"])
+        try:
+            run_dir, resumed = runmeta.open_run(results_dir, run_id, args["settings"],
+                                                args["hosts"], args["inventory"])
+        except OSError as exc:  # the results disk: full, read-only, not ours
+            raise AnsibleActionFail(
+                f"cannot open the run directory {run_dir}: {exc.strerror or exc}; fix that "
+                f"and rerun (with prefixbench_run_id={run_id} to resume it)") from None
         result.update(changed=not resumed, run_id=run_id, run_dir=str(run_dir),
                       resumed=resumed,
                       msg=f"{'resuming' if resumed else 'new'} run {run_id} in {run_dir}")

@@ -28,6 +28,16 @@ def prefixbench_unit_spec(settings: Mapping[str, Any], configuration: str,
     return server.unit_spec(settings, conf, vllm_executable).as_dict()
 
 
+def prefixbench_env_file(settings: Mapping[str, Any], api_key: str = "") -> str:
+    """The root-only EnvironmentFile of both units (inventory environment, API key)."""
+    return server.env_file_text(server.private_environment(settings, api_key or ""))
+
+
+def prefixbench_api_key_ok(api_key: str) -> bool:
+    """Whether an API key has the form the units and the bench can carry verbatim."""
+    return bool(server.API_KEY_PATTERN.match(str(api_key)))
+
+
 def prefixbench_release(name: str, kernel: str = "") -> dict[str, Any]:
     """A release manifest as the neuron_sdk role uses it: pins, prerequisites, versions."""
     rel = releases.load_release(name)
@@ -154,6 +164,8 @@ class FilterModule:
         return {
             "prefixbench_plan": prefixbench_plan,
             "prefixbench_unit_spec": prefixbench_unit_spec,
+            "prefixbench_env_file": prefixbench_env_file,
+            "prefixbench_api_key_ok": prefixbench_api_key_ok,
             "prefixbench_bench_items": prefixbench_bench_items,
             "prefixbench_pending_items": prefixbench_pending_items,
             "prefixbench_sweep_points": prefixbench_sweep_points,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixbench import __version__, metrics, sweep
+from prefixbench.bench_argv import bench_argv
 from prefixbench.cachesim import usable_blocks
 from prefixbench.custom import PreparedPrompts, check_file, prepare, write_prepared
 from prefixbench.results import (
@@ -33,7 +34,7 @@ from prefixbench.results import (
     ResultKey,
     parse_bench_result,
 )
-from prefixbench.workloads import Workload, WorkloadError, bench_argv
+from prefixbench.workloads import Workload, WorkloadError
 
 #: The host's tokenizer files, fetched into the run directory (for custom workloads).
 TOKENIZER_DIR = "tokenizer"
@@ -368,3 +369,34 @@ def record_problems(record: BenchmarkRecord) -> list[str]:
         problems.append(f"{float(prompt):.0f} prompt tokens but {float(queries):.0f} "
                         "prefix-cache queries: another client used the server")
     return problems
+
+
+# -- the controller's results disk ---------------------------------------------------------
+
+#: Free space a bench needs on the controller before it runs: a record with its
+#: per-request lists is well under 1 MiB for the tutorial's sizes and a few MiB for a
+#: large custom workload; a bench is not started when its result could not be kept.
+MIN_FREE_BYTES: Final = 16 * 2**20
+
+
+def results_space_problem(run_dir: Path, min_free: int = MIN_FREE_BYTES) -> str | None:
+    """Why a bench must not start: the results disk cannot take its record. None: fine."""
+    import shutil  # noqa: PLC0415
+
+    where = next((p for p in (run_dir, *run_dir.parents) if p.exists()), run_dir)
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError as exc:
+        return unwritable_message(run_dir, exc, run_dir)
+    if free < min_free:
+        return (f"results disk full: {free // 2**20} MiB free under {run_dir}, a bench needs "
+                f"{min_free // 2**20} MiB for its record; free space there and rerun with "
+                f"the same run id ({run_dir.name}): records already written are intact")
+    return None
+
+
+def unwritable_message(path: Path, exc: OSError, run_dir: Path) -> str:
+    """One line for a record the controller could not write, and what to do."""
+    return (f"results disk: cannot write {path}: {exc.strerror or exc}; free space under "
+            f"{run_dir.parent} and rerun with the same run id ({run_dir.name}): records "
+            "already written are intact")

@@ -10,14 +10,18 @@ by its events (:mod:`prefixbench.runview`); ``report`` and ``compare`` are
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import importlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,6 +45,10 @@ from prefixbench.runview import (
 __all__ = ["RunRequest", "build_parser", "extra_vars_cmdline", "main", "run_request"]
 
 PROG = "prefixbench"
+#: Exit code of an interrupted run (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+#: What an interrupted run runs to stop the servers it left behind.
+STOP_PLAYBOOK = "playbooks/stop.yml"
 
 EXIT_CODES = f"""\
 exit codes:
@@ -56,6 +64,8 @@ exit codes:
      verdict says about how many repetitions would decide it) or a result it needs is missing
   {EXIT_INCOMPLETE}  the run is incomplete: a bench failed and has no result; rerun with the
      same --run-id to run only what is missing
+  {EXIT_INTERRUPTED}  run: interrupted (Ctrl+C or SIGTERM): the playbook was ended and the vLLM
+     servers stopped ({STOP_PLAYBOOK}); rerun with the same --run-id to resume
 """
 
 #: Repository holding benchmark.yml and ansible.cfg (the editable install lives in it).
@@ -287,14 +297,22 @@ def _run(req: RunRequest, out: TextIO, err: TextIO) -> int:
     started = time.time()
     print(f"{PROG}: running {req.playbook} on {', '.join(req.inventories)}"
           + (f" (run id {req.run_id})" if req.run_id else ""), file=out, flush=True)
+    # ansible-playbook runs in its own session (ansible-runner's pty), so Ctrl+C reaches
+    # only this process: turn it into ansible-runner's cancel (which ends the playbook),
+    # then stop the servers the run left behind.
+    interrupt = _Interrupt()
     try:
-        result = runner.run(event_handler=on_event, **req.runner_kwargs(private))
+        with interrupt.installed():
+            result = runner.run(event_handler=on_event, cancel_callback=interrupt.is_set,
+                                **req.runner_kwargs(private))
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; artifacts in {private}", file=err)
-        return 130
+        interrupt.flag = True
+        result = None
     except Exception as exc:  # noqa: BLE001 - any runner failure is one line and exit 5
         print(f"{PROG}: error: ansible-runner failed to start: {exc}", file=err)
         return EXIT_ANSIBLE
+    if interrupt.flag or result is None:
+        return _after_interrupt(runner, req, view, private, out=out, err=err)
     status, rc = str(result.status), result.rc
 
     run_dir = Path(view.run_dir) if view.run_dir else (
@@ -331,6 +349,64 @@ def _run(req: RunRequest, out: TextIO, err: TextIO) -> int:
         print(f"ansible output kept in {artifacts}/*/stdout", file=out)
     print(f"{PROG}: ansible-runner {status} (rc {rc}); exit {code}", file=out, flush=True)
     return code
+
+
+class _Interrupt:
+    """Ctrl+C (SIGINT) or SIGTERM while a run is going: remembered, not raised."""
+
+    def __init__(self) -> None:
+        self.flag = False
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        del signum, frame
+        self.flag = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signal handlers belong to the main thread
+            return
+        previous = {sig: signal.signal(sig, self._handle)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def stop_request(req: RunRequest) -> RunRequest:
+    """The same hosts (inventories, --limit, -e), playbooks/stop.yml."""
+    return dataclasses.replace(req, playbook=STOP_PLAYBOOK, tags=None, reference=None)
+
+
+def _after_interrupt(runner: Any, req: RunRequest, view: LiveView, private: str, *,
+                     out: TextIO, err: TextIO) -> int:
+    """Stop the servers an interrupted run left running; say how to resume."""
+    run_id = Path(view.run_dir).name if view.run_dir else req.run_id
+    print(f"{PROG}: interrupted: stopping the vLLM servers ({STOP_PLAYBOOK}); "
+          "Ctrl+C again to leave them running", file=err, flush=True)
+    stop_dir = tempfile.mkdtemp(prefix="prefixbench-stop-")
+    try:
+        stopped = runner.run(**stop_request(req).runner_kwargs(stop_dir))
+        ok = str(stopped.status) == "successful"
+    except KeyboardInterrupt:
+        ok = False
+    except Exception:  # noqa: BLE001 - reported below with the command to run
+        ok = False
+    shutil.rmtree(stop_dir, ignore_errors=True)
+    if ok:
+        print(f"{PROG}: servers stopped on every reachable host", file=err)
+    else:
+        print(f"{PROG}: the servers may still run: ansible-playbook {STOP_PLAYBOOK} "
+              f"-i {' -i '.join(req.inventories)}", file=err)
+    resume = f" --run-id {run_id}" if run_id else ""
+    print(f"{PROG}: nothing measured is lost; resume with: {PROG} run{resume} "
+          f"(ansible output in {private}/artifacts)", file=err, flush=True)
+    return EXIT_INTERRUPTED
 
 
 def _report_module(command: str, argv: Sequence[str], err: TextIO) -> int:

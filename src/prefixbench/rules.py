@@ -87,13 +87,21 @@ def seqs_buckets(s: Mapping[str, Any]) -> Iterator[str]:
 
 @settings.rule
 def api_on_loopback(s: Mapping[str, Any]) -> Iterator[str]:
-    """The API stays on the host: the units carry no authentication, so a bind to any
-    other address would serve the model (and its /metrics) to the whole network."""
+    """The API stays on the host unless the user opts in, and then only behind a key: an
+    open bind to any other address would serve the model (and its /metrics) to the whole
+    network. vLLM guards the /v1 routes with the key; /health and /metrics stay open
+    (vllm 0.21.0 entrypoints/openai/api_server.py, AuthenticationMiddleware), so the
+    confinement to loopback is dropped only on an explicit opt-in."""
     host = str(s.get("vllm_service_host", "127.0.0.1"))
-    if not server.is_loopback(host):
-        yield (f"vllm_service_host {host} is not a loopback address: the servers have no "
-               "API key and would face the network; keep 127.0.0.1 (the benchmark runs on "
-               "the host itself)")
+    if server.is_loopback(host):
+        return
+    if not s.get("vllm_service_expose"):
+        yield (f"vllm_service_host {host} is not a loopback address: the API would face "
+               "the network; keep 127.0.0.1 (the benchmark runs on the host itself), or set "
+               "vllm_service_expose: true and a vllm_service_api_key from Ansible Vault")
+    elif not s.get("vllm_service_api_key"):
+        yield (f"vllm_service_host {host} with vllm_service_expose needs an API key: set "
+               "vllm_service_api_key (in Ansible Vault)")
 
 
 @settings.rule

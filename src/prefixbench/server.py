@@ -129,7 +129,10 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
     On Neuron, ``VLLM_ENGINE_READY_TIMEOUT_S`` comes from the model profile (a cold
     compile of a 120B model outlasts vLLM's 600 s default); a model that needs the
     tiktoken vocabulary (gpt-oss) reads it from ``model_cache_tiktoken_dir``, so the
-    server never downloads it. ``vllm_service_environment`` is applied last and wins.
+    server never downloads it.
+
+    ``vllm_service_environment`` is not here: it goes into the root-only
+    :data:`ENV_FILE` (see :func:`private_environment`), which systemd applies over these.
 
     ``runtime_dir`` is the unit's RuntimeDirectory: systemd creates it empty at each start
     and removes it at stop, which is what wipes the Prometheus multiprocess directory.
@@ -151,9 +154,73 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
     env["HF_HUB_OFFLINE"] = "1"
     env["HOME"] = STATE_DIR
     env["PREFIXBENCH_CONFIGURATION"] = configuration
-    for key, value in (settings.get("vllm_service_environment") or {}).items():
-        env[str(key)] = str(value)
     return env
+
+
+#: The root-only file both units read with ``EnvironmentFile=``: the inventory's
+#: ``vllm_service_environment`` and the API key. ``Environment=`` lines are readable by
+#: every local user (the unit file is 0644 and ``systemctl show -p Environment`` answers
+#: anyone over D-Bus); systemd reads an EnvironmentFile as root before dropping to the
+#: service user, and its settings override ``Environment=`` (systemd.exec(5),
+#: EnvironmentFile=), so the inventory still wins over the bundle's own variables.
+ENV_FILE: Final = "/etc/vllm-prefixbench/vllm.env"
+#: vLLM reads its API key from this variable when ``--api-key`` is absent (vllm 0.21.0
+#: entrypoints/openai/api_server.py: ``args.api_key or [envs.VLLM_API_KEY]``); on the
+#: command line the key would be in the unit, in ``ps`` and in vLLM's start-up log of
+#: non-default arguments.
+API_KEY_VAR: Final = "VLLM_API_KEY"
+#: ``vllm bench serve`` sends ``Authorization: Bearer $OPENAI_API_KEY`` (vllm 0.21.0
+#: benchmarks/lib/endpoint_request_func.py).
+BENCH_API_KEY_VAR: Final = "OPENAI_API_KEY"
+#: What an API key may contain: a bearer token's characters (RFC 6750 b64token), at least
+#: 16 of them; nothing a shell or systemd would read specially.
+API_KEY_PATTERN: Final = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
+
+
+def private_environment(settings: Mapping[str, Any], api_key: str = "") -> dict[str, str]:
+    """What goes into :data:`ENV_FILE`: ``vllm_service_environment`` and the API key."""
+    env = {str(k): str(v) for k, v in (settings.get("vllm_service_environment") or {}).items()}
+    if api_key:
+        if not API_KEY_PATTERN.match(api_key):
+            raise ValueError("vllm_service_api_key must be 16 or more characters of "
+                             "A-Z a-z 0-9 . _ ~ + / = -")
+        env[API_KEY_VAR] = api_key
+    return env
+
+
+def process_environment(settings: Mapping[str, Any], configuration: Configuration,
+                        runtime_dir: str, api_key: str = "") -> dict[str, str]:
+    """What the server process sees: the unit's lines, then the environment file's."""
+    return {**environment(settings, configuration, runtime_dir),
+            **private_environment(settings, api_key)}
+
+
+def env_file_text(env: Mapping[str, str]) -> str:
+    """An EnvironmentFile: one ``KEY='value'`` line per variable.
+
+    Single quotes keep every character literal both for systemd's parser and for a POSIX
+    shell that sources the file (the bench does, to read the key); a value holding a
+    quote or a control character is refused rather than escaped.
+    """
+    lines = ["# Managed by prefixbench (vllm_service role): root-only, read by systemd."]
+    for key in sorted(env):
+        value = env[key]
+        if not _ENV_NAME.match(key):
+            raise ValueError(f"invalid environment variable name {key!r}")
+        if "'" in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise ValueError(f"vllm_service_environment.{key}: a single quote or a control "
+                             "character cannot be passed to the server; remove it")
+        lines.append(f"{key}='{value}'")
+    return "\n".join(lines) + "\n"
+
+
+def bench_argv_with_key(argv: Sequence[str], env_file: str = ENV_FILE) -> list[str]:
+    """Wrap a ``vllm bench serve`` argv so that it sends the servers' API key, read on
+    the host from :data:`ENV_FILE`: the key never travels in a module argument, an
+    environment prefix or a command line that ``-vvv`` or ``ps`` would show."""
+    script = (f'set -a; . "$0"; {BENCH_API_KEY_VAR}="${{{API_KEY_VAR}:-}}"; '
+              f'export {BENCH_API_KEY_VAR}; exec "$@"')
+    return ["/bin/sh", "-c", script, env_file, *argv]
 
 
 _SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
@@ -236,6 +303,7 @@ class UnitSpec:
     conflicts: str
     exec_start: str
     environment: tuple[str, ...]
+    environment_file: str
     runtime_directory: str
     argv: tuple[str, ...]
     hardening: tuple[str, ...]
@@ -245,6 +313,7 @@ class UnitSpec:
             "configuration": self.configuration, "name": self.name,
             "conflicts": self.conflicts, "exec_start": self.exec_start,
             "environment": list(self.environment),
+            "environment_file": self.environment_file,
             "runtime_directory": self.runtime_directory, "argv": list(self.argv),
             "hardening": list(self.hardening),
         }
@@ -263,6 +332,7 @@ def unit_spec(settings: Mapping[str, Any], configuration: Configuration,
         conflicts=unit_name(other),
         exec_start=exec_line(argv),
         environment=tuple(environment_lines(env)),
+        environment_file=ENV_FILE,
         runtime_directory=f"{runtime} {runtime}/prometheus",
         argv=tuple(argv),
         hardening=tuple(hardening(

@@ -290,7 +290,13 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             pattern=r"^/[\w./-]*$"),
     Setting("vllm_service_enforce_eager", "bool", "--enforce-eager (no graph compilation; "
             "for CPU hosts without a compiler).", False),
-    Setting("vllm_service_host", "str", "--host the server binds to.", "127.0.0.1"),
+    Setting("vllm_service_host", "str", "--host the server binds to. Anything but "
+            "loopback needs vllm_service_expose and vllm_service_api_key.", "127.0.0.1"),
+    Setting("vllm_service_expose", "bool", "Opt in to a non-loopback vllm_service_host "
+            "(the API then faces the network; an API key is required).", False),
+    Setting("vllm_service_api_key", "str", "API key both servers require on /v1 (keep it "
+            "in Ansible Vault; 16+ characters of A-Z a-z 0-9 . _ ~ + / = -). Delivered in "
+            "a root-only EnvironmentFile, never in the unit.", "", secret=True),
     Setting("vllm_service_port", "int", "--port.", 8000, minimum=1, maximum=65535),
     Setting("vllm_service_user", "str", "Unprivileged system user that runs both servers.",
             "vllm", pattern=_NAME_PATTERN),

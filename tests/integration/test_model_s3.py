@@ -50,7 +50,7 @@ PREFIX = "mirror/tiny-llama"
 DEST = "/opt/models/tiny-llama-s3"
 VENV = "/opt/prefixbench-s3/venv"
 WHEELS = "test-s3-wheels"
-KEY_ID = "pbsim-test-key"
+KEY_ID = "PBSIMTESTKEYID7F3A9C"
 SECRET = "pbsim-secret-7f3a9c-never-printed"  # noqa: S105 - a test key; moto accepts any
 
 UPLOAD = """
@@ -183,7 +183,7 @@ def test_model_from_s3(sim_fleet: SimFleetHandle, s3_mirror: Mirror, repo_root: 
     outputs: list[str] = []
 
     def run(*args: str) -> tuple[dict[str, dict[str, int]], float]:
-        proc, seconds = playbook(repo_root, ansible_env, str(play), "-vv",
+        proc, seconds = playbook(repo_root, ansible_env, str(play), "-vvv",
                                  "-e", f"@{extra}", *args)
         outputs.append(proc.stdout + proc.stderr)
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
@@ -251,13 +251,14 @@ def test_model_from_s3(sim_fleet: SimFleetHandle, s3_mirror: Mirror, repo_root: 
             record = json.loads(fleet.sh(host, f"cat {DEST}/.prefixbench-model.json"))
             assert record["revision"] != revision and record["files"] == len(model) + 1
 
-        # 5. The secret key is nowhere: output, the host's files, its journal.
-        assert not [i for i, out in enumerate(outputs) if SECRET in out]
-        for host in fleet.hosts:
-            found = fleet.sh(host, f"grep -rlF {SECRET} {DEST} /etc /var/log /root /tmp "
-                                   "/var/tmp 2>/dev/null || true; "
-                                   f"journalctl --no-pager -o cat | grep -cF {SECRET} || true")
-            assert found.strip() == "0", found
+        # 5. Neither key is anywhere, at -vvv: output, the host's files, its journal.
+        for secret in (SECRET, KEY_ID):
+            assert not [i for i, out in enumerate(outputs) if secret in out], secret
+            for host in fleet.hosts:
+                found = fleet.sh(host, f"grep -rlF {secret} {DEST} /etc /var/log /root "
+                                       "/tmp /var/tmp 2>/dev/null || true; journalctl "
+                                       f"--no-pager -o cat | grep -cF {secret} || true")
+                assert found.strip() == "0", (secret, found)
         print(f"\nmodel from S3 on {len(fleet.hosts)} simulated hosts "
               f"({sum(e['size'] for e in entries.values())} bytes each): first run "
               f"{first:.0f} s (boto3 install + sync), second {second:.0f} s, check mode "

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import errno
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -105,7 +107,8 @@ def _plugin() -> Any:
 
 
 def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: int = 7,
-                restart: bool = False) -> tuple[dict[str, Any], list[tuple[str, Any]],
+                restart: bool = False, extra_args: dict[str, Any] | None = None
+                ) -> tuple[dict[str, Any], list[tuple[str, Any]],
                                                 list[tuple[str, str]], Path]:
     """The bench action against a test double of the host: the recorded fixture's bench
     and metrics, adjusted to the 7 prompts of the file; ``restart`` makes systemd report
@@ -113,7 +116,7 @@ def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: i
     module = _plugin()
     run_dir = tmp_path / "results" / "run1"
     write_tokenizer(run_dir / "tokenizer")
-    task_args = args(prompts_file(tmp_path), run_dir)
+    task_args = {**args(prompts_file(tmp_path), run_dir), **(extra_args or {})}
     calls: list[tuple[str, dict[str, Any]]] = []
     bench_data = json.loads((FIXTURES / "cached_high_overlap.json").read_text())
     bench_data["completed"] = completed
@@ -262,3 +265,46 @@ def test_a_caching_record_carries_the_expectation_from_the_served_tokens(
     assert got["junction_lost_blocks"] >= 0 and "served_note" not in got
     assert benchrun.served_expected(w, None, 128, config) == {
         "served_note": "no tokenizer copy in the run directory"}
+
+
+def test_plugin_stops_the_run_when_the_results_disk_is_full(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC while the record is written: no partial file, one actionable line, and the
+    flag bench.yml turns into a stop of the whole run."""
+    from prefixbench.results import RunLayout  # noqa: PLC0415
+
+    def full(self: RunLayout, record: Any) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunLayout, "write_result", full)
+    result, _, _, run_dir = _run_plugin(tmp_path, monkeypatch)
+    assert result["status"] == "unwritable" and result["results_unwritable"] is True
+    assert not result.get("failed")
+    assert result["msg"] == (
+        f"results disk: cannot write {run_dir}/h1/cached/mine/rep1.json: No space left on "
+        f"device; free space under {run_dir.parent} and rerun with the same run id (run1): "
+        "records already written are intact")
+    assert not list(run_dir.rglob("rep1*.json")) and not list(run_dir.rglob(".*.tmp"))
+
+
+def test_plugin_does_not_start_a_bench_whose_record_could_not_be_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(  # type: ignore[attr-defined]
+        10 * 2**30, 10 * 2**30 - 2**20, 2**20))
+    result, calls, _, run_dir = _run_plugin(tmp_path, monkeypatch)
+    assert calls == []  # nothing ran on the host
+    assert result["results_unwritable"] is True
+    assert result["msg"].startswith(f"results disk full: 1 MiB free under {run_dir}, a bench "
+                                    "needs 16 MiB for its record; free space there")
+
+
+def test_plugin_sends_the_api_key_from_the_host_file_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, calls, _, _ = _run_plugin(tmp_path, monkeypatch, extra_args={"api_key": True})
+    assert result["status"] == "done", result
+    bench = [a["argv"] for m, a in calls if m == "ansible.builtin.command"
+             and "bench" in a["argv"]]
+    assert len(bench) == 1 and bench[0][:2] == ["/bin/sh", "-c"]
+    assert bench[0][3] == "/etc/vllm-prefixbench/vllm.env"
+    # The record keeps the bench's own command, not the wrapper.
+    assert result["argv"][0] != "/bin/sh"

@@ -8,6 +8,8 @@ a stand-in ansible_runner module that replays a recording (no playbook runs here
 from __future__ import annotations
 
 import io
+import os
+import signal
 import json
 import sys
 import types
@@ -380,3 +382,41 @@ def test_run_end_to_end_with_recorded_events(
         assert not Path(seen["private_data_dir"]).exists()
     else:
         assert "ansible output kept in" in text
+
+
+def test_ctrl_c_ends_the_playbook_then_stops_the_servers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT during the run: ansible-runner is told to cancel (its
+    cancel_callback), then playbooks/stop.yml runs on the same hosts, exit 130."""
+    project = _project(tmp_path)
+    calls: list[dict[str, Any]] = []
+
+    def run(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        if len(calls) == 1:
+            kwargs["event_handler"]({"event": "playbook_on_start", "event_data": {}})
+            os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl+C
+            assert kwargs["cancel_callback"]() is True
+            return types.SimpleNamespace(status="canceled", rc=254)
+        return types.SimpleNamespace(status="successful", rc=0)
+
+    module = types.ModuleType("ansible_runner")
+    module.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ansible_runner", module)
+    monkeypatch.chdir(tmp_path)
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["run", "-i", "inventories/sim", "--project-dir", str(project),
+                     "--run-id", "nightly-1", "--limit", "trn2-sim-1",
+                     "-e", "a=1"], out=out, err=err)
+    assert code == 130, err.getvalue()
+    assert [c["playbook"] for c in calls] == ["benchmark.yml", "playbooks/stop.yml"]
+    stop = calls[1]
+    assert (stop["inventory"], stop["limit"], stop["cmdline"]) == (
+        calls[0]["inventory"], "trn2-sim-1", calls[0]["cmdline"])
+    assert "--tags" not in stop["cmdline"]
+    lines = err.getvalue().splitlines()
+    assert lines[-2] == "prefixbench: servers stopped on every reachable host"
+    assert lines[-1].startswith("prefixbench: nothing measured is lost; resume with: "
+                                "prefixbench run --run-id nightly-1 (ansible output in ")
+    # The handler is gone afterwards: Ctrl+C outside a run is a KeyboardInterrupt again.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -91,7 +91,7 @@ def test_trn3_host_may_not_set_the_bundles_own_variable_by_hand() -> None:
                                "set by the bundle on Trn3 hosts: remove it from the inventory"]
 
 
-def test_the_api_must_stay_on_loopback() -> None:
+def test_the_api_stays_on_loopback_unless_opted_in_with_a_key() -> None:
     from prefixbench import settings as catalogue  # noqa: PLC0415
 
     base = {"prefixbench_instance_type": "trn2.48xlarge", "vllm_service_model": "/m",
@@ -99,7 +99,15 @@ def test_the_api_must_stay_on_loopback() -> None:
     for host in ("0.0.0.0", "10.1.2.3", "trn-a.internal"):
         problems = catalogue.validate({**base, "vllm_service_host": host}, "h1").problems
         assert problems == [f"h1: vllm_service_host {host} is not a loopback address: the "
-                            "servers have no API key and would face the network; keep "
-                            "127.0.0.1 (the benchmark runs on the host itself)"]
+                            "API would face the network; keep 127.0.0.1 (the benchmark runs "
+                            "on the host itself), or set vllm_service_expose: true and a "
+                            "vllm_service_api_key from Ansible Vault"]
+        opted = {**base, "vllm_service_host": host, "vllm_service_expose": True}
+        assert catalogue.validate(opted, "h1").problems == [
+            f"h1: vllm_service_host {host} with vllm_service_expose needs an API key: set "
+            "vllm_service_api_key (in Ansible Vault)"]
+        # Preflight passes a secret as a placeholder, never its value.
+        keyed = {**opted, "vllm_service_api_key": catalogue.REDACTED}
+        assert catalogue.validate(keyed, "h1").problems == []
     for host in ("127.0.0.1", "::1", "localhost"):
         assert catalogue.validate({**base, "vllm_service_host": host}, "h1").problems == []

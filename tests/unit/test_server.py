@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,7 +66,7 @@ def test_environment_follows_the_tutorial(instance: str, has_legacy_neff: bool) 
 
 
 def test_cpu_environment_has_no_neuron_variables() -> None:
-    env = server.environment(valid(prefixbench_platform="cpu",
+    env = server.process_environment(valid(prefixbench_platform="cpu",
                                    vllm_service_environment={"VLLM_CPU_KVCACHE_SPACE": 1}),
                              "baseline", "/run/x")
     assert not any(k.startswith(("VLLM_NEURON", "NEURON_")) for k in env)
@@ -130,3 +133,48 @@ def test_internal_channels_stay_on_loopback_when_the_api_does() -> None:
     assert "IPAddressDeny=any" not in server.hardening("cpu", loopback_only=False)
     assert server.is_loopback("::1") and server.is_loopback("localhost")
     assert not server.is_loopback("0.0.0.0")
+
+
+def test_inventory_environment_and_api_key_go_to_the_root_only_file() -> None:
+    s = valid(prefixbench_platform="cpu",
+              vllm_service_environment={"VLLM_CPU_KVCACHE_SPACE": 1, "PB": "a$b%c \"q\""})
+    spec = server.unit_spec(s, "cached", "/opt/venv/bin/vllm")
+    key = "k3y-0123456789abcdef+/="
+    assert not any("VLLM_CPU_KVCACHE_SPACE" in line or "PB=" in line
+                   for line in spec.environment)
+    assert spec.environment_file == server.ENV_FILE
+    text = server.env_file_text(server.private_environment(s, key))
+    assert text.splitlines()[1:] == [
+        "PB='a$b%c \"q\"'", f"VLLM_API_KEY='{key}'", "VLLM_CPU_KVCACHE_SPACE='1'"]
+    assert key not in spec.exec_start and all(key not in line for line in spec.environment)
+
+
+def test_env_file_refuses_what_it_cannot_carry_verbatim() -> None:
+    with pytest.raises(ValueError, match="single quote"):
+        server.env_file_text({"X": "it's"})
+    with pytest.raises(ValueError, match="single quote or a control"):
+        server.env_file_text({"X": "a\nb"})
+    with pytest.raises(ValueError, match="16 or more characters") as err:
+        server.private_environment({}, "short$key")
+    assert "short$key" not in str(err.value)
+
+
+def test_the_bench_reads_the_key_on_the_host_and_sends_it(tmp_path: Path) -> None:
+    """The wrapper, run by a real /bin/sh: the key from the file becomes OPENAI_API_KEY
+    of the bench; it is nowhere on the command line."""
+    key = "k3y-0123456789abcdef+/="
+    env_file = tmp_path / "vllm.env"
+    env_file.write_text(server.env_file_text(
+        server.private_environment({"vllm_service_environment": {"A": "x$y"}}, key)))
+    argv = server.bench_argv_with_key(
+        [sys.executable, "-c", "import os; print(repr(os.environ.get('OPENAI_API_KEY')), "
+         "repr(os.environ.get('A')))"], str(env_file))
+    assert key not in " ".join(argv)
+    out = subprocess.run(argv, capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.split() == [repr(key), "'x$y'"]
+    # Without a key in the file the bench sends none (vLLM skips an empty key).
+    env_file.write_text(server.env_file_text({}))
+    out = subprocess.run(argv, capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.split() == ["''", "None"]

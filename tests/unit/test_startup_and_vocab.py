@@ -45,7 +45,7 @@ def test_the_engine_timeout_is_neuron_only_and_the_inventory_environment_wins() 
     assert env["TIKTOKEN_ENCODINGS_BASE"] == "/opt/models/tiktoken"
     mine = valid(prefixbench_model_profile="gpt-oss-120b", model_cache_tiktoken_dir="/v",
                  vllm_service_environment={"VLLM_ENGINE_READY_TIMEOUT_S": 60})
-    env = server.environment(mine, "baseline", "/run/x")
+    env = server.process_environment(mine, "baseline", "/run/x")
     assert (env["VLLM_ENGINE_READY_TIMEOUT_S"], env["TIKTOKEN_ENCODINGS_BASE"]) == ("60", "/v")
 
 

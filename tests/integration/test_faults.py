@@ -1,0 +1,221 @@
+"""The fault matrix: faults injected into real runs on the simulated fleet, each ending
+with a complete run directory after a rerun, nothing measured lost or silently altered.
+
+One run id, one small workload (2 benches per host), four runs:
+
+A. ``ansible-playbook benchmark.yml -vvv`` with an API key on the servers, while
+   - host 1's vLLM engine process is killed (``kill -9`` of the API server's children)
+     during its baseline bench;
+   - host 2 stops answering the controller during its baseline bench (its sshd frozen:
+     from the controller, a network cut; the simulated hosts have no packet filter);
+   - host 3 runs undisturbed and, since every bench it runs sends the key, proves that
+     the bench authenticates.
+   The key appears nowhere: -vvv output, results, unit files, ``systemctl show``, journal.
+   Then a finished record is edited on disk: ``prefixbench report`` warns of it.
+B. ``prefixbench run`` interrupted (SIGINT, as Ctrl+C) once a bench runs: exit 130 and
+   no vLLM server left running on any host.
+C. ``ansible-playbook`` with the controller's results disk (a tmpfs) full: the run stops
+   with one clear line, nothing partial written, earlier records intact.
+D. The rerun completes: every bench has a result, the edited record measured again.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from prefixbench.results import RunLayout, content_checksum
+from prefixbench.sim.layout import SimHost
+from prefixbench.sim.testing import SimFleetHandle
+from prefixbench.sim.testing import run_playbook as playbook
+
+pytestmark = pytest.mark.integration
+
+RUN_ID = "integration-faults"
+API_KEY = "pbsim-api-key-4d9e1b7c0a5f3e21"  # a test key for the simulated servers
+ENV_FILE = "/etc/vllm-prefixbench/vllm.env"
+
+
+@pytest.fixture
+def results_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 48 MiB tmpfs for the run's results: a controller disk that can fill up."""
+    mount = tmp_path / "results"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)],
+                   check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def bench_running(fleet: SimFleetHandle, host: SimHost) -> bool:
+    # The pattern's [b] keeps pgrep from matching the shell that runs it.
+    return bool(fleet.sh(host, "pgrep -f 'vllm [b]ench serve' || true").strip())
+
+
+def active_units(fleet: SimFleetHandle, host: SimHost) -> list[str]:
+    out = fleet.sh(host, "systemctl is-active vllm-baseline.service vllm-cached.service "
+                         "|| true")
+    return [unit for unit, state in zip(("baseline", "cached"), out.split(), strict=True)
+            if state not in {"inactive", "failed"}]
+
+
+def freeze_sshd(fleet: SimFleetHandle, host: SimHost, sig: str) -> None:
+    """SIGSTOP / SIGCONT every sshd process of ``host`` (through nsenter, not SSH)."""
+    proc = fleet.fleet.exec(host, ["pkill", f"-{sig}", "-f", "^sshd"])
+    assert proc.returncode == 0, proc.stderr
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """Fill ``disk`` until ``leave`` bytes are free."""
+    import shutil  # noqa: PLC0415
+
+    filler = disk / "filler.bin"
+    with filler.open("wb") as handle:
+        while shutil.disk_usage(disk).free > leave + 2**20:
+            handle.write(b"\0" * 2**20)
+        handle.flush()
+    return filler
+
+
+def test_fault_matrix(sim_fleet: SimFleetHandle, *, sim_artifacts: Path,
+                      dlami_host: SimHost, repo_root: Path, ansible_env: dict[str, str],
+                      results_disk: Path, tmp_path: Path) -> None:
+    del sim_artifacts  # built: the hosts' package sources
+    fleet = sim_fleet
+    engine_victim, cut_victim, steady = fleet.hosts[0], dlami_host, fleet.hosts[-1]
+    assert len({engine_victim.name, cut_victim.name, steady.name}) == 3
+    secrets = tmp_path / "secrets.yml"  # what a vault file holds, decrypted
+    secrets.write_text(f"vllm_service_api_key: {API_KEY}\n")
+    workload = repo_root / "tests/integration/vars/fault_workload.yml"
+    common = ["-e", f"@{workload}",
+              "-e", f"prefixbench_run_id={RUN_ID}",
+              "-e", f"prefixbench_results_dir={results_disk}"]
+    layout = RunLayout(results_disk, RUN_ID)
+
+    # -- A: engine killed, a host cut off, the API key on, at -vvv ---------------------
+    proc = subprocess.Popen(
+        ["ansible-playbook", "-i", "inventories/sim", "benchmark.yml", "-vvv",
+         "--skip-tags", "provision", "-e", f"@{secrets}", *common],
+        cwd=repo_root, env=ansible_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    killed = cut = False
+    start = time.monotonic()
+    try:
+        while proc.poll() is None and time.monotonic() - start < 1800:
+            if not killed and bench_running(fleet, engine_victim) and \
+                    "baseline" in active_units(fleet, engine_victim):
+                pid = fleet.sh(engine_victim, "systemctl show -p MainPID --value "
+                                              "vllm-baseline.service").strip()
+                fleet.sh(engine_victim, f"pkill -9 -P {pid}")
+                killed = True
+            if not cut and bench_running(fleet, cut_victim):
+                freeze_sshd(fleet, cut_victim, "STOP")
+                cut = True
+            time.sleep(0.5)
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if cut:
+            freeze_sshd(fleet, cut_victim, "CONT")
+    assert killed and cut, (killed, cut, out[-5000:])
+    assert proc.returncode != 0, out[-8000:]
+    assert API_KEY not in out, "the API key is in the -vvv output"
+
+    # The undisturbed host has both results (its benches authenticated with the key).
+    done = layout.completed()
+    assert {(k.host, k.configuration) for k in done if k.host == steady.name} == {
+        (steady.name, "baseline"), (steady.name, "cached")}, out[-6000:]
+    # The engine's death is a failure record with the journal; the host went on.
+    failures = layout.failures()
+    engine_fail = [k for k in failures if k.host == engine_victim.name]
+    assert [k.configuration for k in engine_fail] == ["baseline"], (failures, out[-6000:])
+    assert json.loads(failures[engine_fail[0]].read_text())["journal_tail"]
+    assert (engine_victim.name, "cached") in {(k.host, k.configuration) for k in done}
+    # The host cut off has no result of the bench it was running, and the report lists
+    # it among the failures (a dropped host, or its benches not run); nothing is partial.
+    assert (cut_victim.name, "baseline") not in {(k.host, k.configuration) for k in done}
+    summary = json.loads((layout.run_dir / "summary.json").read_text())
+    assert any(cut_victim.name in json.dumps(f) for f in summary["failures"]), summary
+    assert layout.stale_temp_files() == []
+
+    # No trace of the key: results, the units anyone may read, systemd, the journal.
+    assert not [p for p in results_disk.rglob("*") if p.is_file()
+                and API_KEY.encode() in p.read_bytes()]
+    for host in fleet.hosts:
+        assert fleet.sh(host, f"stat -c '%a %U' {ENV_FILE}").strip() == "600 root"
+        seen = fleet.sh(host, "systemctl cat vllm-baseline.service vllm-cached.service; "
+                              "systemctl show vllm-baseline.service vllm-cached.service; "
+                              "journalctl --no-pager -o cat -u 'vllm-*'")
+        assert API_KEY not in seen, host.name
+
+    # A finished record edited on disk: the report says so, and the rerun measures again.
+    edited_key = next(k for k in sorted(done) if k.host == steady.name
+                      and k.configuration == "cached")
+    edited = layout.result_path(edited_key)
+    record = json.loads(edited.read_text())
+    record["bench"]["median_ttft_ms"] = 1.0
+    edited.write_text(json.dumps(record))
+    report = subprocess.run(["prefixbench", "report", str(layout.run_dir)], cwd=repo_root,
+                            env=ansible_env, capture_output=True, text=True, check=False)
+    assert f"warning: {edited.relative_to(layout.run_dir)}: skipped, unreadable" in \
+        report.stderr and "checksum mismatch" in report.stderr, report.stderr[-3000:]
+
+    # -- B: Ctrl+C of prefixbench run: the playbook ends, the servers stop -------------
+    cli = subprocess.Popen(
+        ["prefixbench", "run", "-i", "inventories/sim", "--tags", "bench", "--run-id",
+         RUN_ID, "-e", f"@{secrets}", "-e", f"@{workload}",
+         "-e", f"prefixbench_results_dir={results_disk}"],
+        cwd=repo_root, env=ansible_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    start = time.monotonic()
+    interrupted = False
+    while cli.poll() is None and time.monotonic() - start < 900:
+        if not interrupted and any(bench_running(fleet, h) for h in fleet.hosts):
+            cli.send_signal(signal.SIGINT)
+            interrupted = True
+        time.sleep(0.5)
+    cli_out, _ = cli.communicate(timeout=600)
+    assert interrupted, cli_out[-5000:]
+    assert cli.returncode == 130, cli_out[-5000:]
+    assert "servers stopped on every reachable host" in cli_out, cli_out[-3000:]
+    assert f"resume with: prefixbench run --run-id {RUN_ID}" in cli_out, cli_out[-3000:]
+    for host in fleet.hosts:
+        assert active_units(fleet, host) == [], host.name
+    assert layout.completed() >= done - {edited_key}
+
+    # -- C: the results disk full: one clear line, nothing partial, records intact -----
+    before = {p: p.read_bytes() for p in layout.run_dir.rglob("rep*.json")}
+    filler = fill(results_disk, leave=4 * 2**20)
+    full, _ = playbook(repo_root, ansible_env, "benchmark.yml", "--skip-tags", "provision",
+                       "-e", f"@{secrets}", *common, timeout=1500)
+    filler.unlink()
+    assert full.returncode != 0, full.stdout[-6000:]
+    assert "results disk full:" in full.stdout, full.stdout[-6000:]
+    assert "running vllm bench serve" not in full.stdout, full.stdout[-6000:]
+    assert layout.stale_temp_files() == []
+    for path, content in before.items():
+        if not path.name.endswith(".failed.json"):
+            assert path.read_bytes() == content, f"{path} changed while the disk was full"
+
+    # -- D: the rerun completes; the edited record is measured again -------------------
+    rerun, _ = playbook(repo_root, ansible_env, "benchmark.yml", "--skip-tags", "provision",
+                        "-e", f"@{secrets}", *common, timeout=1800)
+    assert rerun.returncode == 0, rerun.stdout[-8000:]
+    assert layout.failures() == {}
+    assert len(layout.completed()) == len(fleet.hosts) * 2
+    again = json.loads(edited.read_text())
+    assert again["checksum"] == content_checksum(again)
+    assert again["bench"]["median_ttft_ms"] != 1.0
+    for host in fleet.hosts:
+        assert active_units(fleet, host) == [], host.name
+    # The servers go back to no key for the tests after this one.
+    redeploy, _ = playbook(repo_root, ansible_env, "playbooks/deploy.yml")
+    assert redeploy.returncode == 0, redeploy.stdout[-4000:]
+
