@@ -1,7 +1,7 @@
 """The experiment of one host, as data: which benches run, in which order, with which seed.
 
 Per configuration, the server runs every workload once per repetition, repetition by
-repetition. Seeds come from :func:`prefixbench.workloads.plan_seeds`: distinct for every
+repetition. Seeds come from :func:`prefixbench.seeds.plan_seeds`: distinct for every
 (workload, repetition) on one server, so no run can be served from cache entries left
 by an earlier one (the isolation method), and the same on both configurations, so the
 baseline and cached runs of a workload see identical prompts (paired).
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from prefixbench.results import ResultKey, RunLayout
-from prefixbench.workloads import Workload, load_workloads, plan_seeds, tutorial_workloads
+from prefixbench.seeds import plan_seeds
+from prefixbench.workloads import Workload, load_workloads, tutorial_workloads
 
 
 def workloads_of(settings: Mapping[str, Any]) -> list[Workload]:

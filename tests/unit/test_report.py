@@ -14,7 +14,7 @@ from report_runs import BENCHES, fingerprint, fixture_bench, make_run, scale_tim
 from prefixbench.report import ReportInputError, build_summary
 from prefixbench.report.cli import compare_main, report_main
 from prefixbench.report.compare import compare, load_tolerances
-from prefixbench.report.model import FAIL, INCONCLUSIVE, NOT_RUN, PASS
+from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN, PASS
 from prefixbench.report.write import write_outputs
 from prefixbench.results import FailureRecord, ResultKey, RunLayout, with_checksum
 
@@ -409,7 +409,7 @@ def test_failed_benches_make_the_run_incomplete_and_read_for_people(tmp_path: Pa
 
 
 def test_overall_status_ignores_criteria_that_were_not_run() -> None:
-    from prefixbench.report.model import overall_status  # noqa: PLC0415
+    from prefixbench.report.vocab import overall_status  # noqa: PLC0415
 
     assert overall_status([NOT_RUN, NOT_RUN]) == NOT_RUN
     assert overall_status([PASS, NOT_RUN]) == PASS

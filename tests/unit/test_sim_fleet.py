@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from prefixbench.sim import rootfs, system
-from prefixbench.sim.fleet import FleetState, HostStatus, format_status, parse_units
+from prefixbench.sim.state import FleetState
+from prefixbench.sim.status import HostStatus, format_status, parse_units
 from prefixbench.sim.system import ProcRef, SimFleetError
 
 

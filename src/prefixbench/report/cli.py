@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from prefixbench.atomic import write_text_atomic
-from prefixbench.report.build import ReportInputError, build_summary
+from prefixbench.report.build import build_summary
 from prefixbench.report.compare import (
     Comparison,
     ToleranceError,
@@ -27,6 +27,7 @@ from prefixbench.report.compare import (
     load_tolerances,
 )
 from prefixbench.report.junit import write_junit
+from prefixbench.report.load import ReportInputError
 from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
 from prefixbench.report.upload import UploadError, upload_run
 from prefixbench.report.write import FORMATS, write_outputs

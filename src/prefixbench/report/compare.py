@@ -30,7 +30,8 @@ from typing import Any, Final, Literal
 
 import yaml
 
-from prefixbench.report.build import build_summary, fleet_values
+from prefixbench.report.build import build_summary
+from prefixbench.report.fleet import fleet_values
 from prefixbench.report.model import Summary
 from prefixbench.stats import median
 

@@ -10,15 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from prefixbench.report.model import (
-    FAIL,
-    INCONCLUSIVE,
-    NOT_RUN,
-    PASS,
-    HostSummary,
-    Summary,
-    Verdict,
-)
+from prefixbench.report.model import HostSummary, Summary, Verdict
+from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN, PASS
 
 __all__ = ["bottom_line", "provenance", "simulated"]
 
@@ -69,7 +62,7 @@ def _pct_range(values: Sequence[float], *, signed: bool = False) -> str:
 
 def _cost_sentence(s: Summary) -> list[str]:
     from prefixbench.report.economics import cost_per_million  # noqa: PLC0415
-    from prefixbench.report.model import BASELINE, CACHED, HIGH_OVERLAP  # noqa: PLC0415
+    from prefixbench.report.vocab import BASELINE, CACHED, HIGH_OVERLAP  # noqa: PLC0415
 
     pairs = []
     for h in s.hosts:

@@ -13,7 +13,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from prefixbench.atomic import write_text_atomic
-from prefixbench.report.model import FAIL, INCONCLUSIVE, NOT_RUN, Summary
+from prefixbench.report.model import Summary
+from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN
 
 __all__ = ["junit_xml", "write_junit"]
 

@@ -7,8 +7,9 @@ from typing import Any
 
 from prefixbench.report.build import build_summary
 from prefixbench.report.junit import write_junit
-from prefixbench.report.model import INCONCLUSIVE, FailureInfo
+from prefixbench.report.model import FailureInfo
 from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
+from prefixbench.report.vocab import INCONCLUSIVE
 from prefixbench.report.write import FORMATS, write_outputs
 
 

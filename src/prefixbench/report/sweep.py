@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixbench.atomic import write_text_atomic
-from prefixbench.report.build import ReportInputError, build_summary
+from prefixbench.report.bench_model import Agg
+from prefixbench.report.build import build_summary
 from prefixbench.report.document import (
     Block,
     Bullets,
@@ -35,16 +36,10 @@ from prefixbench.report.document import (
     html_of,
     markdown_of,
 )
-from prefixbench.report.model import (
-    BASELINE,
-    CACHED,
-    HIGH_OVERLAP,
-    Agg,
-    Status,
-    Summary,
-    overall_status,
-)
+from prefixbench.report.load import ReportInputError
+from prefixbench.report.model import Summary
 from prefixbench.report.tables import Table, fmt
+from prefixbench.report.vocab import BASELINE, CACHED, HIGH_OVERLAP, Status, overall_status
 from prefixbench.report.write import FORMATS, results_csv, write_outputs
 from prefixbench.results import json_safe
 from prefixbench.sweep import point_dirs

@@ -6,17 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from prefixbench.report.bench_model import Agg
 from prefixbench.report.economics import cost_per_million
-from prefixbench.report.model import (
-    BASELINE,
-    CACHED,
-    HIGH_OVERLAP,
-    NO_OVERLAP,
-    Agg,
-    FleetSummary,
-    HostSummary,
-    Summary,
-)
+from prefixbench.report.fleet_model import FleetSummary
+from prefixbench.report.model import HostSummary, Summary
+from prefixbench.report.vocab import BASELINE, CACHED, HIGH_OVERLAP, NO_OVERLAP
 
 __all__ = [
     "Table",

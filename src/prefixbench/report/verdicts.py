@@ -22,18 +22,17 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from prefixbench.criteria import HIGH_OVERLAP, NO_OVERLAP, SUSTAINED
-from prefixbench.report.model import (
+from prefixbench.report.bench_model import Agg, BenchSummary
+from prefixbench.report.model import Verdict
+from prefixbench.report.vocab import (
     BASELINE,
     CACHED,
     FAIL,
     INCONCLUSIVE,
     NOT_RUN,
     PASS,
-    Agg,
-    BenchSummary,
     Status,
     Thresholds,
-    Verdict,
 )
 from prefixbench.stats import RatioInterval, paired_ratio_interval, repetitions_to_decide
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixbench.atomic import write_text_atomic
-from prefixbench.report.build import load_run
 from prefixbench.report.document import render_html, render_markdown
+from prefixbench.report.load import load_run
 from prefixbench.report.model import Summary
 from prefixbench.results import json_safe
 

@@ -44,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("simfleet: host tools present", flush=True)
             return 0
         # Lazy: the fleet needs PyYAML, which `setup` must not.
-        from prefixbench.sim.fleet import Fleet, format_status  # noqa: PLC0415
+        from prefixbench.sim.fleet import Fleet  # noqa: PLC0415
+        from prefixbench.sim.status import format_status  # noqa: PLC0415
 
         fleet = Fleet()
         if args.command == "up":

@@ -1,0 +1,110 @@
+"""Fleet checks: each metric's spread across hosts, its outliers, hit-ratio departures
+from the expectation, and fingerprint groups and drift.
+
+:func:`fleet_values` gives each host's value of every metric (its median over
+repetitions); :func:`fleet_summary` judges the spread within each instance family (a
+mixed Trn2/Trn3 fleet is not one population) against the
+:class:`~prefixbench.report.vocab.Thresholds`, into a
+:class:`~prefixbench.report.fleet_model.FleetSummary`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from prefixbench import instances
+from prefixbench.fingerprint import drift, group_by_identity
+from prefixbench.report.bench_model import agg_median
+from prefixbench.report.fleet_model import FleetMetric, FleetOutlier, FleetSummary, HitDeparture
+from prefixbench.report.load import RunData
+from prefixbench.report.model import HostSummary
+from prefixbench.report.vocab import CACHED, Thresholds
+from prefixbench.stats import coefficient_of_variation, mad, robust_z_scores
+from prefixbench.stats import median as _median
+
+__all__ = ["fleet_summary", "fleet_values"]
+
+
+def fleet_values(hosts: Sequence[HostSummary]) -> dict[str, dict[str, float]]:
+    """Per metric name, each host's value (its median over repetitions)."""
+    metrics: dict[str, dict[str, float]] = {}
+
+    def put(name: str, host: str, value: float | None) -> None:
+        if value is not None and math.isfinite(value):
+            metrics.setdefault(name, {})[host] = value
+
+    for h in hosts:
+        for b in h.benches:
+            prefix = f"{b.configuration}/{b.workload}"
+            put(f"{prefix}/median_ttft_ms", h.host, agg_median(b.median_ttft_ms))
+            put(f"{prefix}/p99_ttft_ms", h.host, agg_median(b.p99_ttft_ms))
+            put(f"{prefix}/output_throughput", h.host, agg_median(b.output_throughput))
+            if b.configuration == CACHED:
+                put(f"{prefix}/hit_ratio", h.host,
+                    agg_median(b.hit_ratio_by_source) if b.hit_ratio_by_source
+                    else agg_median(b.hit_ratio_queries))
+        for wl, v in h.step7.ttft_reduction_pct.items():
+            put(f"{wl}/ttft_reduction_pct", h.host, v)
+    return metrics
+
+
+def _fleet_metric(name: str, values: Mapping[str, float], t: Thresholds) -> FleetMetric:
+    hosts = sorted(values)
+    xs = [values[h] for h in hosts]
+    med = _median(xs)
+    zs = robust_z_scores(xs) if len(xs) >= 3 else [0.0] * len(xs)
+    outs: list[FleetOutlier] = []
+    relative_ok = not name.endswith(("hit_ratio", "ttft_reduction_pct"))
+    for h, x, z in zip(hosts, xs, zs, strict=True):
+        rel = (x / med - 1) if med else None
+        reasons = []
+        if len(xs) >= 3 and abs(z) > t.outlier_z:
+            reasons.append(f"robust z {z:+.1f} (> {t.outlier_z})")
+        if len(xs) >= 3 and relative_ok and rel is not None and abs(rel) > t.outlier_rel:
+            reasons.append(f"{rel * 100:+.0f}% from the fleet median (> {t.outlier_rel:.0%})")
+        if reasons:
+            outs.append(FleetOutlier(host=h, value=x, robust_z=z, rel_dev=rel,
+                                     reasons=tuple(reasons)))
+    return FleetMetric(name=name, values=dict(zip(hosts, xs, strict=True)), median=med,
+                       cv=coefficient_of_variation(xs), mad=mad(xs),
+                       robust_z=dict(zip(hosts, zs, strict=True)), outliers=tuple(outs))
+
+
+def _family(h: HostSummary) -> str:
+    fp = h.fingerprint
+    if fp is not None and fp.family:
+        return fp.family
+    return instances.family(fp.instance_type) if fp is not None and fp.instance_type else "?"
+
+
+def fleet_summary(hosts: Sequence[HostSummary], data: RunData, t: Thresholds) -> FleetSummary:
+    """The fleet's spread, outliers, hit-ratio departures and fingerprint drift."""
+    # Trn2 and Trn3 hosts are different populations: spread and outliers are computed
+    # within each instance family (metric names prefixed with it when there are several).
+    families: dict[str, list[HostSummary]] = {}
+    for h in hosts:
+        families.setdefault(_family(h), []).append(h)
+    metrics = []
+    for fam, members in sorted(families.items()):
+        prefix = f"{fam}: " if len(families) > 1 else ""
+        metrics += [_fleet_metric(prefix + n, v, t)
+                    for n, v in sorted(fleet_values(members).items())]
+    departures: list[HitDeparture] = []
+    for h in hosts:
+        for b in h.benches:
+            if b.configuration != CACHED or b.expected_block_aligned is None:
+                continue
+            for sig, a in (("queries", b.hit_ratio_queries), ("by_source", b.hit_ratio_by_source)):
+                if a is not None and abs(a.median - b.expected_block_aligned) > (
+                        t.hit_ratio_max_abs_diff):
+                    departures.append(HitDeparture(
+                        host=h.host, configuration=b.configuration, workload=b.workload,
+                        signal=sig, measured=a.median, expected=b.expected_block_aligned))
+    fps = [data.fingerprints[h.host] for h in hosts if h.host in data.fingerprints]
+    return FleetSummary(
+        hosts=tuple(h.host for h in hosts), metrics=tuple(metrics),
+        hit_departures=tuple(departures),
+        fingerprint_groups=tuple(group_by_identity(fps)), drift=tuple(drift(fps)),
+        hosts_without_fingerprint=tuple(h.host for h in hosts
+                                        if h.host not in data.fingerprints))

@@ -1,0 +1,156 @@
+"""Read a run directory: its run.json, result records, failure markers and fingerprints.
+
+Input is the run directory contract of the benchmark phase (``run.json``,
+``<host>/fingerprint.json``, ``<host>/<configuration>/<workload>/rep<k>[.failed].json``).
+:func:`load_run` parses it into :class:`RunData` (unreadable files become warnings);
+:func:`failure_info` and :func:`dropped_hosts` turn its failure markers, and the hosts
+that left no result at all, into the :class:`~prefixbench.report.model.FailureInfo`
+the report lists. Nothing here writes files; :mod:`prefixbench.report.write` does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from prefixbench.fingerprint import Fingerprint, FingerprintError
+from prefixbench.report.model import FailureInfo
+from prefixbench.results import BenchmarkRecord, BenchResultError, FailureRecord
+from prefixbench.workloads import Workload, WorkloadError
+
+__all__ = ["ReportInputError", "RunData", "dropped_hosts", "failure_info", "load_run"]
+
+_REP_FILE: Final = re.compile(r"^rep([0-9]+)(\.failed)?\.json$")
+
+
+class ReportInputError(ValueError):
+    """The run directory cannot be reported on; the message says why, in one line."""
+
+
+@dataclass
+class RunData:
+    """What a run directory holds, parsed."""
+
+    run_dir: Path
+    run: dict[str, Any]
+    records: list[BenchmarkRecord] = field(default_factory=list)
+    failures: list[tuple[FailureRecord, Path]] = field(default_factory=list)
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run.get("run_id") or self.run_dir.name)
+
+    @property
+    def hosts(self) -> list[str]:
+        named = [str(h) for h in self.run.get("hosts") or []]
+        seen = {r.key.host for r in self.records} | {f.key.host for f, _ in self.failures}
+        return named + sorted(seen - set(named))
+
+    def workloads(self) -> dict[str, Workload]:
+        out: dict[str, Workload] = {}
+        for item in self.run.get("workloads") or []:
+            try:
+                w = Workload.from_dict(item)
+            except (WorkloadError, TypeError, AttributeError):
+                continue
+            out[w.name] = w
+        return out
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Parse a run directory; unreadable files become warnings, not errors."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise ReportInputError(f"{root}: not a directory (expected results/<run_id>)")
+    run: dict[str, Any] = {}
+    warnings: list[str] = []
+    run_json = root / "run.json"
+    if run_json.exists():
+        try:
+            loaded = _read_json(run_json)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReportInputError(f"{run_json}: unreadable ({exc})") from exc
+        if not isinstance(loaded, dict):
+            raise ReportInputError(f"{run_json}: not a JSON object")
+        run = loaded
+        if run.get("schema_version", 1) != 1:
+            raise ReportInputError(
+                f"{run_json}: schema_version {run.get('schema_version')!r} is not 1")
+    else:
+        warnings.append("run.json is missing: hosts and workloads are taken from the files")
+    data = RunData(run_dir=root, run=run, warnings=warnings)
+    for path in sorted(root.glob("*/*/*/rep*.json")):
+        m = _REP_FILE.match(path.name)
+        if not m:
+            continue
+        try:
+            raw = _read_json(path)
+            if m.group(2):
+                data.failures.append((FailureRecord.from_dict(raw, str(path)), path))
+            else:
+                data.records.append(BenchmarkRecord.from_dict(raw, str(path)))
+        except (OSError, json.JSONDecodeError, BenchResultError, ValueError) as exc:
+            warnings.append(f"{path.relative_to(root)}: skipped, unreadable ({exc})")
+    done = {r.key for r in data.records}
+    data.failures = [(f, p) for f, p in data.failures if f.key not in done]
+    for host_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        fp_path = host_dir / "fingerprint.json"
+        if not fp_path.exists():
+            continue
+        try:
+            fp = Fingerprint.from_dict(_read_json(fp_path), str(fp_path))
+        except (OSError, json.JSONDecodeError, FingerprintError) as exc:
+            warnings.append(f"{fp_path.relative_to(root)}: skipped ({exc})")
+            continue
+        data.fingerprints[fp.host] = fp
+    if not data.records and not data.failures and not run:
+        raise ReportInputError(
+            f"{root}: no run.json and no result files: is this a run directory "
+            f"(results/<run_id>)?")
+    return data
+
+
+# -- failures ------------------------------------------------------------------------------
+
+def failure_info(rec: FailureRecord, path: Path, root: Path) -> FailureInfo:
+    """One failure marker as the report lists it: its error, and the last 20 lines of
+    its stderr and journal tail."""
+    tail = rec.journal_tail or ""
+    extra_tail = rec.extra.get("journal_tail") if rec.extra else None
+    if not tail and isinstance(extra_tail, list):
+        tail = "\n".join(str(x) for x in extra_tail)
+    elif not tail and isinstance(extra_tail, str):
+        tail = extra_tail
+    if rec.stderr:
+        tail = (rec.stderr.strip() + ("\n" + tail if tail else "")).strip()
+    lines = tail.splitlines()[-20:]
+    try:
+        rel = str(path.relative_to(root))
+    except ValueError:
+        rel = str(path)
+    return FailureInfo(host=rec.key.host, configuration=rec.key.configuration,
+                       workload=rec.key.workload, repetition=rec.key.repetition,
+                       error=rec.error, returncode=rec.returncode, path=rel,
+                       log_tail="\n".join(lines))
+
+
+def dropped_hosts(data: RunData) -> list[FailureInfo]:
+    """A host the run started with that has neither a result nor a failure marker once
+    the run has ended: it dropped out (unreachable, or failed before its first bench)."""
+    if not data.run.get("ended_at"):
+        return []  # still running: its benches may simply not have come yet
+    seen = {r.key.host for r in data.records} | {f.key.host for f, _ in data.failures}
+    return [FailureInfo(host=h, configuration="-", workload="-", repetition=0,
+                        error="no result at all from this host: it dropped out "
+                              "(unreachable, or failed before its first bench)",
+                        returncode=None, path="run.json", log_tail="")
+            for h in (str(x) for x in data.run.get("hosts") or []) if h not in seen]
