@@ -11,7 +11,8 @@ A. ``ansible-playbook benchmark.yml -vvv`` with an API key on the servers, while
    - host 3 runs undisturbed and, since every bench it runs sends the key, proves that
      the bench authenticates.
    The key appears nowhere: -vvv output, results, unit files, ``systemctl show``, journal.
-   Then a finished record is edited on disk: ``prefixbench report`` warns of it.
+   Then a finished record is edited on disk: ``prefixbench report`` lists it as a
+   bench without a result.
 B. ``prefixbench run`` interrupted (SIGINT, as Ctrl+C) once a bench runs: exit 130 and
    no vLLM server left running on any host.
 C. ``ansible-playbook`` with the controller's results disk (a tmpfs) full: the run stops
@@ -166,6 +167,10 @@ def test_fault_matrix(sim_fleet: SimFleetHandle, *, sim_artifacts: Path,
                             env=ansible_env, capture_output=True, text=True, check=False)
     assert f"warning: {edited.relative_to(layout.run_dir)}: skipped, unreadable" in \
         report.stderr and "checksum mismatch" in report.stderr, report.stderr[-3000:]
+    rejected = [f for f in json.loads((layout.run_dir / "summary.json").read_text())[
+        "failures"] if f["path"] == str(edited.relative_to(layout.run_dir))]
+    assert rejected and rejected[0]["error"].startswith(
+        "result rejected, checksum mismatch"), rejected
 
     # -- B: Ctrl+C of prefixbench run: the playbook ends, the servers stop -------------
     cli = subprocess.Popen(

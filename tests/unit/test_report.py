@@ -459,6 +459,7 @@ def test_a_record_edited_after_the_run_is_not_trusted(tmp_path: Path) -> None:
     layout = RunLayout(tmp_path, "run-1")
     key = ResultKey("host-a", "cached", "high_overlap", 1)
     assert key in layout.completed()
+    failures_before = len(build_summary(run).failures)
     path = layout.result_path(key)
     data = json.loads(path.read_text())
     data["bench"]["median_ttft_ms"] = 1.0  # a better number, typed in by hand
@@ -470,6 +471,14 @@ def test_a_record_edited_after_the_run_is_not_trusted(tmp_path: Path) -> None:
                for w in s.warnings), s.warnings
     v = {x.name: x.status for x in s.host("host-a").verdicts}
     assert v["high_overlap_ttft_lower"] == INCONCLUSIVE
+    # It is a bench without a result: listed as a failure of host-a, counted in the exit.
+    rejected = [f for f in s.failures if f.path == "host-a/cached/high_overlap/rep1.json"]
+    assert [(f.host, f.configuration, f.workload, f.repetition) for f in rejected] == [
+        ("host-a", "cached", "high_overlap", 1)]
+    assert rejected[0].error == ("result rejected, checksum mismatch: edited after it was "
+                                 "written; a rerun with the same run id measures it again")
+    assert rejected[0] in s.host("host-a").failures
+    assert len(s.failures) == failures_before + 1  # what the exit code counts
     # Reformatting alone changes nothing.
     data["bench"]["median_ttft_ms"] = fixture_bench("cached", "high_overlap")["median_ttft_ms"]
     path.write_text(json.dumps(data))

@@ -45,7 +45,7 @@ def build_summary(
         k = v.record.key
         grouped.setdefault(k.host, {}).setdefault((k.configuration, k.workload), []).append(v)
     failures = [failure_info(f, p, data.run_dir) for f, p in data.failures]
-    failures += dropped_hosts(data)
+    failures += data.rejected + dropped_hosts(data)
     roles = dict(criteria.assign(list(known.values())).serving)
     hosts: list[HostSummary] = []
     for host in data.hosts:

@@ -40,6 +40,9 @@ class RunData:
     failures: list[tuple[FailureRecord, Path]] = field(default_factory=list)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: Result files that exist but cannot be trusted (edited after they were written:
+    #: checksum mismatch; truncated; foreign): each is a bench without a result.
+    rejected: list[FailureInfo] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -100,7 +103,12 @@ def load_run(run_dir: str | Path) -> RunData:
                 data.records.append(BenchmarkRecord.from_dict(raw, str(path)))
         except (OSError, json.JSONDecodeError, BenchResultError, ValueError) as exc:
             warnings.append(f"{path.relative_to(root)}: skipped, unreadable ({exc})")
+            if not m.group(2):
+                data.rejected.append(_rejected(path, root, int(m.group(1)), exc))
     done = {r.key for r in data.records}
+    data.rejected = [f for f in data.rejected if not any(
+        f.host == k.host and f.configuration == k.configuration and f.workload == k.workload
+        and f.repetition == k.repetition for k in done)]
     data.failures = [(f, p) for f, p in data.failures if f.key not in done]
     for host_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         fp_path = host_dir / "fingerprint.json"
@@ -143,12 +151,25 @@ def failure_info(rec: FailureRecord, path: Path, root: Path) -> FailureInfo:
                        log_tail="\n".join(lines))
 
 
+def _rejected(path: Path, root: Path, repetition: int, exc: Exception) -> FailureInfo:
+    """A result file that is there but not trusted, as a failure of its bench."""
+    workload_dir = path.parent
+    reason = "checksum mismatch: edited after it was written" if "checksum mismatch" in \
+        str(exc) else f"unreadable ({type(exc).__name__})"
+    return FailureInfo(
+        host=workload_dir.parent.parent.name, configuration=workload_dir.parent.name,
+        workload=workload_dir.name, repetition=repetition,
+        error=f"result rejected, {reason}; a rerun with the same run id measures it again",
+        returncode=None, path=str(path.relative_to(root)), log_tail=str(exc)[-2000:])
+
+
 def dropped_hosts(data: RunData) -> list[FailureInfo]:
     """A host the run started with that has neither a result nor a failure marker once
     the run has ended: it dropped out (unreachable, or failed before its first bench)."""
     if not data.run.get("ended_at"):
         return []  # still running: its benches may simply not have come yet
-    seen = {r.key.host for r in data.records} | {f.key.host for f, _ in data.failures}
+    seen = ({r.key.host for r in data.records} | {f.key.host for f, _ in data.failures}
+            | {f.host for f in data.rejected})
     return [FailureInfo(host=h, configuration="-", workload="-", repetition=0,
                         error="no result at all from this host: it dropped out "
                               "(unreachable, or failed before its first bench)",
