@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv system-deps lint test-fast test test-integration demo sim-up sim-down sim-status lock clean
+.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -22,7 +22,11 @@ $(BIN)/.ready: requirements/controller.lock pyproject.toml scripts/bootstrap
 system-deps:  ## Install the Debian packages the simulated fleet needs (root)
 	scripts/install-system-deps
 
-lint: venv  ## ansible-lint (production), yamllint, syntax-check, ruff, mypy
+specs: venv  ## Regenerate the roles' argument specs and defaults from the settings catalogue
+	$(BIN)/python -m prefixbench.rolespecs
+
+lint: venv  ## ansible-lint (production), yamllint, syntax-check, ruff, mypy, generated specs
+	$(BIN)/python -m prefixbench.rolespecs --check
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production --offline -q
 	@for p in $(PLAYBOOKS); do \

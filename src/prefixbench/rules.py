@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from prefixbench import experiment, instances, releases, server, settings, sweep, tokenizer_vocab
+from prefixbench import catalogue, experiment, instances, releases, server, sweep, tokenizer_vocab
 from prefixbench.server import TRN3_ONLY_ENVIRONMENT, family
 from prefixbench.workloads import WorkloadError
 
@@ -37,7 +37,7 @@ def _int_list(value: Any) -> list[int] | None:
     return None
 
 
-@settings.rule
+@catalogue.rule
 def neuron_config_shape(s: Mapping[str, Any]) -> Iterator[str]:
     """neuron_config carries the tutorial's four keys, with the right types."""
     cfg = s["vllm_service_neuron_config"]
@@ -54,7 +54,7 @@ def neuron_config_shape(s: Mapping[str, Any]) -> Iterator[str]:
                f"knows ({', '.join(_NEURON_CONFIG_KEYS)})")
 
 
-@settings.rule
+@catalogue.rule
 def segment_buckets(s: Mapping[str, Any]) -> Iterator[str]:
     """kv_segment_size_buckets equals num_batched_tokens_buckets; sizes are supported."""
     cfg = s["vllm_service_neuron_config"]
@@ -75,7 +75,7 @@ def segment_buckets(s: Mapping[str, Any]) -> Iterator[str]:
                f"(num_batched_tokens_buckets {batched}): set it to {max(batched)}")
 
 
-@settings.rule
+@catalogue.rule
 def seqs_buckets(s: Mapping[str, Any]) -> Iterator[str]:
     """num_seqs_buckets tops out at max_num_seqs."""
     buckets = _int_list(s["vllm_service_neuron_config"].get("num_seqs_buckets"))
@@ -85,7 +85,7 @@ def seqs_buckets(s: Mapping[str, Any]) -> Iterator[str]:
                f"(largest bucket = max-num-seqs)")
 
 
-@settings.rule
+@catalogue.rule
 def api_on_loopback(s: Mapping[str, Any]) -> Iterator[str]:
     """The API stays on the host unless the user opts in, and then only behind a key: an
     open bind to any other address would serve the model (and its /metrics) to the whole
@@ -104,7 +104,7 @@ def api_on_loopback(s: Mapping[str, Any]) -> Iterator[str]:
                "vllm_service_api_key (in Ansible Vault)")
 
 
-@settings.rule
+@catalogue.rule
 def prices(s: Mapping[str, Any]) -> Iterator[str]:
     """Prices per instance-hour are non-negative numbers."""
     for key, value in (s.get("prefixbench_price_per_instance_hour") or {}).items():
@@ -113,7 +113,7 @@ def prices(s: Mapping[str, Any]) -> Iterator[str]:
                    f"{value!r}")
 
 
-@settings.rule
+@catalogue.rule
 def environment_values(s: Mapping[str, Any]) -> Iterator[str]:
     """Environment names are identifiers; values are single-line scalars."""
     for key, value in (s.get("vllm_service_environment") or {}).items():
@@ -126,7 +126,7 @@ def environment_values(s: Mapping[str, Any]) -> Iterator[str]:
             yield f"vllm_service_environment.{key} must not contain control characters"
 
 
-@settings.rule
+@catalogue.rule
 def trn3_only_settings(s: Mapping[str, Any]) -> Iterator[str]:
     """Trn3-only environment is not set by hand on other families."""
     env = s.get("vllm_service_environment") or {}
@@ -140,7 +140,7 @@ def trn3_only_settings(s: Mapping[str, Any]) -> Iterator[str]:
                    "remove it from the inventory")
 
 
-@settings.rule
+@catalogue.rule
 def neuron_release(s: Mapping[str, Any]) -> Iterator[str]:
     """The release has a complete manifest."""
     name = s["prefixbench_neuron_release"]
@@ -150,7 +150,7 @@ def neuron_release(s: Mapping[str, Any]) -> Iterator[str]:
         yield f"prefixbench_neuron_release: {exc}"
 
 
-@settings.rule
+@catalogue.rule
 def tensor_parallel_fits(s: Mapping[str, Any]) -> Iterator[str]:
     """On Neuron, the tensor-parallel degree fits the instance's NeuronCores."""
     if s["prefixbench_platform"] != "neuron":
@@ -293,7 +293,7 @@ def fit_line(s: Mapping[str, Any]) -> str | None:
     return f"model fit: {head}: DOES NOT FIT, {fit.remedy()} (prefixbench_model_fit: {mode})"
 
 
-@settings.rule
+@catalogue.rule
 def model_fits_the_hbm(s: Mapping[str, Any]) -> Iterator[str]:
     """On Neuron, the model's weights fit the HBM of the cores tensor parallelism uses."""
     if s.get("prefixbench_model_fit", "refuse") != "refuse":
@@ -307,7 +307,7 @@ def model_fits_the_hbm(s: Mapping[str, Any]) -> Iterator[str]:
            "prefixbench_model_fit: warn")
 
 
-@settings.rule
+@catalogue.rule
 def by_family_maps(s: Mapping[str, Any]) -> Iterator[str]:
     """Per-family maps name families; dtypes and sizes are ones the fit check knows."""
     families = ", ".join(sorted(instances.FAMILIES))
@@ -330,7 +330,7 @@ def by_family_maps(s: Mapping[str, Any]) -> Iterator[str]:
 # --- start-up and the tokenizer vocabulary -------------------------------------------------
 
 
-@settings.rule
+@catalogue.rule
 def health_outlasts_engine_ready(s: Mapping[str, Any]) -> Iterator[str]:
     """The bundle waits for health at least as long as vLLM waits for its engines."""
     if s.get("prefixbench_platform") != "neuron":
@@ -343,7 +343,7 @@ def health_outlasts_engine_ready(s: Mapping[str, Any]) -> Iterator[str]:
                f"server vLLM still lets start; set it to {ready} or more")
 
 
-@settings.rule
+@catalogue.rule
 def tiktoken_files_known(s: Mapping[str, Any]) -> Iterator[str]:
     """Every vocabulary file to fetch has a published sha256 to check it against."""
     if not s.get("model_cache_tiktoken"):
@@ -359,7 +359,7 @@ def tiktoken_files_known(s: Mapping[str, Any]) -> Iterator[str]:
         yield f"model_cache_tiktoken_files: {exc}"
 
 
-@settings.rule
+@catalogue.rule
 def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
     """Workloads are valid, fit max-model-len, and have a prefix worth caching."""
     try:
@@ -396,7 +396,7 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
                    f"(the tutorial uses 3072 = 3 segments)")
 
 
-@settings.rule
+@catalogue.rule
 def sweep_points_valid(s: Mapping[str, Any]) -> Iterator[str]:
     """Every point of a segment-size sweep passes the rules above with its own settings."""
     try:
@@ -405,7 +405,7 @@ def sweep_points_valid(s: Mapping[str, Any]) -> Iterator[str]:
         yield str(exc)
         return
     for point in points:
-        for check in settings.RULES:
+        for check in catalogue.RULES:
             if check is sweep_points_valid:
                 continue
             for line in check(point.settings):
@@ -435,7 +435,7 @@ def s3_bucket_problem(bucket: str) -> str | None:
     return None
 
 
-@settings.rule
+@catalogue.rule
 def model_s3_mirror(s: Mapping[str, Any]) -> Iterator[str]:
     """Source s3 names one bucket (by bucket or by URI), well formed; keys come in pairs."""
     bucket = str(s.get("model_cache_s3_bucket", ""))
