@@ -102,11 +102,13 @@ def test_fault_matrix(sim_fleet: SimFleetHandle, *, sim_artifacts: Path,
     layout = RunLayout(results_disk, RUN_ID)
 
     # -- A: engine killed, a host cut off, the API key on, at -vvv ---------------------
-    proc = subprocess.Popen(
-        ["ansible-playbook", "-i", "inventories/sim", "benchmark.yml", "-vvv",
-         "--skip-tags", "provision", "-e", f"@{secrets}", *common],
-        cwd=repo_root, env=ansible_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True)
+    # Output to a file: -vvv writes megabytes, a pipe read only at the end would block it.
+    log_a = tmp_path / "run-a.log"
+    with log_a.open("w") as sink:
+        proc = subprocess.Popen(
+            ["ansible-playbook", "-i", "inventories/sim", "benchmark.yml", "-vvv",
+             "--skip-tags", "provision", "-e", f"@{secrets}", *common],
+            cwd=repo_root, env=ansible_env, stdout=sink, stderr=subprocess.STDOUT)
     killed = cut = False
     start = time.monotonic()
     try:
@@ -121,10 +123,13 @@ def test_fault_matrix(sim_fleet: SimFleetHandle, *, sim_artifacts: Path,
                 freeze_sshd(fleet, cut_victim, "STOP")
                 cut = True
             time.sleep(0.5)
-        out, _ = proc.communicate(timeout=900)
+        proc.wait(timeout=900)
     finally:
         if cut:
             freeze_sshd(fleet, cut_victim, "CONT")
+        if proc.poll() is None:
+            proc.kill()
+    out = log_a.read_text(errors="replace")
     assert killed and cut, (killed, cut, out[-5000:])
     assert proc.returncode != 0, out[-8000:]
     assert API_KEY not in out, "the API key is in the -vvv output"
@@ -173,20 +178,26 @@ def test_fault_matrix(sim_fleet: SimFleetHandle, *, sim_artifacts: Path,
         "result rejected, checksum mismatch"), rejected
 
     # -- B: Ctrl+C of prefixbench run: the playbook ends, the servers stop -------------
-    cli = subprocess.Popen(
-        ["prefixbench", "run", "-i", "inventories/sim", "--tags", "bench", "--run-id",
-         RUN_ID, "-e", f"@{secrets}", "-e", f"@{workload}",
-         "-e", f"prefixbench_results_dir={results_disk}"],
-        cwd=repo_root, env=ansible_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True)
+    log_b = tmp_path / "run-b.log"
+    with log_b.open("w") as sink:
+        cli = subprocess.Popen(
+            ["prefixbench", "run", "-i", "inventories/sim", "--tags", "bench", "--run-id",
+             RUN_ID, "-e", f"@{secrets}", "-e", f"@{workload}",
+             "-e", f"prefixbench_results_dir={results_disk}"],
+            cwd=repo_root, env=ansible_env, stdout=sink, stderr=subprocess.STDOUT)
     start = time.monotonic()
     interrupted = False
-    while cli.poll() is None and time.monotonic() - start < 900:
-        if not interrupted and any(bench_running(fleet, h) for h in fleet.hosts):
-            cli.send_signal(signal.SIGINT)
-            interrupted = True
-        time.sleep(0.5)
-    cli_out, _ = cli.communicate(timeout=600)
+    try:
+        while cli.poll() is None and time.monotonic() - start < 900:
+            if not interrupted and any(bench_running(fleet, h) for h in fleet.hosts):
+                cli.send_signal(signal.SIGINT)
+                interrupted = True
+            time.sleep(0.5)
+        cli.wait(timeout=600)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    cli_out = log_b.read_text(errors="replace")
     assert interrupted, cli_out[-5000:]
     assert cli.returncode == 130, cli_out[-5000:]
     assert "servers stopped on every reachable host" in cli_out, cli_out[-3000:]
