@@ -174,9 +174,10 @@ def custom_expected(req: BenchRequest, *, block_size: int | None,
 
 def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
                     config: metrics.CacheConfig) -> dict[str, Any]:
-    """The expected ratio from the tokens the server sees (prefixbench.whatif
+    """The expected ratio from the tokens the server sees (prefixbench.served
     .served_expectation), as record keys; a note instead when it cannot be made."""
     from prefixbench import whatif  # noqa: PLC0415 - loads the tokenizer library
+    from prefixbench.served import served_expectation  # noqa: PLC0415
     from prefixbench.tokenizer import TokenizerError  # noqa: PLC0415
 
     tok = tokenizer_dir(run_dir) if run_dir is not None else None
@@ -184,8 +185,7 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         return {"served_note": "no tokenizer copy in the run directory"}
     capacity, note = whatif.server_capacity(config)
     try:
-        served = whatif.served_expectation(workload, tok, block_size,
-                                           capacity_blocks=capacity)
+        served = served_expectation(workload, tok, block_size, capacity_blocks=capacity)
     except (TokenizerError, ValueError, OSError) as exc:
         return {"served_note": f"cannot replay the prompts: {exc}"}
     out: dict[str, Any] = {

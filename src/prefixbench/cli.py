@@ -174,6 +174,9 @@ def _whatif_parser(sub: Any) -> None:
                         "(only matters with --capacity-blocks; default 256)")
     whatif.add_argument("--num-warmups", type=int, default=0, metavar="N",
                         help="warmup requests (copies of the first prompt) sent first")
+    whatif.add_argument("--workers", type=int, metavar="N",
+                        help="threads encoding a prompts file (default: one more than the "
+                        "usable cores; the prediction is the same for any number)")
 
 
 def extra_vars_cmdline(items: Sequence[str]) -> str:
@@ -467,17 +470,22 @@ def _whatif_workload(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def _whatif(args: argparse.Namespace, out: TextIO) -> int:
+def _whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from prefixbench import whatif  # noqa: PLC0415 - loads the tokenizer library
+    from prefixbench.progress import ProgressBar  # noqa: PLC0415
 
     workload = _whatif_workload(args)
     if args.block_size < 1 or (args.capacity_blocks is not None and args.capacity_blocks < 1):
         raise UsageError("--block-size and --capacity-blocks must be >= 1")
     if args.tokenizer is not None and not args.tokenizer.exists():
         raise UsageError(f"--tokenizer {args.tokenizer}: no such file or directory")
-    pred = whatif.predict(workload, block_size=args.block_size,
-                          capacity_blocks=args.capacity_blocks, prompts_file=None,
-                          tokenizer_dir=args.tokenizer)
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    with ProgressBar(err) as bar:
+        pred = whatif.predict(workload, block_size=args.block_size,
+                              capacity_blocks=args.capacity_blocks, prompts_file=None,
+                              tokenizer_dir=args.tokenizer, workers=args.workers,
+                              progress=bar)
     if pred.ratio is None:
         raise UsageError(pred.note or "no prediction")
     cap = "unbounded" if args.capacity_blocks is None else f"{args.capacity_blocks} blocks"
@@ -516,7 +524,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         if args.command == "sim":
             return _sim(args)
         if args.command == "whatif":
-            return _whatif(args, out)
+            return _whatif(args, out, err)
     except UsageError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=err)
         return EXIT_USAGE

@@ -10,6 +10,15 @@ a BOS (or anything else) is added. ``transformers`` can rewrite that post-proces
 from ``add_bos_token`` / ``add_eos_token`` for some tokenizer classes (Llama's); this
 module does not, so a ``tokenizer.json`` whose post-processor disagrees with those flags
 is counted as the file says. The simulated fleet's tokenizer has no post-processor.
+Padding and truncation settings of ``tokenizer.json`` are switched off at load, as
+``transformers`` does for a call that asks for neither (the server's): an encoding then
+depends on its text only, never on the batch it is encoded in.
+
+:meth:`Tokenizer.encode_arrays` is the fast path for many prompts: token ids straight into
+``array("I")`` (the form :mod:`prefixbench.cachesim` hashes fastest). The tokenizers
+library releases the GIL while it encodes a batch, so several Python threads encode in
+parallel; inside :func:`serial_batches` each batch stays on its calling thread (no rayon
+pool), so the number of threads is the number of cores used.
 
 :meth:`Tokenizer.decode` is ``transformers``' (5.x) ``decode(ids)``: special tokens kept,
 ``clean_up_tokenization_spaces`` of ``tokenizer_config.json`` applied (default off; never
@@ -30,12 +39,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+import os
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["Tokenizer", "TokenizerError", "load"]
+__all__ = ["Tokenizer", "TokenizerError", "load", "serial_batches"]
 
 TOKENIZER_JSON: Final = "tokenizer.json"
 TOKENIZER_CONFIG: Final = "tokenizer_config.json"
@@ -95,7 +107,12 @@ class Tokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`encode` of many texts at once (the tokenizers library batches in Rust)."""
-        return [list(e.ids) for e in self._batch(list(texts), add_special_tokens=True)]
+        return [e.ids for e in self._batch(list(texts), add_special_tokens=True)]
+
+    def encode_arrays(self, texts: Sequence[str]) -> list[array[int]]:
+        """:meth:`encode_batch` as ``array("I")`` token ids, converted once. Thread-safe;
+        the encoding itself runs without the GIL."""
+        return [array("I", e.ids) for e in self._batch(list(texts), add_special_tokens=True)]
 
     def _batch(self, texts: list[str], *, add_special_tokens: bool) -> Any:
         # encode_batch_fast (tokenizers >= 0.21) skips the offsets: same ids, less work.
@@ -144,6 +161,29 @@ class Tokenizer:
         except Exception as exc:  # noqa: BLE001 - any template error is one line
             raise TokenizerError(f"{self.source}: the chat template failed: "
                                  f"{type(exc).__name__}: {exc}") from None
+
+
+_PARALLELISM_ENV: Final = "TOKENIZERS_PARALLELISM"
+
+
+@contextmanager
+def serial_batches() -> Iterator[None]:
+    """Within this block the tokenizers library encodes every batch on the thread that
+    asks (its rayon pool is not used), so ``n`` threads encoding use ``n`` cores.
+
+    The library reads ``TOKENIZERS_PARALLELISM`` at every batch call; it is set to
+    ``false`` here and restored on exit. Enter it before starting the threads that
+    encode and leave it after they have finished (it changes the process environment).
+    """
+    old = os.environ.get(_PARALLELISM_ENV)
+    os.environ[_PARALLELISM_ENV] = "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(_PARALLELISM_ENV, None)
+        else:
+            os.environ[_PARALLELISM_ENV] = old
 
 
 def _clean_up_tokenization(text: str) -> str:
@@ -225,6 +265,10 @@ def load(path: Path) -> Tokenizer:
         backend = Backend.from_file(str(file))
     except Exception as exc:  # noqa: BLE001 - the Rust error text is the reason
         raise TokenizerError(f"{file}: not a tokenizers tokenizer.json: {exc}") from None
+    # transformers' fast tokenizer turns both off for a call without padding/truncation,
+    # which is how the server encodes a prompt.
+    backend.no_padding()
+    backend.no_truncation()
     config: dict[str, Any] = {}
     if directory is not None and (directory / TOKENIZER_CONFIG).is_file():
         cfg_path = directory / TOKENIZER_CONFIG

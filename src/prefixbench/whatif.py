@@ -15,15 +15,14 @@ model inapplicable, :func:`prefixbench.cachesim.capacity_note`). The prediction 
   blocks of a large vocabulary never collide. A tokenizer, when given, only adds the
   BOS (or other tokens) the server puts in front of every prompt. For an unbounded
   cache the result equals :func:`prefixbench.ratios.block_aligned_expected`.
-* ``prefix_repetition`` as served (:func:`served_expectation`): vLLM sends
-  ``decode(prefix + suffix)`` as text and the server re-encodes it; with a byte-level BPE
-  the last prefix token can merge with the first suffix characters, so a warm request
-  loses its last prefix block. This rebuilds the exact prompt texts with the host's
-  tokenizer (vLLM's decode -> encode length adjustment included), encodes them as the
-  server does and replays them; it equals the formula when the tokenizer round-trips
-  exactly and is below it by the junction losses otherwise.
+* ``prefix_repetition`` as served: :mod:`prefixbench.served` (the prompt texts vLLM
+  sends, re-encoded by the server, junction losses counted).
 * ``custom``: the prepared file (:mod:`prefixbench.custom`) in vLLM's send order,
   encoded with the tokenizer (:mod:`prefixbench.tokenizer`).
+
+Custom prompts are read as a stream and encoded on worker threads
+(:func:`prefixbench.replay.replay_sent`); the result does not depend on the
+number of workers.
 
 Limits: requests are replayed one at a time (concurrency 1). At higher concurrency a
 request can be scheduled before another one sharing its prefix has filled the cache,
@@ -39,20 +38,20 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-from prefixbench.cachesim import CapacityError, PrefixCacheSim, capacity_note, usable_blocks
+from prefixbench.cachesim import capacity_note, usable_blocks
 from prefixbench.custom import (
     CustomPromptsError,
     PreparedPrompts,
-    prepare,
-    prepare_file,
-    texts_in_order,
+    PromptIndex,
+    index_file,
 )
-from prefixbench.prefix_repetition import LegacyNumpyRandom, generate_prompts, prefix_order
-from prefixbench.ratios import block_aligned_expected, block_aligned_hit_tokens
+from prefixbench.prefix_repetition import LegacyNumpyRandom, prefix_order
+from prefixbench.progress import Progress
+from prefixbench.ratios import block_aligned_expected
+from prefixbench.replay import Prediction, concurrency_note, replay_requests, replay_sent
 from prefixbench.tokenizer import Tokenizer, TokenizerError
 from prefixbench.tokenizer import load as load_tokenizer
 from prefixbench.workloads import Workload, WorkloadError
@@ -62,13 +61,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Prediction",
-    "ServedExpectation",
     "predict",
+    "predict_indexed",
     "predict_prefix_repetition",
     "predict_prepared",
     "prefix_repetition_tokens",
-    "replay_requests",
-    "served_expectation",
     "server_capacity",
 ]
 
@@ -77,61 +74,6 @@ VOCAB: Final = 1 << 32
 #: Above this many prompt tokens a prefix_repetition replay would need gigabytes; an
 #: unbounded cache then falls back to the (exact) formula.
 MAX_REPLAY_TOKENS: Final = 250_000_000
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """A predicted token hit ratio, or why there is none (``ratio`` None, ``note``)."""
-
-    ratio: float | None
-    hit_tokens: int = 0
-    query_tokens: int = 0
-    requests: int = 0
-    evicted_blocks: int = 0
-    method: str = "none"
-    block_size: int | None = None
-    capacity_blocks: int | None = None
-    #: prefix_repetition only: the block-aligned formula (unbounded cache).
-    formula_ratio: float | None = None
-    note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _concurrency_note(workload: Workload | None) -> str | None:
-    if workload is not None and workload.max_concurrency != 1:
-        return (f"replayed one request at a time; at concurrency "
-                f"{workload.max_concurrency or 'unbounded'} requests sharing a prefix can "
-                f"overlap and the server may count fewer hits")
-    return None
-
-
-def replay_requests(
-    prompts: Sequence[array[int]],
-    output_lens: Sequence[int],
-    *,
-    block_size: int,
-    capacity_blocks: int | None,
-    method: str,
-    note: str | None = None,
-) -> Prediction:
-    """Replay requests (token id arrays, in send order) through a fresh cache."""
-    sim = PrefixCacheSim(block_size, capacity_blocks)
-    hits = 0
-    run = sim.run
-    try:
-        for tokens, out in zip(prompts, output_lens, strict=True):
-            hits += run(tokens, out if capacity_blocks is not None else 0)
-    except CapacityError as exc:
-        return Prediction(ratio=None, method=method, block_size=block_size,
-                          capacity_blocks=capacity_blocks,
-                          note=f"a request does not fit the cache: {exc}")
-    queries = sim.query_tokens_total
-    return Prediction(ratio=hits / queries if queries else 0.0, hit_tokens=hits,
-                      query_tokens=queries, requests=len(prompts),
-                      evicted_blocks=sim.evicted_blocks, method=method,
-                      block_size=block_size, capacity_blocks=capacity_blocks, note=note)
 
 
 def prefix_repetition_tokens(workload: Workload, *, bos: Sequence[int] = ()
@@ -187,7 +129,7 @@ def predict_prefix_repetition(
     pred = replay_requests(
         prompts, [w.prefix_repetition_output_len] * len(prompts), block_size=block_size,
         capacity_blocks=capacity_blocks, method="cachesim replay, prefix_repetition "
-        "regenerated from the seed", note=_concurrency_note(w))
+        "regenerated from the seed", note=concurrency_note(w))
     return Prediction(**{**pred.to_dict(), "formula_ratio": formula.ratio})
 
 
@@ -201,14 +143,42 @@ def predict_prepared(
     shuffle: bool = True,
     pre_requests: int = 0,
     workload: Workload | None = None,
+    workers: int | None = None,
+    progress: Progress | None = None,
 ) -> Prediction:
-    """Replay prepared custom prompts in vLLM's send order, encoded like the server."""
-    texts, outs = texts_in_order(prepared, seed, shuffle=shuffle, pre_requests=pre_requests)
-    prompts = [array("I", ids) for ids in tokenizer.encode_batch(texts)]
-    return replay_requests(prompts, outs, block_size=block_size,
-                           capacity_blocks=capacity_blocks,
-                           method="cachesim replay, custom prompts tokenized",
-                           note=_concurrency_note(workload))
+    """Replay prepared custom prompts in vLLM's send order, encoded like the server.
+    ``workers``: threads that encode (default
+    :func:`prefixbench.replay.default_workers`)."""
+    texts = prepared.texts
+    return replay_sent(prepared.sent(seed, shuffle=shuffle), list(map(len, texts)),
+                        prepared.output_tokens, lambda job: [texts[i] for i in job],
+                        tokenizer, block_size=block_size, capacity_blocks=capacity_blocks,
+                        pre_requests=pre_requests, workers=workers, progress=progress,
+                        note=concurrency_note(workload))
+
+
+def predict_indexed(
+    index: PromptIndex,
+    tokenizer: Tokenizer,
+    *,
+    block_size: int,
+    capacity_blocks: int | None = None,
+    seed: int = 0,
+    shuffle: bool = True,
+    pre_requests: int = 0,
+    workload: Workload | None = None,
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> Prediction:
+    """:func:`predict_prepared` for an indexed file (:func:`prefixbench.custom.index_file`):
+    the prompts are read back from the file as they are sent, never all held at once.
+    Raises :class:`~prefixbench.custom.CustomPromptsError` if the file changed since."""
+    with index.reader(tokenizer) as reader:
+        return replay_sent(index.sent(seed, shuffle=shuffle), index.lengths,
+                            index.output_tokens, reader.texts, tokenizer,
+                            block_size=block_size, capacity_blocks=capacity_blocks,
+                            pre_requests=pre_requests, workers=workers, progress=progress,
+                            note=concurrency_note(workload))
 
 
 def server_capacity(cache_config: CacheConfig | None) -> tuple[int | None, str | None]:
@@ -241,6 +211,8 @@ def predict(
     prompts_file: Path | None = None,
     tokenizer_dir: Path | None = None,
     cache_config: CacheConfig | None = None,
+    workers: int | None = None,
+    progress: Progress | None = None,
 ) -> Prediction:
     """The predicted hit ratio of one bench of ``workload`` on an empty cache.
 
@@ -256,13 +228,20 @@ def predict(
     prefix_repetition (it only adds the server's BOS). The workload's seed (0 if unset,
     vLLM's default), shuffle, num_prompts, ready check and warmups are honoured.
     Missing or unreadable inputs give ``ratio=None`` and a ``note``; never raises for them.
+
+    Custom prompts only: ``workers`` threads encode them (default
+    :func:`prefixbench.replay.default_workers`; the prediction is the same for any
+    number), and ``progress`` (e.g. a
+    :class:`prefixbench.progress.ProgressBar`) is told how far reading and encoding are.
     """
     if cache_config is None or capacity_blocks is not None:
         return _predict(workload, block_size=block_size, capacity_blocks=capacity_blocks,
-                        prompts_file=prompts_file, tokenizer_dir=tokenizer_dir)
+                        prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
+                        workers=workers, progress=progress)
     capacity, cap_note = server_capacity(cache_config)
     pred = _predict(workload, block_size=block_size, capacity_blocks=capacity,
-                    prompts_file=prompts_file, tokenizer_dir=tokenizer_dir)
+                    prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
+                    workers=workers, progress=progress)
     if cap_note is None:
         return pred
     note = cap_note if pred.note is None else f"{pred.note}; {cap_note}"
@@ -276,6 +255,8 @@ def _predict(
     capacity_blocks: int | None,
     prompts_file: Path | None,
     tokenizer_dir: Path | None,
+    workers: int | None = None,
+    progress: Progress | None = None,
 ) -> Prediction:
     if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
         return _none(f"block_size ({block_size}) and capacity_blocks ({capacity_blocks}) "
@@ -298,177 +279,20 @@ def _predict(
     if tokenizer is None:
         return _none("no tokenizer directory: custom prompts cannot be counted in tokens",
                      block_size, capacity_blocks)
+    if workers is not None and workers < 1:
+        return _none(f"workers must be >= 1, got {workers}", block_size, capacity_blocks)
+    path = prompts_file if prompts_file is not None else workload.dataset_path
+    seed = workload.seed if workload.seed is not None else 0
     try:
-        if prompts_file is not None:
-            prepared = prepare_file(Path(prompts_file), num_prompts=workload.num_prompts,
-                                    custom_output_len=workload.custom_output_len,
-                                    tokenizer=tokenizer)
-        else:
-            prepared = prepare(workload, tokenizer=tokenizer)
+        if path is None:
+            raise CustomPromptsError(f"workload {workload.name!r} has no dataset_path")
+        index = index_file(Path(path), num_prompts=workload.num_prompts,
+                           custom_output_len=workload.custom_output_len,
+                           tokenizer=tokenizer, progress=progress)
+        return predict_indexed(index, tokenizer, block_size=block_size,
+                               capacity_blocks=capacity_blocks, seed=seed,
+                               shuffle=not workload.disable_shuffle,
+                               pre_requests=workload.pre_requests, workload=workload,
+                               workers=workers, progress=progress)
     except CustomPromptsError as exc:
         return _none(f"prompts unavailable: {exc}", block_size, capacity_blocks)
-    seed = workload.seed if workload.seed is not None else 0
-    return predict_prepared(prepared, tokenizer, block_size=block_size,
-                            capacity_blocks=capacity_blocks, seed=seed,
-                            shuffle=not workload.disable_shuffle,
-                            pre_requests=workload.pre_requests, workload=workload)
-
-
-# -- prefix_repetition as the server sees it ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ServedExpectation:
-    """Prefix-cache counters of one prefix_repetition bench as its server counts them:
-    the prompts vLLM sends, re-encoded by the server, replayed in send order.
-
-    ``hit_tokens`` / ``query_tokens`` / ``evicted_blocks`` come from the replay with
-    ``capacity_blocks`` (``None``: unbounded). The junction fields compare an unbounded
-    replay with the block-aligned formula (:func:`prefixbench.ratios.block_aligned_expected`)
-    request by request: ``formula_hit_tokens - unbounded_hit_tokens ==
-    (lost_blocks - gained_blocks) * block_size``.
-    """
-
-    hit_tokens: int
-    query_tokens: int
-    requests: int
-    evicted_blocks: int
-    formula_hit_tokens: int
-    formula_query_tokens: int
-    #: Hits with an unbounded cache (equal to ``hit_tokens`` when ``capacity_blocks`` is None).
-    unbounded_hit_tokens: int
-    #: Measured prompts (pre-requests not counted again) whose server encoding is not the
-    #: client's ``prefix_ids + suffix_ids``: re-split where prefix and suffix meet.
-    junction_resplits: int
-    #: Requests that hit fewer tokens than the formula gives them, and the blocks they lose.
-    lost_requests: int
-    lost_blocks: int
-    #: Blocks hit beyond the formula (a whole-prompt repeat of a prompt the server encodes
-    #: to more tokens than ``prompt_len`` can hit one block more).
-    gained_blocks: int
-    block_size: int
-    capacity_blocks: int | None
-    bos_tokens: int
-    #: ``tokenizer.vocab_size`` as vLLM reads it (the draws' upper bound).
-    vocab_size: int
-    note: str | None = None
-
-    @property
-    def ratio(self) -> float:
-        return self.hit_tokens / self.query_tokens if self.query_tokens else 0.0
-
-    @property
-    def formula_ratio(self) -> float:
-        return (self.formula_hit_tokens / self.formula_query_tokens
-                if self.formula_query_tokens else 0.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ratio": self.ratio, "formula_ratio": self.formula_ratio}
-
-
-def _formula_hits_per_request(
-    keys: Sequence[tuple[int, int]], prompt_len: int, prefix_len: int, bos: int,
-    block_size: int,
-) -> list[int]:
-    """What the block-aligned formula gives each request (summing to its hit_tokens): the
-    first request nothing; a repeat of a prompt its whole prompt; the later requests of a
-    prefix the shared prefix; a new prefix only the BOS."""
-    per_warm = block_aligned_hit_tokens(bos + prefix_len, prompt_len, block_size)
-    full_repeat = block_aligned_hit_tokens(prompt_len, prompt_len, block_size)
-    per_cold = block_aligned_hit_tokens(bos, prompt_len, block_size)
-    seen_prompts: set[tuple[int, int]] = set()
-    seen_prefixes: set[int] = set()
-    out: list[int] = []
-    for i, key in enumerate(keys):
-        if i == 0:
-            out.append(0)
-        elif key in seen_prompts:
-            out.append(full_repeat)
-        elif key[0] in seen_prefixes:
-            out.append(per_warm)
-        else:
-            out.append(per_cold)
-        seen_prompts.add(key)
-        seen_prefixes.add(key[0])
-    return out
-
-
-def served_expectation(
-    workload: Workload,
-    tokenizer_dir: Path | str | Tokenizer,
-    block_size: int,
-    *,
-    capacity_blocks: int | None = None,
-    pre_requests: int | None = None,
-) -> ServedExpectation:
-    """The prefix-cache counters a prefix_repetition bench of ``workload`` makes its server
-    count, from an empty cache, with the prompts the bench really sends.
-
-    ``tokenizer_dir`` is the tokenizer the bench client and the server use (the run's
-    ``<run_dir>/tokenizer`` or the model directory), or a loaded :class:`Tokenizer`.
-    Prompts are regenerated as vLLM does (:func:`prefixbench.prefix_repetition.generate_prompts`
-    with the workload's seed, 0 if unset, ``vocab_size`` = the tokenizer's
-    :attr:`~prefixbench.tokenizer.Tokenizer.base_vocab_size` and its decode -> encode
-    round trip), shuffled unless ``disable_shuffle``, sent as ``decode(prefix + suffix)``,
-    encoded by the server with ``add_special_tokens=True`` (so a BOS the tokenizer adds is
-    counted), preceded by ``pre_requests`` copies of the first prompt (default the
-    workload's ready check + warmups), and replayed one at a time. ``capacity_blocks`` is
-    the usable KV capacity (:func:`server_capacity`); ``None`` is unbounded.
-
-    Raises :class:`ValueError` for a custom workload or bad sizes and
-    :class:`~prefixbench.tokenizer.TokenizerError` for an unusable tokenizer.
-    """
-    w = workload
-    if w.is_custom:
-        raise ValueError(f"workload {w.name}: served_expectation models prefix_repetition "
-                         f"only; use predict() for custom prompts")
-    if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
-        raise ValueError(f"block_size ({block_size}) and capacity_blocks "
-                         f"({capacity_blocks}) must be positive")
-    pre = w.pre_requests if pre_requests is None else pre_requests
-    if pre < 0:
-        raise ValueError(f"pre_requests must be >= 0, got {pre}")
-    tok = tokenizer_dir if isinstance(tokenizer_dir, Tokenizer) else load_tokenizer(
-        Path(tokenizer_dir))
-    seed = w.seed if w.seed is not None else 0
-    prefix_len, suffix_len = w.prefix_repetition_prefix_len, w.prefix_repetition_suffix_len
-    num_prefixes = w.prefix_repetition_num_prefixes
-    vocab = tok.base_vocab_size
-    specs = generate_prompts(seed, w.num_prompts, num_prefixes, prefix_len=prefix_len,
-                             suffix_len=suffix_len, vocab_size=vocab,
-                             shuffle=not w.disable_shuffle, roundtrip=tok.roundtrip)
-    served = [array("I", ids) for ids in tok.encode_batch([tok.decode(p.tokens)
-                                                           for p in specs])]
-    bos, eos = tok.special_tokens_added()
-    resplits = sum(1 for p, ids in zip(specs, served, strict=True)
-                   if ids[bos:len(ids) - eos].tolist() != list(p.tokens))
-    keys = [(p.prefix_index, p.suffix_index) for p in specs]
-    keys = [keys[0]] * pre + keys
-    prompts = [served[0]] * pre + served
-    formula = block_aligned_expected(w.num_prompts, num_prefixes, prefix_len, suffix_len,
-                                     block_size, pre_requests=pre, bos_tokens=bos)
-    expected = _formula_hits_per_request(keys, bos + prefix_len + suffix_len, prefix_len,
-                                         bos, block_size)
-    free = PrefixCacheSim(block_size)
-    got = [free.run(tokens) for tokens in prompts]
-    lost = [e - g for e, g in zip(expected, got, strict=True)]
-    hits, queries, evicted = free.hit_tokens_total, free.query_tokens_total, 0
-    if capacity_blocks is not None:
-        bounded = replay_requests(prompts, [w.prefix_repetition_output_len] * len(prompts),
-                                  block_size=block_size, capacity_blocks=capacity_blocks,
-                                  method="served")
-        if bounded.ratio is None:
-            raise ValueError(bounded.note or "a request does not fit the cache")
-        hits, queries, evicted = bounded.hit_tokens, bounded.query_tokens, bounded.evicted_blocks
-    notes = [n for n in (_concurrency_note(w),
-                         f"the tokenizer adds {eos} token(s) after every prompt; the "
-                         f"formula does not count them" if eos else None) if n]
-    return ServedExpectation(
-        hit_tokens=hits, query_tokens=queries, requests=len(prompts), evicted_blocks=evicted,
-        formula_hit_tokens=formula.hit_tokens, formula_query_tokens=formula.query_tokens,
-        unbounded_hit_tokens=free.hit_tokens_total, junction_resplits=resplits,
-        lost_requests=sum(1 for d in lost if d > 0),
-        lost_blocks=sum(d for d in lost if d > 0) // block_size,
-        gained_blocks=-sum(d for d in lost if d < 0) // block_size,
-        block_size=block_size, capacity_blocks=capacity_blocks, bos_tokens=bos,
-        vocab_size=vocab, note="; ".join(notes) or None)

@@ -61,6 +61,12 @@ def test_whatif_command(tmp_path: Path) -> None:
     text = out.getvalue()
     assert "predicted ratio: 60.0000%" in text  # 3 warm x 4 hit tokens / 20
     assert "hit tokens:      12 of 20 queried, 4 requests" in text
+    for workers in ("1", "3"):  # the same prediction on any number of encoding threads
+        again = io.StringIO()
+        assert cli.main(["whatif", str(prompts), "--tokenizer", str(tok), "--block-size", "2",
+                         "--workers", workers], out=again, err=err) == 0
+        assert again.getvalue() == text
+    assert err.getvalue() == ""  # not a terminal, so no progress bar
     out = io.StringIO()
     assert cli.main(["whatif", "--workload", "high_overlap", "--block-size", "100"],
                     out=out, err=err) == 0
@@ -72,6 +78,8 @@ def test_whatif_command(tmp_path: Path) -> None:
             (["whatif", "--workload", "nope"], "no workload 'nope'"),
             (["whatif", str(tmp_path / "x.jsonl"), "--tokenizer", str(tok)], "no such file"),
             (["whatif", "--workload", "high_overlap", "--block-size", "0"], ">= 1"),
+            (["whatif", str(prompts), "--tokenizer", str(tok), "--workers", "0"],
+             "--workers must be >= 1, got 0"),
             (["whatif", "--workload", "high_overlap", "--capacity-blocks", "2"],
              "does not fit")):
         err = io.StringIO()

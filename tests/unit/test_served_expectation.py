@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from tiny_tokenizer import write_tokenizer
 
 from prefixbench import tokenizer as tk
-from prefixbench import whatif
 from prefixbench.cachesim import PrefixCacheSim
 from prefixbench.prefix_repetition import generate_prompts
 from prefixbench.ratios import block_aligned_expected
+from prefixbench.served import served_expectation
 from prefixbench.sim import tinymodel
 from prefixbench.workloads import Workload, tutorial_workloads
 
@@ -76,7 +76,7 @@ def test_bpe_resplits_at_the_junction(bpe: tk.Tokenizer) -> None:
 def test_served_expectation_is_below_the_formula_by_the_lost_blocks(
         bpe: tk.Tokenizer) -> None:
     w = tutorial_workloads()[0].with_seed(0)  # high_overlap, 50 prompts, 5 prefixes
-    got = whatif.served_expectation(w, bpe, 128)
+    got = served_expectation(w, bpe, 128)
     want = block_aligned_expected(50, 5, 3072, 1024, 128)
     assert (got.formula_hit_tokens, got.formula_query_tokens) == (
         want.hit_tokens, want.query_tokens)
@@ -93,7 +93,7 @@ def test_served_expectation_is_below_the_formula_by_the_lost_blocks(
     assert (result.total_hit_tokens, result.query_tokens) == (got.hit_tokens,
                                                                 got.query_tokens)
     # A ready check: one more copy of the first prompt, still lost blocks x block size.
-    pre = whatif.served_expectation(w, bpe, 128, pre_requests=1)
+    pre = served_expectation(w, bpe, 128, pre_requests=1)
     assert pre.requests == 51 and pre.formula_hit_tokens == block_aligned_expected(
         50, 5, 3072, 1024, 128, pre_requests=1).hit_tokens
     assert pre.formula_hit_tokens - pre.hit_tokens == (
@@ -104,13 +104,13 @@ def test_served_expectation_is_below_the_formula_by_the_lost_blocks(
 def test_bounded_capacity_keeps_the_junction_accounting_unbounded(
         bpe: tk.Tokenizer) -> None:
     w = tutorial_workloads()[0].with_seed(0)
-    free = whatif.served_expectation(w, bpe, 128)
-    tight = whatif.served_expectation(w, bpe, 128, capacity_blocks=200)
+    free = served_expectation(w, bpe, 128)
+    tight = served_expectation(w, bpe, 128, capacity_blocks=200)
     assert tight.evicted_blocks > 0 and tight.hit_tokens < free.hit_tokens
     assert (tight.unbounded_hit_tokens, tight.lost_blocks) == (free.hit_tokens,
                                                                free.lost_blocks)
     with pytest.raises(ValueError, match="does not fit"):
-        whatif.served_expectation(w, bpe, 128, capacity_blocks=3)
+        served_expectation(w, bpe, 128, capacity_blocks=3)
 
 
 @settings(max_examples=25, deadline=None)
@@ -125,7 +125,7 @@ def test_word_level_served_expectation_equals_the_formula(  # noqa: PLR0917 - hy
     w = pr_workload(prefix_repetition_prefix_len=prefix, prefix_repetition_suffix_len=suffix,
                     prefix_repetition_num_prefixes=prefixes, prefix_repetition_output_len=4,
                     num_prompts=prefixes + extra, seed=seed, disable_shuffle=not shuffle)
-    got = whatif.served_expectation(w, word, block, pre_requests=pre)
+    got = served_expectation(w, word, block, pre_requests=pre)
     want = block_aligned_expected(prefixes + extra, prefixes, prefix, suffix, block,
                                   pre_requests=pre)
     assert (got.hit_tokens, got.query_tokens, got.requests) == (
@@ -140,17 +140,17 @@ def test_workload_defaults_and_refusals(word: tk.Tokenizer, tmp_path: Path) -> N
                     prefix_repetition_num_prefixes=2, prefix_repetition_output_len=4,
                     num_prompts=6, num_warmups=1,
                     ready_check_timeout_sec=5, max_concurrency=4)
-    got = whatif.served_expectation(w, write_tokenizer(tmp_path / "tok"), 16)
+    got = served_expectation(w, write_tokenizer(tmp_path / "tok"), 16)
     assert got.requests == 6 + w.pre_requests == 8  # the workload's ready check + warmup
     assert got.note and "one request at a time" in got.note
     custom = Workload.from_dict({"name": "c", "dataset_name": "custom",
                                  "dataset_path": str(tmp_path / "p.jsonl")})
     with pytest.raises(ValueError, match="prefix_repetition only"):
-        whatif.served_expectation(custom, word, 16)
+        served_expectation(custom, word, 16)
     with pytest.raises(ValueError, match="must be positive"):
-        whatif.served_expectation(w, word, 0)
+        served_expectation(w, word, 0)
     with pytest.raises(tk.TokenizerError, match="no such file"):
-        whatif.served_expectation(w, tmp_path / "nothing", 16)
+        served_expectation(w, tmp_path / "nothing", 16)
 
 
 def _bpe_digest_in_a_fresh_process(hash_seed: str) -> str:

@@ -153,7 +153,7 @@ class BenchSummary:
     #: request: what the paired intervals are built from (not in summary.json).
     ttft_by_rep: tuple[tuple[float | None, ...], ...] = ()
     #: The expected ratio from the tokens the server sees (the prompts the bench sends,
-    #: re-encoded and replayed: prefixbench.whatif.served_expectation), and the blocks
+    #: re-encoded and replayed: prefixbench.served.served_expectation), and the blocks
     #: lost where prefix and suffix re-split; ``None`` where it was not made.
     expected_served: float | None = None
     junction_lost_blocks: float | None = None

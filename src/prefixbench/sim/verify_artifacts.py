@@ -11,7 +11,7 @@
 6. ``vllm serve`` of the tiny model on loopback becomes healthy, ``vllm bench serve``
    with ``prefix_repetition`` (8 prompts, prefix 256 + suffix 128) reports exactly
    8 * 384 input tokens (the client's count), and the server's own prompt-token counter
-   equals the tokens :func:`prefixbench.whatif.served_expectation` says the server sees
+   equals the tokens :func:`prefixbench.served.served_expectation` says the server sees
    (the prompts re-encoded whole, where prefix and suffix may re-split).
 
 Prints one JSON object of measured figures on stdout. Needs no network.
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench import whatif
+from prefixbench.served import served_expectation
 from prefixbench.sim import artifacts, artifacts_apt, artifacts_pip, tinymodel
 from prefixbench.sim._build import BuildError, cache_dir, log, run
 from prefixbench.workloads import Workload
@@ -156,7 +156,7 @@ def serve_and_bench(bindir: Path, model: Path, workdir: Path) -> dict[str, Any]:
                         prefix_repetition_suffix_len=SUFFIX_LEN,
                         prefix_repetition_num_prefixes=2, prefix_repetition_output_len=8,
                         num_prompts=NUM_PROMPTS, seed=0, ready_check_timeout_sec=None)
-    served = whatif.served_expectation(workload, model, 128)
+    served = served_expectation(workload, model, 128)
     if server_tokens != served.query_tokens:
         raise BuildError(f"the server counted {server_tokens} prompt tokens, the prompts "
                          f"re-encoded give {served.query_tokens}")
