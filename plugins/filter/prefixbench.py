@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefixbench import collect, experiment, plan, provision, releases, server, sweep
+from prefixbench import (
+    collect,
+    compile_cache,
+    experiment,
+    plan,
+    provision,
+    releases,
+    server,
+    sweep,
+)
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
@@ -157,6 +167,31 @@ def prefixbench_sweep_points(settings: Mapping[str, Any], run_dir: str) -> list[
     return [point.as_dict(run_dir) for point in sweep.points(settings)]
 
 
+def prefixbench_compile_key(fingerprint: Mapping[str, Any], venv_versions: str,
+                            settings: Mapping[str, Any], configuration: str) -> dict[str, Any]:
+    """The compile key of ``configuration`` on a host: ``{"key", "material", "dir"}``, or
+    ``{"key": None, "why", "dir"}`` when the host cannot share (sharing off, or its
+    fingerprint lacks what the key needs)."""
+    directory = compile_cache.cache_dir(settings)
+    if not settings.get("prefixbench_compile_cache", True):
+        return {"key": None, "why": "prefixbench_compile_cache is off", "dir": directory}
+    try:
+        versions = json.loads(venv_versions or "{}")
+        material = compile_cache.key_material(fingerprint, versions, settings, configuration)
+    except (ValueError, TypeError) as exc:
+        return {"key": None, "why": str(exc), "dir": directory}
+    return {"key": compile_cache.compile_key(material), "material": material,
+            "dir": directory}
+
+
+def prefixbench_compile_role(host: str, hosts: Sequence[str], keys: Sequence[str | None],
+                             in_store: Sequence[bool], local: Sequence[bool]) -> str:
+    """``host``'s part in sharing one configuration's graphs: restore, leader, follower
+    or off (prefixbench.compile_cache.roles)."""
+    return compile_cache.roles(hosts, keys, [bool(x) for x in in_store],
+                               [bool(x) for x in local])[host]
+
+
 class FilterModule:
     """Expose the filters."""
 
@@ -170,6 +205,8 @@ class FilterModule:
             "prefixbench_pending_items": prefixbench_pending_items,
             "prefixbench_sweep_points": prefixbench_sweep_points,
             "prefixbench_fingerprint": prefixbench_fingerprint,
+            "prefixbench_compile_key": prefixbench_compile_key,
+            "prefixbench_compile_role": prefixbench_compile_role,
             "prefixbench_pip_args": prefixbench_pip_args,
             "prefixbench_pip_plan": prefixbench_pip_plan,
             "prefixbench_gate": prefixbench_gate,

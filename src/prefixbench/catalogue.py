@@ -76,6 +76,12 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             pattern=r"^$|" + _RUN_ID_PATTERN),
     Setting("prefixbench_results_dir", "str", "Controller directory that holds one "
             "sub-directory per run.", "results"),
+    Setting("prefixbench_compile_cache", "bool", "Share compiled graphs across the fleet "
+            "and across runs: per key (versions, unit, model), one host compiles and "
+            "publishes to the store, the others restore before their server starts.", True),
+    Setting("prefixbench_compile_cache_store", "str", "Controller directory of the shared "
+            "compile cache. Empty: .compile-cache in the results directory.", "",
+            pattern=r"^$|^[^\0]+$"),
     Setting("prefixbench_configurations", "list_str", "Server configurations to run, in "
             "order.", ["baseline", "cached"], choices=("baseline", "cached")),
     Setting("prefixbench_repetitions", "int", "Trials of every workload on every "

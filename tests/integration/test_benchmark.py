@@ -30,9 +30,13 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     run_dir = results / RUN_ID
     if run_dir.exists():
         subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    # A store of its own: earlier tests' runs must not have compiled these keys already.
+    store = results / "compile-cache-benchmark-test"
+    subprocess.run(["rm", "-rf", str(store)], check=True)
     args = ["benchmark.yml", "--skip-tags", "provision",
             "-e", "@tests/integration/vars/small_workloads.yml",
-            "-e", f"prefixbench_run_id={RUN_ID}"]
+            "-e", f"prefixbench_run_id={RUN_ID}",
+            "-e", f"prefixbench_compile_cache_store={store}"]
 
     # 1. The whole run, with one host's server killed once its cached phase has begun.
     start = time.monotonic()
@@ -98,6 +102,35 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         assert fp["vllm_version"] and fp["neuron_packages"]["aws-neuronx-runtime-lib"]
         assert fp["model"]["revision"].startswith("sha256:")
 
+    # Compile once per fleet: per configuration and key, one host (the leader) compiled
+    # and published; every other host restored the store's copy before its start and
+    # compiled nothing. No start hit vLLM's AOT load failure (VLLM_USE_AOT_COMPILE=0).
+    starts = compile_records(run_dir, fleet.hosts)
+    for conf in ("baseline", "cached"):
+        keys = {starts[(h.name, conf)]["key"] for h in fleet.hosts}
+        assert None not in keys, starts
+        for key in keys:
+            sharing = [starts[(h.name, conf)] for h in fleet.hosts
+                       if starts[(h.name, conf)]["key"] == key]
+            leaders = [s for s in sharing if s["role"] == "leader"]
+            assert len(leaders) == 1 and leaders[0]["published"], (conf, sharing)
+            assert sum(s["compiled"] for s in sharing) <= 1, (conf, sharing)
+            for follower in (s for s in sharing if s["role"] != "leader"):
+                assert follower["role"] == "follower", (conf, follower)
+                # (the cached configuration's archive holds the baseline's graphs too,
+                # which its followers already have: kept rather than restored)
+                assert follower["restored_files"] + follower["kept_files"] > 0, follower
+                assert not follower["compiled"], follower
+            assert (store / f"{key}.tar.gz").is_file() and (store / f"{key}.json").is_file()
+    assert any(s["compiled"] for s in starts.values()), "no start compiled anything"
+    assert not list((store / ".incoming").glob("*")), "fetched archives left behind"
+    for journal in run_dir.glob("*/*/startup-journal.log"):
+        assert "Compiling model again" not in journal.read_text(), journal
+    timings = {(h, c): json.loads((run_dir / h / c / "startup.json").read_text())["elapsed_s"]
+               for (h, c), s in starts.items()}
+    compiled = [timings[k] for k, s in starts.items() if s["compiled"]]
+    restored = [timings[k] for k, s in starts.items() if s["role"] == "follower"]
+
     # The DLAMI-flavoured host ran everything from its adopted venv (provisioning is
     # skipped here, so the units must have found it by themselves), and its service
     # user can open devices under the neuron group rule.
@@ -114,6 +147,9 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     assert ran == missing, (ran, missing)
     assert layout.failures() == {}
     assert len(layout.completed()) == len(done) + missing == len(fleet.hosts) * 6
+    # The rerun's start found the key in the store and its own cache: no compilation.
+    again = compile_records(run_dir, [victim])[(victim.name, "cached")]
+    assert again["role"] == "restore" and not again["compiled"], again
 
     # The expectation from the tokens the server sees (the bench's own prompts re-encoded
     # by the simulated model's byte-level BPE and replayed) is exact at concurrency 1,
@@ -124,4 +160,12 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         assert (record.expected["served_hit_tokens"], record.expected["served_query_tokens"]) \
             == (record.measured["hit_tokens"], record.measured["query_tokens"]), record.key
     print(f"\nbenchmark on {len(fleet.hosts)} simulated hosts: {wall:.0f} s "
-          f"(one server killed mid-run); resume of {missing} bench(es): {rerun_wall:.0f} s")
+          f"(one server killed mid-run); resume of {missing} bench(es): {rerun_wall:.0f} s; "
+          f"time to healthy: {sorted(compiled)} s compiling, {sorted(restored)} s with "
+          f"the graphs restored from the store")
+
+
+def compile_records(run_dir: Path, hosts: list[SimHost]) -> dict[tuple[str, str], dict]:
+    """Each host's compile.json per configuration."""
+    return {(h.name, c): json.loads((run_dir / h.name / c / "compile.json").read_text())
+            for h in hosts for c in ("baseline", "cached")}

@@ -71,6 +71,15 @@ def test_cpu_environment_has_no_neuron_variables() -> None:
                              "baseline", "/run/x")
     assert not any(k.startswith(("VLLM_NEURON", "NEURON_")) for k in env)
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    # vLLM's AOT artifact does not load back with torch 2.13: the Inductor FX graph
+    # cache does, kept under VLLM_CACHE_ROOT (PrivateTmp empties /tmp at each start).
+    assert env["VLLM_USE_AOT_COMPILE"] == "0"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/var/cache/vllm-prefixbench/inductor"
+
+
+def test_neuron_environment_keeps_vllm_compile_defaults() -> None:
+    env = server.environment(valid(), "cached", "/run/x")
+    assert "VLLM_USE_AOT_COMPILE" not in env and "TORCHINDUCTOR_CACHE_DIR" not in env
 
 
 @pytest.mark.parametrize(

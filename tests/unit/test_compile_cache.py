@@ -1,0 +1,216 @@
+"""The shared compile cache: its key, who compiles, and the archives (pack, publish,
+lookup, restore) of module_utils/prefixbench_compile_cache.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import module_runner
+import pytest
+
+from prefixbench import compile_cache, server
+
+sys.path.insert(0, str(module_runner.ROOT / "module_utils"))
+import prefixbench_compile_cache as cc
+
+FINGERPRINT: dict[str, Any] = {
+    "host": "sim-1", "collected_at": "2026-12-01T00:00:00Z", "platform": "cpu",
+    "family": "trn2", "neuron_packages": {"aws-neuronx-runtime-lib": "2.29.45.0"},
+    "vllm_version": "0.32.0",
+    "units": {"vllm-baseline.service": "a" * 64, "vllm-cached.service": "b" * 64},
+    "model": {"source": "url", "revision": "sha256:" + "c" * 64}}
+VERSIONS = {"vllm": "0.32.0", "torch": "2.13.0"}
+SETTINGS: dict[str, Any] = {"prefixbench_platform": "cpu",
+                            "vllm_service_cache_root": "/var/cache/vllm-prefixbench",
+                            "vllm_service_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+
+
+def key(fingerprint: dict[str, Any] | None = None, versions: dict[str, Any] | None = None,
+        settings: dict[str, Any] | None = None, configuration: str = "cached") -> str:
+    return compile_cache.compile_key(compile_cache.key_material(
+        fingerprint or FINGERPRINT, versions or VERSIONS, settings or SETTINGS,
+        configuration))
+
+
+def test_the_key_follows_what_changes_the_graphs_and_nothing_else() -> None:
+    base = key()
+    assert base.startswith("ck-") and len(base) == 35
+    # Who and when do not change the graphs.
+    assert key({**FINGERPRINT, "host": "sim-2", "collected_at": "later"}) == base
+    changed = [
+        key(configuration="baseline"),
+        key(versions={**VERSIONS, "torch": "2.13.1"}),
+        key(versions={**VERSIONS, "neuronx-cc": "2.22.0"}),
+        key({**FINGERPRINT, "units": {"vllm-cached.service": "d" * 64}}),
+        key({**FINGERPRINT, "model": {"revision": "sha256:" + "e" * 64}}),
+        key({**FINGERPRINT, "family": "trn3"}),
+        key({**FINGERPRINT, "neuron_packages": {"aws-neuronx-runtime-lib": "2.30.0"}}),
+        key(settings={**SETTINGS, "vllm_service_environment": {"NEURON_CC_FLAGS": "-O1"}}),
+        key(settings={**SETTINGS, "vllm_service_cache_root": "/srv/cache"}),
+    ]
+    assert len({base, *changed}) == len(changed) + 1
+
+
+def test_a_host_without_a_unit_checksum_or_model_revision_does_not_share() -> None:
+    with pytest.raises(ValueError, match=r"no checksum of vllm-cached\.service"):
+        key({**FINGERPRINT, "units": {}})
+    with pytest.raises(ValueError, match="no model revision"):
+        key({**FINGERPRINT, "model": {}})
+
+
+def test_the_cache_directory_is_the_platforms() -> None:
+    assert compile_cache.cache_dir(SETTINGS) == "/var/cache/vllm-prefixbench/inductor"
+    # vLLM Neuron's local cache: $VLLM_CACHE_ROOT/neuron/compile_cache/<hash>/.
+    assert compile_cache.cache_dir({**SETTINGS, "prefixbench_platform": "neuron"}) == \
+        "/var/cache/vllm-prefixbench/neuron/compile_cache"
+    # The unit puts Inductor's cache exactly there on the simulated fleet.
+    env = server.environment({**SETTINGS, "vllm_service_host": "127.0.0.1"}, "cached", "/r")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == compile_cache.cache_dir(SETTINGS)
+
+
+def test_one_leader_per_missing_key_preferring_a_host_that_has_it() -> None:
+    hosts = ["h1", "h2", "h3", "h4", "h5"]
+    roles = compile_cache.roles(hosts, ["k1", "k1", "k2", None, "k1"],
+                                [False, False, True, False, False],
+                                [False, False, False, False, True])
+    assert roles == {"h1": "follower", "h2": "follower", "h3": "restore", "h4": "off",
+                     "h5": "leader"}
+    roles = compile_cache.roles(hosts[:3], ["k1", "k1", "k1"], [False] * 3, [False] * 3)
+    assert roles == {"h1": "leader", "h2": "follower", "h3": "follower"}
+    with pytest.raises(ValueError, match="same length"):
+        compile_cache.roles(hosts, ["k1"], [False], [False])
+
+
+def make_cache(root: Path) -> Path:
+    cache = root / "inductor"
+    (cache / "fxgraph" / "ab").mkdir(parents=True)
+    (cache / "fxgraph" / "ab" / "entry").write_bytes(b"graph-1")
+    (cache / "kernel.so").write_bytes(b"\x7fELF" + bytes(100))
+    return cache
+
+
+def published(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    packed = cc.pack(str(make_cache(tmp_path / "leader")), str(tmp_path / "out.tar.gz"))
+    assert packed["files"] == 2
+    store = tmp_path / "store"
+    done, manifest = cc.publish(str(tmp_path / "out.tar.gz"), packed["sha256"], str(store),
+                                "ck-1", {"host": "h1"})
+    assert done and manifest["host"] == "h1" and manifest["sha256"] == packed["sha256"]
+    return store, manifest
+
+
+def test_pack_publish_lookup_restore_round_trip(tmp_path: Path) -> None:
+    store, manifest = published(tmp_path)
+    assert cc.lookup(str(store), "ck-1") == manifest
+    assert cc.lookup(str(store), "ck-2") is None
+    fresh = tmp_path / "fresh" / "inductor"
+    got = cc.restore(str(store / "ck-1.tar.gz"), manifest["sha256"], str(fresh), "ck-1")
+    assert got == {"restored": 2, "kept": 0}
+    assert (fresh / "fxgraph" / "ab" / "entry").read_bytes() == b"graph-1"
+    assert cc.has_marker(str(fresh), "ck-1") and not cc.has_marker(str(fresh), "ck-2")
+    # The bundle's marker is not a compiled file: the scan does not count it.
+    assert cc.scan(str(fresh)) == {"files": 2, "bytes": 7 + 104}
+    assert not list(fresh.glob(".prefixbench-incoming*"))
+    # Files already in the cache are kept as they are (same name, same graph).
+    (fresh / "kernel.so").write_bytes(b"mine")
+    again = cc.restore(str(store / "ck-1.tar.gz"), manifest["sha256"], str(fresh), "ck-1")
+    assert again == {"restored": 0, "kept": 2}
+    assert (fresh / "kernel.so").read_bytes() == b"mine"
+
+
+def test_the_first_publisher_wins_and_a_half_published_key_is_absent(tmp_path: Path) -> None:
+    store, manifest = published(tmp_path)
+    other = make_cache(tmp_path / "other")
+    (other / "extra").write_bytes(b"x")
+    packed = cc.pack(str(other), str(tmp_path / "other.tar.gz"))
+    done, kept = cc.publish(str(tmp_path / "other.tar.gz"), packed["sha256"], str(store),
+                            "ck-1", {"host": "h2"})
+    assert not done and kept == manifest
+    # An archive without its manifest (a publish cut short) is not in the store.
+    (store / "ck-3.tar.gz").write_bytes(b"partial")
+    assert cc.lookup(str(store), "ck-3") is None
+    # Nor is one whose size disagrees with the manifest.
+    (store / "ck-1.tar.gz").write_bytes(b"truncated")
+    assert cc.lookup(str(store), "ck-1") is None
+    # A fetched archive that is not what the host packed is never published.
+    with pytest.raises(cc.CompileCacheError, match="is not the packed"):
+        cc.publish(str(tmp_path / "other.tar.gz"), "0" * 64, str(store), "ck-4", {})
+    assert cc.lookup(str(store), "ck-4") is None
+    assert sorted(p.name for p in store.iterdir()) == [
+        "ck-1.json", "ck-1.tar.gz", "ck-3.tar.gz"]
+
+
+def test_a_corrupt_archive_changes_nothing(tmp_path: Path) -> None:
+    store, manifest = published(tmp_path)
+    cache = tmp_path / "host" / "inductor"
+    archive = store / "ck-1.tar.gz"
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    with pytest.raises(cc.CompileCacheError, match="is not the store's"):
+        cc.restore(str(archive), manifest["sha256"], str(cache), "ck-1")
+    assert not cache.exists() or cc.scan(str(cache))["files"] == 0
+    # Matching sha256 but not a gzipped tar (a store written by something else).
+    bogus = tmp_path / "bogus.tar.gz"
+    bogus.write_bytes(b"not an archive")
+    with pytest.raises(cc.CompileCacheError, match="unreadable archive"):
+        cc.restore(str(bogus), cc.sha256_file(bogus), str(cache), "ck-1")
+    assert not cc.has_marker(str(cache), "ck-1")
+    assert not (cache / ".prefixbench-incoming").exists()
+
+
+@pytest.mark.parametrize(("name", "kind", "message"), [
+    ("../escape", tarfile.REGTYPE, "outside the cache"),
+    ("/etc/passwd", tarfile.REGTYPE, "outside the cache"),
+    ("link", tarfile.SYMTYPE, "not a file or folder"),
+    (".prefixbench-keys/ck-9", tarfile.REGTYPE, "the bundle's own"),
+])
+def test_members_outside_the_cache_or_not_plain_files_are_refused(
+        tmp_path: Path, name: str, kind: bytes, message: str) -> None:
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        member = tarfile.TarInfo(name)
+        member.type = kind
+        member.linkname = "/etc/passwd" if kind == tarfile.SYMTYPE else ""
+        member.size = 0 if kind == tarfile.SYMTYPE else 3
+        tar.addfile(member, None if kind == tarfile.SYMTYPE else io.BytesIO(b"bad"))
+    cache = tmp_path / "c" / "inductor"
+    with pytest.raises(cc.CompileCacheError, match=message):
+        cc.restore(str(archive), cc.sha256_file(archive), str(cache), "ck-1")
+    assert not (tmp_path / "escape").exists()
+    assert cc.scan(str(cache))["files"] == 0
+
+
+def test_packing_an_empty_cache_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(cc.CompileCacheError, match="no compiled files"):
+        cc.pack(str(tmp_path / "none"), str(tmp_path / "a.tar.gz"))
+    assert not (tmp_path / "a.tar.gz").exists()
+
+
+def test_the_module_warns_once_and_goes_on_for_a_corrupt_archive(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    store, manifest = published(tmp_path)
+    (store / "ck-1.tar.gz").write_bytes(b"garbage")
+    # As on a host: warnings go into the result (once a controller module has been
+    # imported in this process, Ansible would print them instead).
+    from ansible.module_utils import _internal  # noqa: PLC0415
+    monkeypatch.setattr(_internal, "is_controller", False)
+    out = module_runner.run_module(
+        "prefixbench_compile_cache",
+        {"state": "restore", "path": str(tmp_path / "h" / "inductor"),
+         "archive": str(store / "ck-1.tar.gz"), "sha256": manifest["sha256"], "key": "ck-1"},
+        monkeypatch, capsys, utils=("prefixbench_compile_cache",))
+    assert not out.get("failed") and out["changed"] is False and out["restored"] == 0
+    assert len(out["warnings"]) == 1
+    assert "the server compiles instead" in json.dumps(out["warnings"][0])
+    found = module_runner.run_module(
+        "prefixbench_compile_cache", {"state": "lookup", "store": str(store), "key": "ck-1"},
+        monkeypatch, capsys, utils=("prefixbench_compile_cache",))
+    assert found["manifest"] is None  # the size no longer matches the manifest
+    assert json.loads((store / "ck-1.json").read_text())["key"] == "ck-1"
