@@ -60,8 +60,11 @@ def bench_items(settings: Mapping[str, Any]) -> list[BenchItem]:
 
 def pending_items(settings: Mapping[str, Any], run_dir: Path, host: str,
                   configuration: str) -> list[BenchItem]:
-    """The benches of one server that have no result in the run directory yet (resume)."""
-    done = RunLayout(run_dir.parent, run_dir.name).completed()
+    """The benches of one server that have no result in the run directory yet (resume).
+    Reads only this server's own result files, so a fleet's hosts asking at once cost
+    hosts x benches reads, not hosts x the whole run."""
+    layout = RunLayout(run_dir.parent, run_dir.name)
     return [item for item in bench_items(settings)
-            if ResultKey(host=host, configuration=configuration, workload=item.workload.name,
-                         repetition=item.repetition) not in done]
+            if not layout.is_completed(ResultKey(
+                host=host, configuration=configuration, workload=item.workload.name,
+                repetition=item.repetition))]

@@ -501,19 +501,27 @@ def test_a_host_that_dropped_out_is_a_failure(tmp_path: Path) -> None:
 
 
 def test_time_and_cost_per_host(tmp_path: Path) -> None:
-    run = make_run(tmp_path)
+    run = make_run(tmp_path, ("host-a", "host-b"))
     data = json.loads((run / "run.json").read_text())
     data["price_per_instance_hour"] = {"trn2.48xlarge": 36.0}
     (run / "run.json").write_text(json.dumps(data))
     (run / "host-a" / "cached" / "startup.json").write_text(json.dumps({"elapsed_s": 412.0}))
+    (run / "host-a" / "cached" / "compile.json").write_text(json.dumps(
+        {"compiled": True, "restored_files": 0, "role": "leader"}))
+    (run / "host-b" / "cached" / "compile.json").write_text(json.dumps(
+        {"compiled": False, "restored_files": 42, "role": "follower"}))
     s = build_summary(run)
     t = s.host("host-a").time
     assert t is not None and t.startup_s == {"cached": 412.0} and t.price_per_hour == 36.0
+    assert t.graphs == {"cached": "compiled"}
+    other = s.host("host-b").time
+    assert other is not None and other.graphs == {"cached": "restored"}
     # make_run's records all start 08:00 and end 08:01.
     assert t.bench_wall_s == 60.0 and t.cost == pytest.approx(0.6)
     write_outputs(s, run)
     md = (run / "report.md").read_text()
-    assert "## Time and cost" in md and "cached 412 s" in md
+    assert "## Time and cost" in md and "cached 412 s (compiled)" in md
+    assert "Graphs: 1 of 2 server starts compiled" in md
     base = fixture_bench("baseline", "high_overlap")["output_throughput"]
     cached = fixture_bench("cached", "high_overlap")["output_throughput"]
     per_m = [36.0 / (x * 3600) * 1e6 for x in (base, cached)]

@@ -216,3 +216,20 @@ def test_is_completed_reads_one_file_and_agrees_with_completed(tmp_path: Path) -
     assert not layout.is_completed(key) and key not in layout.completed()
     layout.write_result(record)
     assert layout.is_completed(key) and key in layout.completed()
+
+
+def test_pending_items_are_the_servers_benches_without_a_result(tmp_path: Path) -> None:
+    from prefixbench.experiment import bench_items, pending_items  # noqa: PLC0415
+    from prefixbench.results import RunLayout  # noqa: PLC0415
+
+    layout = RunLayout(tmp_path, "r")
+    settings: dict[str, Any] = {"prefixbench_repetitions": 2}
+    every = [(i.workload.name, i.repetition) for i in bench_items(settings)]
+    assert ("high_overlap", 1) in every and ("high_overlap", 2) in every
+    layout.write_result(_record(2, "trn-a"))  # trn-a cached/high_overlap rep2
+    layout.write_result(_record(1, "trn-b"))  # another host's result: not this server's
+    pending = [(i.workload.name, i.repetition)
+               for i in pending_items(settings, layout.run_dir, "trn-a", "cached")]
+    assert pending == [k for k in every if k != ("high_overlap", 2)]
+    baseline = pending_items(settings, layout.run_dir, "trn-a", "baseline")
+    assert [(i.workload.name, i.repetition) for i in baseline] == every

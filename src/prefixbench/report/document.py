@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefixbench.report import headline, plots
+from prefixbench.report.economics import compilations
 from prefixbench.report.model import Summary
 from prefixbench.report.tables import (
     Table,
@@ -98,7 +99,8 @@ def blocks(s: Summary) -> list[Block]:
                 Para("Bench wall: first bench start to last bench end on the host "
                      "(provisioning and the model download are not in it). Cost: instance-"
                      "hours x prefixbench_price_per_instance_hour; per million output tokens "
-                     "of the high-overlap workload at each server's measured throughput.")]
+                     "of the high-overlap workload at each server's measured throughput."
+                     + _compile_line(s))]
     if s.hosts:
         out += [Heading(2, "Plots"),
                 Plot("Median TTFT by host and configuration", plots.host_bars(s)),
@@ -283,3 +285,13 @@ def html_of(content: Sequence[Block], title_text: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{title}</title><style>{_CSS}</style></head><body>\n"
             + "\n".join(parts) + "\n</body></html>\n")
+
+
+def _compile_line(s: Summary) -> str:
+    """How many server starts compiled, with the shared compile cache's words."""
+    compiled, starts = compilations([h.time for h in s.hosts if h.time is not None])
+    if not starts:
+        return ""
+    return (f" Graphs: {compiled} of {starts} server starts compiled; the others restored "
+            f"them from the fleet's compile cache or reused their own (compiled: the start "
+            f"added graphs to its cache).")

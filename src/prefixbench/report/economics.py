@@ -3,7 +3,11 @@
 - *bench wall*: from the first bench's start to the last bench's end on the host (the
   records' own times; provisioning and the model download are not in it);
 - *server start-ups*: seconds each configuration's server took to become healthy, from
-  ``<host>/<configuration>/startup.json`` (on Neuron this is mostly graph compilation);
+  ``<host>/<configuration>/startup.json`` (on Neuron this is mostly graph compilation),
+  and how that start got its compiled graphs, from ``<host>/<configuration>/compile.json``
+  (the shared compile cache, :mod:`prefixbench.compile_cache`): ``compiled`` (the start
+  added graphs to its cache), ``restored`` (from the fleet's store before the start) or
+  ``reused`` (its own cache already had them);
 - *instance-hours*: the bench wall in hours;
 - *cost per million output tokens* with and without caching: the price of an
   instance-hour (``prefixbench_price_per_instance_hour``, by instance type, recorded in
@@ -15,12 +19,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HostTime", "cost_per_million", "host_time"]
+__all__ = ["HostTime", "compilations", "cost_per_million", "host_time"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,8 @@ class HostTime:
     bench_wall_s: float | None
     startup_s: Mapping[str, float]
     price_per_hour: float | None
+    #: configuration -> compiled | restored | reused (absent: not recorded).
+    graphs: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def instance_hours(self) -> float | None:
@@ -42,8 +48,9 @@ class HostTime:
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "bench_wall_s": self.bench_wall_s,
-                "startup_s": dict(self.startup_s), "instance_hours": self.instance_hours,
-                "price_per_hour": self.price_per_hour, "cost": self.cost}
+                "startup_s": dict(self.startup_s), "graphs": dict(self.graphs),
+                "instance_hours": self.instance_hours, "price_per_hour": self.price_per_hour,
+                "cost": self.cost}
 
 
 def _time(text: str) -> datetime | None:
@@ -68,7 +75,27 @@ def host_time(run_dir: Path, host: str, spans: Sequence[tuple[str, str]],
         elapsed = data.get("elapsed_s") if isinstance(data, Mapping) else None
         if isinstance(elapsed, int | float):
             startup[path.parent.name] = float(elapsed)
-    return HostTime(host, wall, startup, price_per_hour)
+    graphs = {path.parent.name: how for path in sorted((run_dir / host).glob("*/compile.json"))
+              if (how := _graphs(path)) is not None}
+    return HostTime(host, wall, startup, price_per_hour, graphs)
+
+
+def _graphs(path: Path) -> str | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, Mapping):
+        return None
+    if data.get("compiled"):
+        return "compiled"
+    return "restored" if data.get("restored_files") else "reused"
+
+
+def compilations(times: Sequence[HostTime]) -> tuple[int, int]:
+    """(server starts that compiled, server starts recorded) across the fleet."""
+    hows = [how for t in times for how in t.graphs.values()]
+    return sum(how == "compiled" for how in hows), len(hows)
 
 
 def cost_per_million(price_per_hour: float | None, output_tok_s: float | None) -> float | None:

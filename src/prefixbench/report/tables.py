@@ -208,7 +208,9 @@ def time_cost_table(s: Summary) -> Table:
             b = h.role(conf, HIGH_OVERLAP)
             tput = b.output_throughput.median if b and b.output_throughput else None
             per_m.append(fmt(cost_per_million(t.price_per_hour, tput), ".2f"))
-        startups = ", ".join(f"{c} {v:.0f} s" for c, v in sorted(t.startup_s.items()))
+        startups = ", ".join(
+            f"{c} {v:.0f} s" + (f" ({t.graphs[c]})" if c in t.graphs else "")
+            for c, v in sorted(t.startup_s.items()))
         rows.append((h.host, kind or "?", fmt(t.bench_wall_s, ".0f", " s"), startups or "n/a",
                      fmt(t.instance_hours, ".3f"), fmt(t.price_per_hour, ".2f"),
                      fmt(t.cost, ".2f"), *per_m))
