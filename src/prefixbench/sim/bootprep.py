@@ -33,22 +33,13 @@ def ensure_dirs(paths: FleetPaths) -> None:
     for d in (paths.state, paths.www, paths.ssh_dir, paths.state / "hosts"):
         d.mkdir(parents=True, exist_ok=True)
     paths.ssh_dir.chmod(0o700)
-    key = paths.ssh_key
-    if not key.exists():
-        run(
-            [
-                "ssh-keygen",
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                "prefixbench-simfleet",
-                "-f",
-                str(key),
-            ]
-        )
+    if not paths.ssh_key.exists():
+        _keygen(paths.ssh_key, "prefixbench-simfleet")
+
+
+def _keygen(path: Path, comment: str) -> None:
+    """A new ed25519 key pair without a passphrase at ``path`` (and ``path``.pub)."""
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
 
 
 def ensure_fabric(paths: FleetPaths, state: FleetState) -> None:
@@ -92,20 +83,7 @@ def prepare_host(paths: FleetPaths, host: SimHost, fleet: Sequence[SimHost]) -> 
     for d in (p.upper(name), p.work(name), p.merged(name)):
         d.mkdir(parents=True, exist_ok=True)
     p.upper(name).chmod(0o755)  # the overlay's root directory takes this mode
-    run(
-        [
-            "ssh-keygen",
-            "-q",
-            "-t",
-            "ed25519",
-            "-N",
-            "",
-            "-C",
-            f"root@{name}",
-            "-f",
-            str(p.host_key(name)),
-        ]
-    )
+    _keygen(p.host_key(name), f"root@{name}")
     run(
         [
             "mount",
