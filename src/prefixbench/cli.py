@@ -174,6 +174,10 @@ def _whatif_parser(sub: Any) -> None:
                         "(only matters with --capacity-blocks; default 256)")
     whatif.add_argument("--num-warmups", type=int, default=0, metavar="N",
                         help="warmup requests (copies of the first prompt) sent first")
+    whatif.add_argument("--capacity-curve", metavar="N,N,...",
+                        help="predict at each of these KV capacities (usable blocks) and "
+                        "unbounded: hit ratio against capacity, the working set, and the "
+                        "smallest capacity that holds it")
     whatif.add_argument("--workers", type=int, metavar="N",
                         help="threads encoding a prompts file (default: one more than the "
                         "usable cores; the prediction is the same for any number)")
@@ -481,6 +485,8 @@ def _whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"--tokenizer {args.tokenizer}: no such file or directory")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.capacity_curve is not None:
+        return _whatif_curve(args, workload, out, err)
     with ProgressBar(err) as bar:
         pred = whatif.predict(workload, block_size=args.block_size,
                               capacity_blocks=args.capacity_blocks, prompts_file=None,
@@ -503,6 +509,39 @@ def _whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     print(f"method:          {pred.method}", file=out)
     if pred.note:
         print(f"note:            {pred.note}", file=out)
+    return EXIT_OK
+
+
+def _whatif_curve(args: argparse.Namespace, workload: Any, out: TextIO, err: TextIO) -> int:
+    from prefixbench import capacity_curve  # noqa: PLC0415 - loads the tokenizer library
+    from prefixbench.progress import ProgressBar  # noqa: PLC0415
+
+    if args.capacity_blocks is not None:
+        raise UsageError("give --capacity-blocks or --capacity-curve, not both")
+    try:
+        caps = capacity_curve.parse_capacities(args.capacity_curve)
+        with ProgressBar(err) as bar:
+            curve = capacity_curve.predict_curve(
+                workload, block_size=args.block_size, capacities=caps,
+                tokenizer_dir=args.tokenizer, workers=args.workers, progress=bar)
+    except capacity_curve.CurveError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"workload:        {workload.name} ({workload.dataset_name}), block "
+          f"{args.block_size}", file=out)
+    print(f"{'capacity':>12}  {'hit ratio':>9}  {'evicted blocks':>14}", file=out)
+    for point in (*curve.points, curve.unbounded):
+        cap = "unbounded" if point.capacity_blocks is None else f"{point.capacity_blocks:,}"
+        ratio = "refused" if point.ratio is None else f"{point.ratio:.2%}"
+        print(f"{cap:>12}  {ratio:>9}  {point.evicted_blocks:>14,}", file=out)
+    fits = curve.fits_from
+    print(f"working set:     {curve.working_set_blocks:,} blocks; "
+          + (f"the unbounded hit ratio from {fits:,} blocks (of those tried)" if fits is not None
+             else "no capacity tried reaches the unbounded hit ratio"), file=out)
+    refused = [p for p in curve.points if p.ratio is None]
+    if refused:
+        print(f"refused:         {refused[0].note}", file=out)
+    if curve.unbounded.note:
+        print(f"note:            {curve.unbounded.note}", file=out)
     return EXIT_OK
 
 

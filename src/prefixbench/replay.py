@@ -43,8 +43,10 @@ __all__ = [
     "Prediction",
     "concurrency_note",
     "default_workers",
+    "replay_curve",
     "replay_requests",
     "replay_sent",
+    "replay_sent_curve",
     "usable_cores",
 ]
 
@@ -73,6 +75,9 @@ class Prediction:
     #: prefix_repetition only: the block-aligned formula (unbounded cache).
     formula_ratio: float | None = None
     note: str | None = None
+    #: Blocks the cache holds after the last request; unbounded, the working set: every
+    #: distinct full prompt block the workload ever cached.
+    cached_blocks: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,7 +112,7 @@ class _Replay:
                           query_tokens=queries, requests=self.requests,
                           evicted_blocks=self.sim.evicted_blocks, method=method,
                           block_size=self.block_size, capacity_blocks=self.capacity_blocks,
-                          note=note)
+                          note=note, cached_blocks=self.sim.cached_blocks)
 
     def refused(self, method: str, exc: CapacityError) -> Prediction:
         return Prediction(ratio=None, method=method, block_size=self.block_size,
@@ -190,6 +195,35 @@ def _encoded(jobs: Sequence[Sequence[int]], encode: Callable[[Sequence[int]], En
                 future.cancel()
 
 
+class _Fan:
+    """The same requests replayed through one fresh cache per capacity at once (a
+    capacity curve encodes each prompt once). A capacity too small for a request is
+    refused from then on; the others go on."""
+
+    def __init__(self, block_size: int, capacities: Sequence[int | None]) -> None:
+        self.replays = [_Replay(block_size, c) for c in capacities]
+        self.refusals: list[CapacityError | None] = [None] * len(self.replays)
+        self.requests = 0
+
+    def run(self, tokens: array[int], output_len: int) -> None:
+        for i, replay in enumerate(self.replays):
+            if self.refusals[i] is None:
+                try:
+                    replay.run(tokens, output_len)
+                except CapacityError as exc:
+                    self.refusals[i] = exc
+        self.requests += 1
+
+    @property
+    def all_refused(self) -> bool:
+        return all(r is not None for r in self.refusals)
+
+    def predictions(self, method: str, note: str | None) -> list[Prediction]:
+        return [replay.prediction(method, note) if refusal is None
+                else replay.refused(method, refusal)
+                for replay, refusal in zip(self.replays, self.refusals, strict=True)]
+
+
 def replay_sent(
     order: Sequence[int],
     sizes: Sequence[int],
@@ -206,8 +240,29 @@ def replay_sent(
 ) -> Prediction:
     """Encode the prompts ``order`` names (``texts_of``; ``sizes`` weigh them into jobs)
     and replay them in that order, the first one ``pre_requests`` more times first."""
+    return replay_sent_curve(order, sizes, outs, texts_of, tokenizer, block_size=block_size,
+                             capacities=[capacity_blocks], pre_requests=pre_requests,
+                             workers=workers, progress=progress, note=note)[0]
+
+
+def replay_sent_curve(
+    order: Sequence[int],
+    sizes: Sequence[int],
+    outs: Sequence[int],
+    texts_of: Callable[[Sequence[int]], list[str]],
+    tokenizer: Tokenizer,
+    *,
+    block_size: int,
+    capacities: Sequence[int | None],
+    pre_requests: int,
+    workers: int | None,
+    progress: Progress | None,
+    note: str | None,
+) -> list[Prediction]:
+    """:func:`replay_sent` through one cache per capacity (``None``: unbounded), each
+    prompt encoded once; one prediction per capacity, in order."""
     method = "cachesim replay, custom prompts tokenized"
-    replay = _Replay(block_size, capacity_blocks)
+    fan = _Fan(block_size, capacities)
     total = len(order) + (pre_requests if order else 0)
     jobs = _jobs(order, sizes)
     workers = default_workers() if workers is None else workers
@@ -218,15 +273,32 @@ def replay_sent(
         return tokenizer.encode_arrays(texts_of(job))
 
     with serial_batches(), closing(_encoded(jobs, encode, workers)) as encoded:
-        try:
-            for job, arrays in zip(jobs, encoded, strict=True):
-                if not replay.requests:
-                    for _ in range(pre_requests):
-                        replay.run(arrays[0], outs[job[0]])
-                for i, tokens in zip(job, arrays, strict=True):
-                    replay.run(tokens, outs[i])
-                if progress is not None:
-                    progress(ENCODING, replay.requests, total)
-        except CapacityError as exc:
-            return replay.refused(method, exc)
-    return replay.prediction(method, note)
+        for job, arrays in zip(jobs, encoded, strict=True):
+            if not fan.requests:
+                for _ in range(pre_requests):
+                    fan.run(arrays[0], outs[job[0]])
+            for i, tokens in zip(job, arrays, strict=True):
+                fan.run(tokens, outs[i])
+            if fan.all_refused:
+                break
+            if progress is not None:
+                progress(ENCODING, fan.requests, total)
+    return fan.predictions(method, note)
+
+
+def replay_curve(
+    prompts: Sequence[array[int]],
+    output_lens: Sequence[int],
+    *,
+    block_size: int,
+    capacities: Sequence[int | None],
+    method: str,
+    note: str | None = None,
+) -> list[Prediction]:
+    """:func:`replay_requests` through one cache per capacity, in one pass."""
+    fan = _Fan(block_size, capacities)
+    for tokens, out in zip(prompts, output_lens, strict=True):
+        fan.run(tokens, out)
+        if fan.all_refused:
+            break
+    return fan.predictions(method, note)
