@@ -5,7 +5,8 @@ compile cache already holds them. The bundle shares that cache across the fleet 
 across runs through a store on the controller (``prefixbench_compile_cache_store``):
 
 * :func:`key_material` / :func:`compile_key`: everything that changes the compiled
-  graphs of one configuration on one host: the platform and instance family, the Neuron
+  graphs of one configuration on one host: the platform and (on Neuron) the instance
+  family, the Neuron
   packages, the venv's compiler-side distributions (vLLM, the plugin, torch,
   torch-neuronx, neuronx-cc, libneuronxla), the sha256 of the rendered unit (every
   ``vllm serve`` flag, TP, neuron_config, the environment the bundle sets), the inventory's
@@ -75,13 +76,18 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
         raise ValueError(f"the fingerprint has no checksum of {unit}")
     if not revision:
         raise ValueError("the fingerprint has no model revision")
+    # Neuron compiles for the instance's NeuronCore generation (Trn2: NeuronCore-v3,
+    # Trn3: NeuronCore-v4), so the family is part of the key there. On the cpu platform
+    # (the simulated fleet, every host on one machine) the family is only a label: the
+    # graphs are the same, and Trn2- and Trn3-labelled hosts share them.
+    platform = fingerprint.get("platform")
     environment = {str(k): str(v) for k, v in
                    (settings.get("vllm_service_environment") or {}).items()}
     return {
         "key_version": KEY_VERSION,
         "configuration": configuration,
-        "platform": fingerprint.get("platform"),
-        "family": fingerprint.get("family"),
+        "platform": platform,
+        "family": fingerprint.get("family") if platform == "neuron" else None,
         "neuron_packages": dict(sorted((fingerprint.get("neuron_packages") or {}).items())),
         "distributions": {name: venv_versions.get(name) for name in COMPILER_DISTRIBUTIONS},
         "unit_sha256": unit_sha,

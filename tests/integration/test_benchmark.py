@@ -123,6 +123,11 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
                 assert not follower["compiled"], follower
             assert (store / f"{key}.tar.gz").is_file() and (store / f"{key}.json").is_file()
     assert any(s["compiled"] for s in starts.values()), "no start compiled anything"
+    # The trn2 and trn3 hosts share their graphs (same CPU; the DLAMI-flavoured host's
+    # unit differs, so it has keys of its own): one of them waited and restored.
+    for conf in ("baseline", "cached"):
+        assert [h for (h, c), s in starts.items() if c == conf and s["role"] == "follower"], \
+            (conf, starts)
     assert not list((store / ".incoming").glob("*")), "fetched archives left behind"
     for journal in run_dir.glob("*/*/startup-journal.log"):
         assert "Compiling model again" not in journal.read_text(), journal

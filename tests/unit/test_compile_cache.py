@@ -40,15 +40,22 @@ def key(fingerprint: dict[str, Any] | None = None, versions: dict[str, Any] | No
 def test_the_key_follows_what_changes_the_graphs_and_nothing_else() -> None:
     base = key()
     assert base.startswith("ck-") and len(base) == 35
-    # Who and when do not change the graphs.
+    # Who and when do not change the graphs; nor, on CPU, the simulated instance family.
     assert key({**FINGERPRINT, "host": "sim-2", "collected_at": "later"}) == base
+    assert key({**FINGERPRINT, "family": "trn3"}) == base
+    # On Neuron the NeuronCore generation is: Trn2 and Trn3 never share graphs.
+    neuron = {**SETTINGS, "prefixbench_platform": "neuron"}
+    assert key({**FINGERPRINT, "platform": "neuron"}, settings=neuron) != key(
+        {**FINGERPRINT, "platform": "neuron", "family": "trn3"}, settings=neuron)
     changed = [
         key(configuration="baseline"),
         key(versions={**VERSIONS, "torch": "2.13.1"}),
         key(versions={**VERSIONS, "neuronx-cc": "2.22.0"}),
         key({**FINGERPRINT, "units": {"vllm-cached.service": "d" * 64}}),
         key({**FINGERPRINT, "model": {"revision": "sha256:" + "e" * 64}}),
-        key({**FINGERPRINT, "family": "trn3"}),
+        key({**FINGERPRINT, "platform": "neuron"}),
+        key({**FINGERPRINT, "platform": "neuron", "family": "trn3"},
+            settings={**SETTINGS, "prefixbench_platform": "neuron"}),
         key({**FINGERPRINT, "neuron_packages": {"aws-neuronx-runtime-lib": "2.30.0"}}),
         key(settings={**SETTINGS, "vllm_service_environment": {"NEURON_CC_FLAGS": "-O1"}}),
         key(settings={**SETTINGS, "vllm_service_cache_root": "/srv/cache"}),
