@@ -77,7 +77,8 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
     if not revision:
         raise ValueError("the fingerprint has no model revision")
     # Neuron compiles for the instance's NeuronCore generation (Trn2: NeuronCore-v3,
-    # Trn3: NeuronCore-v4), so the family is part of the key there. On the cpu platform
+    # Trn3: NeuronCore-v4; awsdocs-neuron about-neuron/arch/neuron-hardware/trainium2 and
+    # trainium3), so the family is part of the key there. On the cpu platform
     # (the simulated fleet, every host on one machine) the family is only a label: the
     # graphs are the same, and Trn2- and Trn3-labelled hosts share them.
     platform = fingerprint.get("platform")
