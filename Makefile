@@ -23,10 +23,10 @@ system-deps:  ## Install the Debian packages the simulated fleet needs (root)
 	scripts/install-system-deps
 
 specs: venv  ## Regenerate the roles' argument specs and defaults from the settings catalogue
-	$(BIN)/python -m prefixbench.rolespecs
+	$(BIN)/python -m prefixbench.config.rolespecs
 
 lint: venv  ## ansible-lint (production), yamllint, syntax-check, ruff, mypy, generated specs
-	$(BIN)/python -m prefixbench.rolespecs --check
+	$(BIN)/python -m prefixbench.config.rolespecs --check
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production --offline -q
 	@for p in $(PLAYBOOKS); do \

@@ -1,7 +1,7 @@
 """Action plugin: one workload of the tutorial on one host, its result on the controller.
 
 Thin: the host-side steps are ansible.builtin modules (uri, tempfile, copy, command,
-slurp, file); every decision and the record itself come from prefixbench.benchrun. A
+slurp, file); every decision and the record itself come from prefixbench.bench.benchrun. A
 custom workload's prompts are prepared on the controller by benchrun.prepare_prompts and
 transferred into the bench's temp dir. Documented in library/prefixbench_bench.py
 (`ansible-doc prefixbench_bench`).
@@ -18,8 +18,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from prefixbench import benchrun, server
-from prefixbench.results import RunLayout
+from prefixbench.bench import benchrun
+from prefixbench.measure.results import RunLayout
+from prefixbench.servers import server
 
 display = Display()
 

@@ -1,6 +1,6 @@
 """Action plugin: validate one host's settings on the controller, before anything runs.
 
-A thin adapter over :func:`prefixbench.settings.validate`. It never connects to the host
+A thin adapter over :func:`prefixbench.config.settings.validate`. It never connects to the host
 (no module is executed), so it works for unreachable hosts and in check mode, and it
 changes nothing anywhere. It fails with one line per problem.
 """
@@ -12,7 +12,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from prefixbench import settings as pb_settings
+from prefixbench.config import settings as pb_settings
 
 
 class ActionModule(ActionBase):

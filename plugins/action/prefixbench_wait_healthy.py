@@ -1,7 +1,7 @@
 """Action plugin: wait for a starting vLLM unit to become healthy, showing progress.
 
 Polls the host with the prefixbench_probe module; the decisions and the progress line
-come from prefixbench.health. On failure the unit's journal tail comes back to the
+come from prefixbench.servers.health. On failure the unit's journal tail comes back to the
 controller in the result (and into ``log_file`` when given).
 """
 
@@ -15,8 +15,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from prefixbench import health
-from prefixbench.atomic import write_json_atomic, write_text_atomic
+from prefixbench.measure.atomic import write_json_atomic, write_text_atomic
+from prefixbench.servers import health
 
 display = Display()
 

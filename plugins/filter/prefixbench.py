@@ -7,16 +7,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefixbench import (
-    collect,
-    compile_cache,
-    experiment,
-    plan,
-    provision,
-    releases,
-    server,
-    sweep,
-)
+from prefixbench.bench import experiment
+from prefixbench.config import plan
+from prefixbench.hosts import collect, provision, releases
+from prefixbench.servers import compile_cache, server, sweep
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
@@ -117,7 +111,7 @@ def prefixbench_python_problem(name: str, host: str, facts: Mapping[str, Any], p
 
 def prefixbench_tiktoken_downloads(settings: Mapping[str, Any]) -> list[dict[str, str]]:
     """The vocabulary files the server reads at start-up: name, URL, published sha256."""
-    from prefixbench import tokenizer_vocab  # noqa: PLC0415 - only this filter needs it
+    from prefixbench.predict import tokenizer_vocab  # noqa: PLC0415 - only this filter needs it
 
     files = tokenizer_vocab.expected_sha256(settings["model_cache_tiktoken_files"])
     base = str(settings["model_cache_tiktoken_base_url"])
@@ -187,7 +181,7 @@ def prefixbench_compile_key(fingerprint: Mapping[str, Any], venv_versions: str,
 def prefixbench_compile_role(host: str, hosts: Sequence[str], keys: Sequence[str | None],
                              in_store: Sequence[bool], local: Sequence[bool]) -> str:
     """``host``'s part in sharing one configuration's graphs: restore, leader, follower
-    or off (prefixbench.compile_cache.roles)."""
+    or off (prefixbench.servers.compile_cache.roles)."""
     return compile_cache.roles(hosts, keys, [bool(x) for x in in_store],
                                [bool(x) for x in local])[host]
 

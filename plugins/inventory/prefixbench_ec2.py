@@ -1,6 +1,6 @@
 """Inventory plugin: the running Trn2/Trn3 instances of an AWS account, over boto3.
 
-A thin adapter over :mod:`prefixbench.ec2`, shaped like amazon.aws ``aws_ec2``: read the
+A thin adapter over :mod:`prefixbench.hosts.ec2`, shaped like amazon.aws ``aws_ec2``: read the
 options, take the cached result or ask EC2, and hand the transform to the pure helpers.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
-from prefixbench import ec2
+from prefixbench.hosts import ec2
 
 try:
     import boto3

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.results import RunLayout, content_checksum
+from prefixbench.measure.results import RunLayout, content_checksum
 from prefixbench.sim.layout import SimHost
 from prefixbench.sim.testing import SimFleetHandle
 from prefixbench.sim.testing import run_playbook as playbook

@@ -11,7 +11,8 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from prefixbench import server, settings
+from prefixbench.config import settings
+from prefixbench.servers import server
 from prefixbench.sim.testing import SimFleetHandle, recap
 from prefixbench.sim.testing import run_playbook as playbook
 

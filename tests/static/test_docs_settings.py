@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from prefixbench import settings
+from prefixbench.config import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "RUNBOOK.md", *sorted((ROOT / "roles").glob("*/README.md")),

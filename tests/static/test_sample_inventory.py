@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from prefixbench import settings
+from prefixbench.config import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "inventories" / "trn2_fleet"

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefixbench.metrics import delta, extract_signals
-from prefixbench.results import BenchmarkRecord, ResultKey, RunLayout, write_json_atomic
-from prefixbench.workloads import Workload, tutorial_workloads
+from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.measure.metrics import delta, extract_signals
+from prefixbench.measure.results import BenchmarkRecord, ResultKey, RunLayout, write_json_atomic
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 BLOCK_SIZE = 128

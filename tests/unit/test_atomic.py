@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench import atomic
+from prefixbench.measure import atomic
 
 
 def test_json_is_written_whole_and_sorted(tmp_path: Path) -> None:

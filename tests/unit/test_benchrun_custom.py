@@ -15,8 +15,8 @@ from unittest.mock import MagicMock
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench import benchrun
-from prefixbench.results import BenchmarkRecord
+from prefixbench.bench import benchrun
+from prefixbench.measure.results import BenchmarkRecord
 from prefixbench.sim import tinymodel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -249,8 +249,9 @@ def test_a_caching_record_carries_the_expectation_from_the_served_tokens(
         tmp_path: Path) -> None:
     from tiny_tokenizer import write_tokenizer as write_tok  # noqa: PLC0415
 
-    from prefixbench import benchrun, metrics  # noqa: PLC0415
-    from prefixbench.workloads import Workload  # noqa: PLC0415
+    from prefixbench.bench import benchrun  # noqa: PLC0415
+    from prefixbench.bench.workloads import Workload  # noqa: PLC0415
+    from prefixbench.measure import metrics  # noqa: PLC0415
 
     run_dir = tmp_path / "run"
     write_tok(run_dir / "tokenizer", kind="bpe")
@@ -271,7 +272,7 @@ def test_plugin_stops_the_run_when_the_results_disk_is_full(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ENOSPC while the record is written: no partial file, one actionable line, and the
     flag bench.yml turns into a stop of the whole run."""
-    from prefixbench.results import RunLayout  # noqa: PLC0415
+    from prefixbench.measure.results import RunLayout  # noqa: PLC0415
 
     def full(self: RunLayout, record: Any) -> Path:
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixbench.cachesim import (
+from prefixbench.bench.prefix_repetition import generate_prompts
+from prefixbench.measure.ratios import block_aligned_expected
+from prefixbench.predict.cachesim import (
     CapacityError,
     PrefixCacheSim,
     block_hashes,
@@ -17,8 +19,6 @@ from prefixbench.cachesim import (
     replay,
     usable_blocks,
 )
-from prefixbench.prefix_repetition import generate_prompts
-from prefixbench.ratios import block_aligned_expected
 
 VOCAB = 2048  # the recorded fixtures' word-level tokenizer
 TUTORIAL = {"prefix_len": 3072, "suffix_len": 1024, "vocab_size": VOCAB}
@@ -261,9 +261,9 @@ def test_capacity_note_names_the_hybrid_kv_cache_manager() -> None:
 
 
 def test_whatif_models_the_usable_capacity_of_cache_config_info() -> None:
-    from prefixbench import whatif  # noqa: PLC0415 - whatif's wiring only
-    from prefixbench.metrics import CacheConfig  # noqa: PLC0415
-    from prefixbench.workloads import Workload  # noqa: PLC0415
+    from prefixbench.bench.workloads import Workload  # noqa: PLC0415
+    from prefixbench.measure.metrics import CacheConfig  # noqa: PLC0415
+    from prefixbench.predict import whatif  # noqa: PLC0415 - whatif's wiring only
 
     assert whatif.server_capacity(CacheConfig.from_labels(RECORDED)) == (8191, None)
     assert whatif.server_capacity(None) == (None, None)

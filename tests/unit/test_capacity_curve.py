@@ -1,4 +1,4 @@
-"""Hit ratio against KV capacity (prefixbench.capacity_curve, prefixbench whatif
+"""Hit ratio against KV capacity (prefixbench.predict.capacity_curve, prefixbench whatif
 --capacity-curve): every point is the single prediction at that capacity."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 from test_whatif_stream import mixed_file, workload
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench import cli, whatif
-from prefixbench.capacity_curve import CurveError, parse_capacities, predict_curve
-from prefixbench.workloads import tutorial_workloads
+from prefixbench.bench.workloads import tutorial_workloads
+from prefixbench.frontend import cli
+from prefixbench.predict import whatif
+from prefixbench.predict.capacity_curve import CurveError, parse_capacities, predict_curve
 
 
 def test_each_point_is_the_prediction_at_that_capacity_prefix_repetition() -> None:

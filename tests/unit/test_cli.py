@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from prefixbench import cli, runview
-from prefixbench.runview import LiveView, exit_code
+from prefixbench.frontend import cli, runview
+from prefixbench.frontend.runview import LiveView, exit_code
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "tests" / "fixtures" / "runner_events"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import json
 
-from prefixbench import settings
-from prefixbench.collect import fingerprint
-from prefixbench.fingerprint import Fingerprint
+from prefixbench.config import settings
+from prefixbench.hosts.collect import fingerprint
+from prefixbench.hosts.fingerprint import Fingerprint
 
 
 def b64(text: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import module_runner
 import pytest
 
-from prefixbench import compile_cache, server
+from prefixbench.servers import compile_cache, server
 
 sys.path.insert(0, str(module_runner.ROOT / "module_utils"))
 import prefixbench_compile_cache as cc

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from prefixbench import cli, plan, settings
+from prefixbench.config import plan, settings
+from prefixbench.frontend import cli
 from prefixbench.sim import tinymodel
 
 BASE: dict[str, Any] = {

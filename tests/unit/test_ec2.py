@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from prefixbench import ec2
+from prefixbench.hosts import ec2
 
 
 def record(iid: str, *, itype: str = "trn2.48xlarge", state: str = "running",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefixbench.health import Probe, decide, progress_line
+from prefixbench.servers.health import Probe, decide, progress_line
 
 
 def probe(http: int | None = None, state: str = "active", restarts: int = 0,

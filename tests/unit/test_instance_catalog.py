@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from prefixbench import instances
+from prefixbench.hosts import instances
 
 CATALOG = instances.load_catalog()
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from junitparser import Error, Failure, JUnitXml, Skipped
 from report_runs import make_run
 
+from prefixbench.measure.results import FailureRecord, ResultKey, RunLayout
 from prefixbench.report.cli import report_main
-from prefixbench.results import FailureRecord, ResultKey, RunLayout
 
 
 def test_one_case_per_host_and_criterion_failures_carry_the_numbers(tmp_path: Path) -> None:

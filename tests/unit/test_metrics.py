@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.metrics import (
+from prefixbench.measure.metrics import (
     CounterReset,
     MetricsParseError,
     SignalsDelta,

@@ -107,7 +107,7 @@ def test_no_secret_is_ever_in_a_task_environment_or_an_unguarded_task() -> None:
     conditions (when, that) are evaluated, never printed."""
     import yaml  # noqa: PLC0415
 
-    from prefixbench import settings  # noqa: PLC0415
+    from prefixbench.config import settings  # noqa: PLC0415
 
     secret = re.compile(r"(?<![.\w])(" + "|".join(sorted(settings.SECRETS)) + r")\b")
     no_log_modules = ("prefixbench_s3_sync",)

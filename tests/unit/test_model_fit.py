@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from prefixbench import plan, rules, settings
+from prefixbench.config import plan, rules, settings
 
 
 def check(profile: str = "gpt-oss-120b", itype: str = "trn2.48xlarge",

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.atomic import write_json_atomic
-from prefixbench.overhead import run_overhead
-from prefixbench.results import BenchmarkRecord, ResultKey, RunLayout
+from prefixbench.measure.atomic import write_json_atomic
+from prefixbench.measure.results import BenchmarkRecord, ResultKey, RunLayout
+from prefixbench.perf.overhead import run_overhead
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 

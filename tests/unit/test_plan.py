@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefixbench import plan
+from prefixbench.config import plan
 
 
 def test_default_workloads_are_the_tutorials_three() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefixbench.prefix_repetition import (
+from prefixbench.bench.prefix_repetition import (
     LegacyNumpyRandom,
     cold_flags,
     generate_prompts,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefixbench import provision, releases
+from prefixbench.hosts import provision, releases
 
 REL = releases.load_release("2.31")
 DEBIAN = {"distribution": "Debian", "distribution_version": "12.15",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefixbench.ratios import (
+from prefixbench.measure.ratios import (
     block_aligned_expected,
     block_aligned_hit_tokens,
     prompts_per_prefix,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench import provision, releases
+from prefixbench.hosts import provision, releases
 
 FACTS = Path(__file__).resolve().parents[1] / "fixtures" / "host_facts"
 REL = releases.load_release("2.31")
@@ -69,7 +69,7 @@ def test_a_pin_without_a_source_is_refused(tmp_path: Path) -> None:
 def test_hf_download_takes_only_the_files_vllm_loads() -> None:
     import fnmatch  # noqa: PLC0415
 
-    from prefixbench import settings as catalogue  # noqa: PLC0415
+    from prefixbench.config import settings as catalogue  # noqa: PLC0415
 
     s = {k: v.default for k, v in catalogue.BY_NAME.items() if not v.required}
     argv = provision.hf_download_argv(s, "/venv/bin/hf")
@@ -88,14 +88,14 @@ def test_hf_download_takes_only_the_files_vllm_loads() -> None:
 
 
 def test_the_adopted_venv_is_the_dlami_venv_the_manifest_names() -> None:
-    from prefixbench import settings as catalogue  # noqa: PLC0415
+    from prefixbench.config import settings as catalogue  # noqa: PLC0415
 
     assert catalogue.BY_NAME["vllm_env_adopt_venv"].default == REL.dlami["venv"]
     assert REL.dlami["ssm_parameter"].startswith("/aws/service/neuron/dlami/")
 
 
 def test_teardown_never_removes_a_system_directory_or_an_adopted_venv() -> None:
-    from prefixbench import settings as catalogue  # noqa: PLC0415
+    from prefixbench.config import settings as catalogue  # noqa: PLC0415
 
     s = {k: v.default for k, v in catalogue.BY_NAME.items() if not v.required}
     assert provision.teardown_paths(s) == {

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from report_runs import BENCHES, fingerprint, fixture_bench, make_run, scale_times
 
+from prefixbench.measure.results import FailureRecord, ResultKey, RunLayout, with_checksum
 from prefixbench.report import ReportInputError, build_summary
 from prefixbench.report.cli import compare_main, report_main
 from prefixbench.report.compare import compare, load_tolerances
 from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN, PASS
 from prefixbench.report.write import write_outputs
-from prefixbench.results import FailureRecord, ResultKey, RunLayout, with_checksum
 
 
 def _verdicts(summary: Any, host: str) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from report_runs import fingerprint
 
-from prefixbench.fingerprint import Fingerprint, FingerprintError, drift, group_by_identity
+from prefixbench.hosts.fingerprint import Fingerprint, FingerprintError, drift, group_by_identity
 
 
 def test_round_trip_and_identity_excludes_host_and_time() -> None:

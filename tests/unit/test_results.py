@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from prefixbench.results import (
+from prefixbench.measure.results import (
     REQUIRED_BENCH_KEYS,
     SCHEMA_VERSION,
     BenchmarkRecord,
@@ -205,7 +205,7 @@ def test_non_finite_values_are_kept_as_null_not_lost(tmp_path: Path) -> None:
 
 
 def test_is_completed_reads_one_file_and_agrees_with_completed(tmp_path: Path) -> None:
-    from prefixbench.results import RunLayout  # noqa: PLC0415
+    from prefixbench.measure.results import RunLayout  # noqa: PLC0415
 
     layout = RunLayout(tmp_path, "r")
     record = _record()
@@ -219,8 +219,8 @@ def test_is_completed_reads_one_file_and_agrees_with_completed(tmp_path: Path) -
 
 
 def test_pending_items_are_the_servers_benches_without_a_result(tmp_path: Path) -> None:
-    from prefixbench.experiment import bench_items, pending_items  # noqa: PLC0415
-    from prefixbench.results import RunLayout  # noqa: PLC0415
+    from prefixbench.bench.experiment import bench_items, pending_items  # noqa: PLC0415
+    from prefixbench.measure.results import RunLayout  # noqa: PLC0415
 
     layout = RunLayout(tmp_path, "r")
     settings: dict[str, Any] = {"prefixbench_repetitions": 2}

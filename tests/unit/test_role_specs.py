@@ -1,7 +1,7 @@
 """The roles' argument specs and defaults are generated from the settings catalogue.
 
-Each setting is declared once, in src/prefixbench/catalogue.py; ``make specs``
-(prefixbench.rolespecs) writes the part of each role's meta/argument_specs.yml and
+Each setting is declared once, in src/prefixbench/config/catalogue.py; ``make specs``
+(prefixbench.config.rolespecs) writes the part of each role's meta/argument_specs.yml and
 defaults/main.yml that the catalogue owns. The drift test below fails when a committed
 file is not what regenerating gives: a generated line edited by hand, or a setting added
 to the catalogue without ``make specs``.
@@ -18,7 +18,7 @@ import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from prefixbench import catalogue, rolespecs, settings
+from prefixbench.config import catalogue, rolespecs, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "meta").is_dir())

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from prefixbench import settings
+from prefixbench.config import settings
 
 BASE: dict[str, Any] = {
     "prefixbench_instance_type": "trn2.48xlarge",
@@ -92,7 +92,7 @@ def test_trn3_host_may_not_set_the_bundles_own_variable_by_hand() -> None:
 
 
 def test_the_api_stays_on_loopback_unless_opted_in_with_a_key() -> None:
-    from prefixbench import settings as catalogue  # noqa: PLC0415
+    from prefixbench.config import settings as catalogue  # noqa: PLC0415
 
     base = {"prefixbench_instance_type": "trn2.48xlarge", "vllm_service_model": "/m",
             "prefixbench_platform": "cpu"}

@@ -19,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench import tokenizer as tk
-from prefixbench.cachesim import PrefixCacheSim
-from prefixbench.prefix_repetition import generate_prompts
-from prefixbench.ratios import block_aligned_expected
-from prefixbench.served import served_expectation
+from prefixbench.bench.prefix_repetition import generate_prompts
+from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.measure.ratios import block_aligned_expected
+from prefixbench.predict import tokenizer as tk
+from prefixbench.predict.cachesim import PrefixCacheSim
+from prefixbench.predict.served import served_expectation
 from prefixbench.sim import tinymodel
-from prefixbench.workloads import Workload, tutorial_workloads
 
 #: sha256 of "\0".join(prompt texts) of vLLM 0.32's own PrefixRepetitionRandomDataset
 #: (random_seed 0, 50 prompts, 5 prefixes, 3072 + 1024 tokens) sampled with

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from prefixbench import server, settings
+from prefixbench.config import settings
+from prefixbench.servers import server
 
 TUTORIAL: dict[str, Any] = {
     "prefixbench_instance_type": "trn2.48xlarge",

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from prefixbench import settings
+from prefixbench.config import settings
 
 VALID: dict[str, Any] = {
     "prefixbench_instance_type": "trn2.48xlarge",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from prefixbench import instances, releases
+from prefixbench.hosts import instances, releases
 from prefixbench.sim import artifacts_apt, artifacts_pip, host_neuron_ls, tinymodel
 
 needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from prefixbench import server, settings, tokenizer_vocab
+from prefixbench.config import settings
+from prefixbench.predict import tokenizer_vocab
+from prefixbench.servers import server
 
 
 def check(**values: Any) -> settings.ValidationResult:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prefixbench.stats import (
+from prefixbench.measure.stats import (
     coefficient_of_variation,
     mad,
     mean,
@@ -140,7 +140,7 @@ def test_split_checks_lengths_and_drops_failed_requests() -> None:
 def test_paired_interval_holds_the_true_ratio_and_pairing_narrows_it() -> None:
     import random  # noqa: PLC0415
 
-    from prefixbench.stats import paired_ratio_interval  # noqa: PLC0415
+    from prefixbench.measure.stats import paired_ratio_interval  # noqa: PLC0415
 
     rng = random.Random(7)  # noqa: S311 - test data
     # Prompts of very different lengths: the per-request spread is large, but each
@@ -162,7 +162,7 @@ def test_paired_interval_holds_the_true_ratio_and_pairing_narrows_it() -> None:
 
 
 def test_repetitions_to_decide_scales_with_the_square_of_the_width() -> None:
-    from prefixbench.stats import RatioInterval, repetitions_to_decide  # noqa: PLC0415
+    from prefixbench.measure.stats import RatioInterval, repetitions_to_decide  # noqa: PLC0415
 
     iv = RatioInterval(estimate=0.80, low=0.70, high=0.95, confidence=0.95,
                        repetitions=2, pairs=100)

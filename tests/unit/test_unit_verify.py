@@ -15,7 +15,8 @@ from typing import Any
 import jinja2
 import pytest
 
-from prefixbench import server, settings
+from prefixbench.config import settings
+from prefixbench.servers import server
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "roles" / "vllm_service" / "templates" / "vllm.service.j2"

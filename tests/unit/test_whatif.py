@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench import tokenizer as tk
-from prefixbench import whatif
-from prefixbench.cachesim import PrefixCacheSim
-from prefixbench.custom import prepare, texts_in_order
-from prefixbench.prefix_repetition import generate_prompts
-from prefixbench.ratios import block_aligned_expected
+from prefixbench.bench.custom import prepare, texts_in_order
+from prefixbench.bench.prefix_repetition import generate_prompts
+from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.measure.ratios import block_aligned_expected
+from prefixbench.predict import tokenizer as tk
+from prefixbench.predict import whatif
+from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench.sim import tinymodel
-from prefixbench.workloads import Workload, tutorial_workloads
 
 
 def pr_workload(**values: object) -> Workload:

@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench import custom, replay, whatif
-from prefixbench import tokenizer as tk
-from prefixbench.cachesim import CapacityError, PrefixCacheSim
-from prefixbench.custom import CustomPromptsError, index_file, prepare_file, read_user_file
-from prefixbench.progress import ENCODING, READING, ProgressBar
+from prefixbench.bench import custom
+from prefixbench.bench.custom import CustomPromptsError, index_file, prepare_file, read_user_file
+from prefixbench.bench.workloads import Workload
+from prefixbench.frontend.progress import ENCODING, READING, ProgressBar
+from prefixbench.predict import replay, whatif
+from prefixbench.predict import tokenizer as tk
+from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
 from prefixbench.sim import tinymodel
-from prefixbench.workloads import Workload
 
 
 def words(*ids: int) -> str:

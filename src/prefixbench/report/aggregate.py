@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from prefixbench.measure.stats import median as _median
+from prefixbench.measure.stats import percentile
 from prefixbench.report.bench_model import (
     BenchSummary,
     ColdWarm,
@@ -26,8 +28,6 @@ from prefixbench.report.bench_model import (
 )
 from prefixbench.report.records import RecordView, as_float
 from prefixbench.report.vocab import BASELINE, CACHED, HIGH_OVERLAP, NO_OVERLAP
-from prefixbench.stats import median as _median
-from prefixbench.stats import percentile
 
 __all__ = ["STEP7_ROWS", "HostView", "bench_summary", "step7_of", "step9_of"]
 
@@ -39,7 +39,7 @@ class HostView:
 
     name: str
     benches: dict[tuple[str, str], BenchSummary]
-    #: Criterion kind -> the workload that serves it (prefixbench.criteria).
+    #: Criterion kind -> the workload that serves it (prefixbench.bench.criteria).
     roles: Mapping[str, str] = field(default_factory=dict)
 
     def get(self, configuration: str, workload: str) -> BenchSummary | None:

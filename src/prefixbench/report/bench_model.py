@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench.stats import median
+from prefixbench.measure.stats import median
 
 __all__ = [
     "Agg",
@@ -145,7 +145,7 @@ class BenchSummary:
     per_request_ms: tuple[float, ...] = ()
     per_request_cold: tuple[bool, ...] = ()
     notes: tuple[str, ...] = ()
-    #: The what-if analyzer's hit ratio for the same requests (prefixbench.whatif),
+    #: The what-if analyzer's hit ratio for the same requests (prefixbench.predict.whatif),
     #: median over repetitions; ``prediction_note`` says why there is none, or its limits.
     predicted_hit_ratio: Agg | None = None
     prediction_note: str | None = None
@@ -153,7 +153,7 @@ class BenchSummary:
     #: request: what the paired intervals are built from (not in summary.json).
     ttft_by_rep: tuple[tuple[float | None, ...], ...] = ()
     #: The expected ratio from the tokens the server sees (the prompts the bench sends,
-    #: re-encoded and replayed: prefixbench.served.served_expectation), and the blocks
+    #: re-encoded and replayed: prefixbench.predict.served.served_expectation), and the blocks
     #: lost where prefix and suffix re-split; ``None`` where it was not made.
     expected_served: float | None = None
     junction_lost_blocks: float | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from prefixbench import criteria
+from prefixbench.bench import criteria
 from prefixbench.report import verdicts
 from prefixbench.report.aggregate import HostView, bench_summary, step7_of, step9_of
 from prefixbench.report.economics import host_time

@@ -17,7 +17,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from prefixbench.atomic import write_text_atomic
+from prefixbench.frontend.runview import (
+    EXIT_FAILED,
+    EXIT_INCOMPLETE,
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+    outcome_code,
+)
+from prefixbench.measure.atomic import write_text_atomic
+from prefixbench.measure.results import json_safe
 from prefixbench.report.build import build_summary
 from prefixbench.report.compare import (
     Comparison,
@@ -31,16 +41,6 @@ from prefixbench.report.load import ReportInputError
 from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
 from prefixbench.report.upload import UploadError, upload_run
 from prefixbench.report.write import FORMATS, write_outputs
-from prefixbench.results import json_safe
-from prefixbench.runview import (
-    EXIT_FAILED,
-    EXIT_INCOMPLETE,
-    EXIT_INCONCLUSIVE,
-    EXIT_OK,
-    EXIT_REGRESSION,
-    EXIT_USAGE,
-    outcome_code,
-)
 
 __all__ = ["EXIT_FAILED", "EXIT_INCOMPLETE", "EXIT_INCONCLUSIVE", "EXIT_OK", "EXIT_REGRESSION",
            "EXIT_UPLOAD", "EXIT_USAGE", "compare_main", "outcome_code", "report_main"]

@@ -30,10 +30,10 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from prefixbench.measure.stats import median
 from prefixbench.report.build import build_summary
 from prefixbench.report.fleet import fleet_values
 from prefixbench.report.model import Summary
-from prefixbench.stats import median
 
 __all__ = [
     "DEFAULT_TOLERANCES",

@@ -5,7 +5,7 @@
 - *server start-ups*: seconds each configuration's server took to become healthy, from
   ``<host>/<configuration>/startup.json`` (on Neuron this is mostly graph compilation),
   and how that start got its compiled graphs, from ``<host>/<configuration>/compile.json``
-  (the shared compile cache, :mod:`prefixbench.compile_cache`): ``compiled`` (the start
+  (the shared compile cache, :mod:`prefixbench.servers.compile_cache`): ``compiled`` (the start
   added graphs to its cache), ``restored`` (from the fleet's store before the start) or
   ``reused`` (its own cache already had them);
 - *instance-hours*: the bench wall in hours;

@@ -13,15 +13,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from prefixbench import instances
-from prefixbench.fingerprint import drift, group_by_identity
+from prefixbench.hosts import instances
+from prefixbench.hosts.fingerprint import drift, group_by_identity
+from prefixbench.measure.stats import coefficient_of_variation, mad, robust_z_scores
+from prefixbench.measure.stats import median as _median
 from prefixbench.report.bench_model import agg_median
 from prefixbench.report.fleet_model import FleetMetric, FleetOutlier, FleetSummary, HitDeparture
 from prefixbench.report.load import RunData
 from prefixbench.report.model import HostSummary
 from prefixbench.report.vocab import CACHED, Thresholds
-from prefixbench.stats import coefficient_of_variation, mad, robust_z_scores
-from prefixbench.stats import median as _median
 
 __all__ = ["fleet_summary", "fleet_values"]
 

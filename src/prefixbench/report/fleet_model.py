@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench.fingerprint import Drift, FingerprintGroup
+from prefixbench.hosts.fingerprint import Drift, FingerprintGroup
 from prefixbench.report.bench_model import finite
 
 __all__ = ["FleetMetric", "FleetOutlier", "FleetSummary", "HitDeparture"]

@@ -76,7 +76,7 @@ def _cost_sentence(s: Summary) -> list[str]:
             pairs.append((cb, cc))
     if not pairs:
         return []
-    from prefixbench.stats import median  # noqa: PLC0415
+    from prefixbench.measure.stats import median  # noqa: PLC0415
 
     return [f"A million output tokens of that workload cost {median([p[0] for p in pairs]):.2f}"
             f" without caching and {median([p[1] for p in pairs]):.2f} with it (median of "

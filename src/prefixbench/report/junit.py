@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from prefixbench.atomic import write_text_atomic
+from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.report.model import Summary
 from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench.fingerprint import Fingerprint, FingerprintError
+from prefixbench.bench.workloads import Workload, WorkloadError
+from prefixbench.hosts.fingerprint import Fingerprint, FingerprintError
+from prefixbench.measure.results import BenchmarkRecord, BenchResultError, FailureRecord
 from prefixbench.report.model import FailureInfo
-from prefixbench.results import BenchmarkRecord, BenchResultError, FailureRecord
-from prefixbench.workloads import Workload, WorkloadError
 
 __all__ = ["ReportInputError", "RunData", "dropped_hosts", "failure_info", "load_run"]
 

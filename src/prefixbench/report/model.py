@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from prefixbench.fingerprint import Fingerprint
+from prefixbench.hosts.fingerprint import Fingerprint
 from prefixbench.report.bench_model import BenchSummary, Step7, Step9Row, agg_dict, finite
 from prefixbench.report.economics import HostTime
 from prefixbench.report.fleet_model import FleetSummary
@@ -105,7 +105,7 @@ class HostSummary:
     issues: tuple[Issue, ...]
     fingerprint: Fingerprint | None
     failures: tuple[FailureInfo, ...]
-    #: Criterion kind -> the workload that serves it (prefixbench.criteria).
+    #: Criterion kind -> the workload that serves it (prefixbench.bench.criteria).
     roles: Mapping[str, str] = field(default_factory=dict)
     #: Bench wall, server start-ups, instance-hours and cost (prefixbench.report.economics).
     time: HostTime | None = None

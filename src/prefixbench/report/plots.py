@@ -6,9 +6,9 @@ import html
 import math
 from collections.abc import Sequence
 
+from prefixbench.measure.stats import percentile
 from prefixbench.report.model import HostSummary, Summary
 from prefixbench.report.vocab import CACHED
-from prefixbench.stats import percentile
 
 __all__ = ["distribution_plot", "grouped_bars", "hit_ratio_plot", "host_bars", "nice_ticks"]
 

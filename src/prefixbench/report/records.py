@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixbench.metrics import SignalsDelta
-from prefixbench.results import BenchmarkRecord, BenchResultError
-from prefixbench.stats import prefix_repetition_cold_flags
-from prefixbench.sweep import tokenizer_dir
-from prefixbench.whatif import Prediction, predict
-from prefixbench.workloads import Workload, WorkloadError
+from prefixbench.bench.workloads import Workload, WorkloadError
+from prefixbench.measure.metrics import SignalsDelta
+from prefixbench.measure.results import BenchmarkRecord, BenchResultError
+from prefixbench.measure.stats import prefix_repetition_cold_flags
+from prefixbench.predict.whatif import Prediction, predict
+from prefixbench.servers.sweep import tokenizer_dir
 
 __all__ = ["RecordView", "as_float", "record_prediction", "record_view"]
 

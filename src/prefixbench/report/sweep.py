@@ -1,7 +1,7 @@
 """The report of a segment-size sweep: every point reported as a run, then compared.
 
 A sweep run holds one run directory per point (``<run>/sweep/seg<size>/``, see
-:mod:`prefixbench.sweep`). Each point gets the plain report (tables, verdicts, fleet
+:mod:`prefixbench.servers.sweep`). Each point gets the plain report (tables, verdicts, fleet
 checks) in its own directory; the run's own report puts the points side by side: per
 segment size, host and workload, the median TTFT of both servers, the reduction the
 cache brings and the measured hit ratio, and names the best segment size.
@@ -25,7 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench.atomic import write_text_atomic
+from prefixbench.measure.atomic import write_text_atomic
+from prefixbench.measure.results import json_safe
 from prefixbench.report.bench_model import Agg
 from prefixbench.report.build import build_summary
 from prefixbench.report.document import (
@@ -41,8 +42,7 @@ from prefixbench.report.model import Summary
 from prefixbench.report.tables import Table, fmt
 from prefixbench.report.vocab import BASELINE, CACHED, HIGH_OVERLAP, Status, overall_status
 from prefixbench.report.write import FORMATS, results_csv, write_outputs
-from prefixbench.results import json_safe
-from prefixbench.sweep import point_dirs
+from prefixbench.servers.sweep import point_dirs
 
 __all__ = ["SweepBest", "SweepRow", "SweepSummary", "build_sweep", "is_sweep",
            "report_sweep", "sweep_blocks"]
@@ -194,7 +194,7 @@ def _rows(segment_size: int, summary: Summary) -> list[SweepRow]:
 def _reference_workload(rows: Sequence[SweepRow], high_overlap: str | None = None
                         ) -> str | None:
     """The workload that ranks the points: the one serving the high-overlap criterion
-    (by what it is, prefixbench.criteria), else the one with the highest hit ratio."""
+    (by what it is, prefixbench.bench.criteria), else the one with the highest hit ratio."""
     names = {r.workload for r in rows if r.cached_median_ttft_ms is not None}
     if high_overlap in names:
         return high_overlap

@@ -1,10 +1,10 @@
 """The tutorial's four confirmation criteria, decided with intervals.
 
-Each criterion is judged on the workload that serves it (:mod:`prefixbench.criteria`:
+Each criterion is judged on the workload that serves it (:mod:`prefixbench.bench.criteria`:
 by what the workload is, never by its name); a criterion no workload serves is
 ``NOT_RUN``. Timing criteria compare the two servers request by request: both run every
 (workload, repetition) with the same seed, so the comparison is paired, and
-:func:`prefixbench.stats.paired_ratio_interval` gives the ratio of median TTFTs with a
+:func:`prefixbench.measure.stats.paired_ratio_interval` gives the ratio of median TTFTs with a
 95% bootstrap interval (repetitions, then request pairs). A verdict is
 
 - ``PASS`` when the whole interval is on the passing side of the threshold,
@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from prefixbench.criteria import HIGH_OVERLAP, NO_OVERLAP, SUSTAINED
+from prefixbench.bench.criteria import HIGH_OVERLAP, NO_OVERLAP, SUSTAINED
+from prefixbench.measure.stats import RatioInterval, paired_ratio_interval, repetitions_to_decide
 from prefixbench.report.bench_model import Agg, BenchSummary
 from prefixbench.report.model import Verdict
 from prefixbench.report.vocab import (
@@ -34,7 +35,6 @@ from prefixbench.report.vocab import (
     Status,
     Thresholds,
 )
-from prefixbench.stats import RatioInterval, paired_ratio_interval, repetitions_to_decide
 
 __all__ = ["RoleView", "decide", "verdicts"]
 

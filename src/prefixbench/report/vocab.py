@@ -29,7 +29,7 @@ __all__ = [
 
 BASELINE: Final = "baseline"
 CACHED: Final = "cached"
-#: The criteria's workload kinds (prefixbench.criteria): not workload names.
+#: The criteria's workload kinds (prefixbench.bench.criteria): not workload names.
 HIGH_OVERLAP: Final = "high_overlap"
 NO_OVERLAP: Final = "no_overlap"
 SUSTAINED: Final = "sustained"

@@ -10,11 +10,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench.atomic import write_text_atomic
+from prefixbench.measure.atomic import write_text_atomic
+from prefixbench.measure.results import json_safe
 from prefixbench.report.document import render_html, render_markdown
 from prefixbench.report.load import load_run
 from prefixbench.report.model import Summary
-from prefixbench.results import json_safe
 
 __all__ = ["CSV_COLUMNS", "FORMATS", "results_csv", "write_outputs"]
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from prefixbench import instances, releases
+from prefixbench.hosts import instances, releases
 from prefixbench.sim import host_neuron_ls
 from prefixbench.sim._build import (
     BuildError,

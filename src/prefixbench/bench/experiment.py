@@ -1,0 +1,70 @@
+"""The experiment of one host, as data: which benches run, in which order, with which seed.
+
+Per configuration, the server runs every workload once per repetition, repetition by
+repetition. Seeds come from :func:`prefixbench.bench.seeds.plan_seeds`: distinct for every
+(workload, repetition) on one server, so no run can be served from cache entries left
+by an earlier one (the isolation method), and the same on both configurations, so the
+baseline and cached runs of a workload see identical prompts (paired).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefixbench.bench.seeds import plan_seeds
+from prefixbench.bench.workloads import Workload, load_workloads, tutorial_workloads
+from prefixbench.measure.results import ResultKey, RunLayout
+
+
+def workloads_of(settings: Mapping[str, Any]) -> list[Workload]:
+    """The workloads a host runs: the inventory's, or the tutorial's three."""
+    declared = settings.get("prefixbench_workloads") or []
+    return load_workloads(declared) if declared else tutorial_workloads()
+
+
+@dataclass(frozen=True)
+class BenchItem:
+    """One bench of a server: the workload (with its seed), its repetition, its place."""
+
+    workload: Workload
+    repetition: int
+    index: int
+    total: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.index}/{self.total} {self.workload.name} rep{self.repetition}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"workload": self.workload.to_dict(), "repetition": self.repetition,
+                "seed": self.workload.seed, "index": self.index, "total": self.total,
+                "label": self.label, "name": self.workload.name}
+
+
+def bench_items(settings: Mapping[str, Any]) -> list[BenchItem]:
+    """The benches of one server, in order; identical for both configurations."""
+    workloads = workloads_of(settings)
+    reps = int(settings.get("prefixbench_repetitions", 1))
+    plan = plan_seeds(workloads, reps, int(settings.get("prefixbench_base_seed", 1000)))
+    sequence = plan.sequence(workloads, reps)
+    total = len(sequence)
+    out = []
+    for i, workload in enumerate(sequence, start=1):
+        rep = (i - 1) // len(workloads) + 1
+        out.append(BenchItem(workload=workload, repetition=rep, index=i, total=total))
+    return out
+
+
+def pending_items(settings: Mapping[str, Any], run_dir: Path, host: str,
+                  configuration: str) -> list[BenchItem]:
+    """The benches of one server that have no result in the run directory yet (resume).
+    Reads only this server's own result files, so a fleet's hosts asking at once cost
+    hosts x benches reads, not hosts x the whole run."""
+    layout = RunLayout(run_dir.parent, run_dir.name)
+    return [item for item in bench_items(settings)
+            if not layout.is_completed(ResultKey(
+                host=host, configuration=configuration, workload=item.workload.name,
+                repetition=item.repetition))]

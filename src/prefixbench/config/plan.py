@@ -1,0 +1,97 @@
+"""The run plan that preflight prints: what will run where, before anything runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prefixbench.bench import criteria, experiment
+from prefixbench.config import rules
+
+#: The tutorial's workloads, in its order, used when the inventory names none.
+TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """What one host will do."""
+
+    host: str
+    instance_type: str
+    platform: str
+    configurations: tuple[str, ...]
+    workloads: tuple[str, ...]
+    repetitions: int
+    #: Segment sizes of a sweep (empty: no sweep, one server pair).
+    sweep: tuple[int, ...] = ()
+    #: The model-weights fit check's line (empty where it does not apply).
+    fit: str = ""
+
+    @property
+    def benches(self) -> int:
+        pairs = max(1, len(self.sweep))
+        return pairs * len(self.configurations) * len(self.workloads) * self.repetitions
+
+
+def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
+    """Build one host's plan from its validated settings."""
+    try:
+        items = experiment.bench_items(settings)
+        workloads = tuple(dict.fromkeys(i.workload.name for i in items))
+    except (ValueError, KeyError, TypeError):
+        workloads = ()
+    return HostPlan(
+        host=host,
+        instance_type=str(settings.get("prefixbench_instance_type", "?")),
+        platform=str(settings.get("prefixbench_platform", "?")),
+        configurations=tuple(settings.get("prefixbench_configurations") or ()),
+        workloads=workloads or TUTORIAL_WORKLOAD_NAMES,
+        repetitions=int(settings.get("prefixbench_repetitions", 1)),
+        sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_segment_sizes") or ()),
+        fit=rules.fit_line(settings) or "",
+    )
+
+
+def workload_lines(settings: Mapping[str, Any]) -> list[str]:
+    """One line per workload (its shape and the tutorial's expected hit ratio), then
+    which workload serves each of the tutorial's confirmation criteria."""
+    lines = []
+    workloads = experiment.workloads_of(settings)
+    for w in workloads:
+        rate = "inf" if w.request_rate == float("inf") else f"{w.request_rate:g}/s"
+        if w.is_custom:
+            out = "per line" if w.custom_output_len == -1 else str(w.custom_output_len)
+            lines.append(
+                f"workload {w.name}: your prompts from {w.dataset_path}, "
+                f"{w.num_prompts or 'all'} prompts, out {out}, "
+                f"c={w.max_concurrency or 'unbounded'}, rate {rate}; expected hit ratio "
+                f"predicted after the run (prefixbench whatif)")
+            continue
+        lines.append(
+            f"workload {w.name}: prefix {w.prefix_repetition_prefix_len} + suffix "
+            f"{w.prefix_repetition_suffix_len}, {w.prefix_repetition_num_prefixes} prefixes, "
+            f"{w.num_prompts} prompts, out {w.prefix_repetition_output_len}, "
+            f"c={w.max_concurrency or 'unbounded'}, rate {rate}; expected hit ratio "
+            f"{w.tutorial_ratio() * 100:.1f}% (before block alignment)")
+    return lines + criteria.assign(workloads).lines()
+
+
+def render(plans: Sequence[HostPlan]) -> list[str]:
+    """The plan as lines for the console: one per host (and its model-fit line), then
+    the total."""
+    if not plans:
+        return ["plan: no hosts matched - check the inventory and --limit"]
+    lines = []
+    for p in sorted(plans, key=lambda p: p.host):
+        sweep = (f"segment sizes [{', '.join(str(v) for v in p.sweep)}] x "
+                 if p.sweep else "")
+        lines.append(
+            f"{p.host} ({p.instance_type}, {p.platform}): {sweep}"
+            f"{' -> '.join(p.configurations)} x [{', '.join(p.workloads)}] "
+            f"x {p.repetitions} rep = {p.benches} benches")
+        if p.fit:
+            lines.append(f"  {p.fit}")
+    total = sum(p.benches for p in plans)
+    lines.append(f"total: {len(plans)} hosts, {total} benches")
+    return lines

@@ -1,0 +1,467 @@
+"""The tutorial's rules for the server settings, enforced by preflight.
+
+Each rule reads validated settings and yields one line per problem. They encode what the
+tutorial states ("Tuning kv_segment_size_buckets", Step 2's key flags, "Prepare your
+environment") so that a wrong setting never reaches a host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from prefixbench.bench import experiment
+from prefixbench.bench.workloads import WorkloadError
+from prefixbench.config import catalogue
+from prefixbench.hosts import instances, releases
+from prefixbench.predict import tokenizer_vocab
+from prefixbench.servers import server, sweep
+from prefixbench.servers.server import TRN3_ONLY_ENVIRONMENT, family
+
+#: Segment sizes the segmented-attention kernel is compiled for (the tutorial: "Supported
+#: values: [512], [1024], [2048], [4096]").
+SEGMENT_SIZES: Final = (512, 1024, 2048, 4096)
+
+_ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_NEURON_CONFIG_KEYS: Final = {
+    "num_batched_tokens_buckets": "list",
+    "num_seqs_buckets": "list",
+    "kv_segment_size_buckets": "list",
+    "on_device_sampling_config": "dict",
+}
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and value and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return value
+    return None
+
+
+@catalogue.rule
+def neuron_config_shape(s: Mapping[str, Any]) -> Iterator[str]:
+    """neuron_config carries the tutorial's four keys, with the right types."""
+    cfg = s["vllm_service_neuron_config"]
+    for key, kind in _NEURON_CONFIG_KEYS.items():
+        if key not in cfg:
+            yield f"vllm_service_neuron_config.{key} is missing (the tutorial sets it)"
+        elif kind == "list" and _int_list(cfg[key]) is None:
+            yield (f"vllm_service_neuron_config.{key} must be a non-empty list of integers, "
+                   f"got {cfg[key]!r}")
+        elif kind == "dict" and not isinstance(cfg[key], Mapping):
+            yield f"vllm_service_neuron_config.{key} must be a mapping, got {cfg[key]!r}"
+    for key in sorted(set(cfg) - set(_NEURON_CONFIG_KEYS)):
+        yield (f"vllm_service_neuron_config.{key} is not a neuron_config key this bundle "
+               f"knows ({', '.join(_NEURON_CONFIG_KEYS)})")
+
+
+@catalogue.rule
+def segment_buckets(s: Mapping[str, Any]) -> Iterator[str]:
+    """kv_segment_size_buckets equals num_batched_tokens_buckets; sizes are supported."""
+    cfg = s["vllm_service_neuron_config"]
+    segments = _int_list(cfg.get("kv_segment_size_buckets"))
+    batched = _int_list(cfg.get("num_batched_tokens_buckets"))
+    if segments is None or batched is None:
+        return
+    if segments != batched:
+        yield (f"kv_segment_size_buckets {segments} must equal num_batched_tokens_buckets "
+               f"{batched} (the tutorial's constraint for segmented attention)")
+    bad = [v for v in segments if v not in SEGMENT_SIZES]
+    if bad:
+        yield (f"kv_segment_size_buckets {bad} not supported: use one of "
+               f"{', '.join(f'[{v}]' for v in SEGMENT_SIZES)}")
+    mnbt = s["vllm_service_max_num_batched_tokens"]
+    if mnbt != max(batched):
+        yield (f"vllm_service_max_num_batched_tokens {mnbt} must match the prefill segment "
+               f"(num_batched_tokens_buckets {batched}): set it to {max(batched)}")
+
+
+@catalogue.rule
+def seqs_buckets(s: Mapping[str, Any]) -> Iterator[str]:
+    """num_seqs_buckets tops out at max_num_seqs."""
+    buckets = _int_list(s["vllm_service_neuron_config"].get("num_seqs_buckets"))
+    mns = s["vllm_service_max_num_seqs"]
+    if buckets is not None and max(buckets) != mns:
+        yield (f"num_seqs_buckets {buckets} must reach vllm_service_max_num_seqs {mns} "
+               f"(largest bucket = max-num-seqs)")
+
+
+@catalogue.rule
+def api_on_loopback(s: Mapping[str, Any]) -> Iterator[str]:
+    """The API stays on the host unless the user opts in, and then only behind a key: an
+    open bind to any other address would serve the model (and its /metrics) to the whole
+    network. vLLM guards the /v1 routes with the key; /health and /metrics stay open
+    (vllm 0.21.0 entrypoints/openai/api_server.py, AuthenticationMiddleware), so the
+    confinement to loopback is dropped only on an explicit opt-in."""
+    host = str(s.get("vllm_service_host", "127.0.0.1"))
+    if server.is_loopback(host):
+        return
+    if not s.get("vllm_service_expose"):
+        yield (f"vllm_service_host {host} is not a loopback address: the API would face "
+               "the network; keep 127.0.0.1 (the benchmark runs on the host itself), or set "
+               "vllm_service_expose: true and a vllm_service_api_key from Ansible Vault")
+    elif not s.get("vllm_service_api_key"):
+        yield (f"vllm_service_host {host} with vllm_service_expose needs an API key: set "
+               "vllm_service_api_key (in Ansible Vault)")
+
+
+@catalogue.rule
+def prices(s: Mapping[str, Any]) -> Iterator[str]:
+    """Prices per instance-hour are non-negative numbers."""
+    for key, value in (s.get("prefixbench_price_per_instance_hour") or {}).items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            yield (f"prefixbench_price_per_instance_hour.{key} must be a number >= 0, got "
+                   f"{value!r}")
+
+
+@catalogue.rule
+def environment_values(s: Mapping[str, Any]) -> Iterator[str]:
+    """Environment names are identifiers; values are single-line scalars."""
+    for key, value in (s.get("vllm_service_environment") or {}).items():
+        if not _ENV_NAME.match(key):
+            yield f"vllm_service_environment: {key!r} is not a valid variable name"
+        elif isinstance(value, bool) or not isinstance(value, str | int | float):
+            yield (f"vllm_service_environment.{key} must be a string or number, got "
+                   f"{value!r}")
+        elif isinstance(value, str) and any(ord(c) < 0x20 for c in value):
+            yield f"vllm_service_environment.{key} must not contain control characters"
+
+
+@catalogue.rule
+def trn3_only_settings(s: Mapping[str, Any]) -> Iterator[str]:
+    """Trn3-only environment is not set by hand on other families."""
+    env = s.get("vllm_service_environment") or {}
+    fam = family(str(s.get("prefixbench_instance_type", "")))
+    for key in sorted(set(env) & set(TRN3_ONLY_ENVIRONMENT)):
+        if fam != "trn3":
+            yield (f"vllm_service_environment.{key} is for Trn3 only and this host is "
+                   f"{fam} ({s.get('prefixbench_instance_type')}): remove it")
+        else:
+            yield (f"vllm_service_environment.{key} is set by the bundle on Trn3 hosts: "
+                   "remove it from the inventory")
+
+
+@catalogue.rule
+def neuron_release(s: Mapping[str, Any]) -> Iterator[str]:
+    """The release has a complete manifest."""
+    name = s["prefixbench_neuron_release"]
+    try:
+        releases.load_release(name).require_complete()
+    except releases.ReleaseError as exc:
+        yield f"prefixbench_neuron_release: {exc}"
+
+
+@catalogue.rule
+def tensor_parallel_fits(s: Mapping[str, Any]) -> Iterator[str]:
+    """On Neuron, the tensor-parallel degree fits the instance's NeuronCores."""
+    if s["prefixbench_platform"] != "neuron":
+        return
+    itype = s["prefixbench_instance_type"]
+    try:
+        spec = instances.lookup(itype)
+    except instances.CatalogError as exc:
+        yield f"prefixbench_instance_type: {exc}"
+        return
+    tp = s["vllm_service_tensor_parallel_size"]
+    cores = spec.logical_cores()
+    if tp > cores:
+        yield (f"vllm_service_tensor_parallel_size {tp} does not fit a {itype} "
+               f"({cores} NeuronCores at LNC={spec.default_lnc})")
+    elif cores % tp:
+        yield (f"vllm_service_tensor_parallel_size {tp} does not divide the {cores} "
+               f"NeuronCores of a {itype}")
+
+
+# --- the model's weights against the HBM tensor parallelism uses ------------------------
+
+#: Share of the HBM behind the tensor-parallel NeuronCores that the weights may fill. The
+#: rest is what a server needs besides its weights: the KV cache (small at the tutorial's
+#: 4 sequences x 8192 tokens, but the Neuron plugin sizes its block pool from what is
+#: left), activations and scratch of the compiled graphs, the compiled graphs (NEFFs)
+#: themselves and the runtime's own buffers. Not a documented Neuron figure: a deliberately
+#: loose rule of thumb (vLLM's own gpu_memory_utilization default hands 90% of device
+#: memory to weights and KV cache together), meant to refuse a plain misfit, not to
+#: predict an out-of-memory at the margin. prefixbench_model_fit: warn or off overrides it.
+WEIGHTS_MAX_HBM_FRACTION: Final = 0.75
+
+#: Bytes per parameter of the dtypes whose size follows from the parameter count.
+BYTES_PER_PARAMETER: Final = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+#: Dtypes whose size the profile states in GiB (prefixbench_model_weights_gib): MXFP4
+#: quantizes only gpt-oss's MoE weights, so no bytes-per-parameter figure holds for the
+#: whole model.
+SIZED_DTYPES: Final = ("mxfp4",)
+DTYPES: Final = (*BYTES_PER_PARAMETER, *SIZED_DTYPES)
+_GIB: Final = 2**30
+
+
+@dataclass(frozen=True)
+class ModelFit:
+    """The arithmetic of one host's weights-fit check."""
+
+    model: str
+    dtype: str
+    weights_gib: float
+    #: How the size was found: "117e9 parameters x 2 bytes", or stated by the profile.
+    basis: str
+    tp: int
+    spec: instances.InstanceType
+    #: Smallest degree that fits and divides the instance's cores; None: none does.
+    min_tp: int | None
+
+    @property
+    def hbm_gib(self) -> float:
+        return self.tp * self.spec.memory_per_logical_core_gib()
+
+    @property
+    def budget_gib(self) -> float:
+        return self.hbm_gib * WEIGHTS_MAX_HBM_FRACTION
+
+    @property
+    def fits(self) -> bool:
+        return self.weights_gib <= self.budget_gib
+
+    def needs(self) -> str:
+        return (f"{self.model} in {self.dtype.upper()} needs {self.weights_gib:.0f} GiB of "
+                f"weights ({self.basis})")
+
+    def uses(self) -> str:
+        chips = self.tp / self.spec.logical_cores_per_device()
+        return (f"TP {self.tp} on {self.spec.name} uses {self.tp} logical NeuronCores = "
+                f"{chips:g} {self.spec.chip} chip{'' if chips == 1 else 's'} = "
+                f"{self.hbm_gib:.0f} GiB of HBM")
+
+    def remedy(self) -> str:
+        if self.min_tp is not None:
+            return f"use TP {self.min_tp} or more (vllm_service_tensor_parallel_size)"
+        return (f"no TP fits on a {self.spec.name} (all {self.spec.logical_cores()} "
+                f"logical NeuronCores hold {self.spec.devices * self.spec.device_memory_gib}"
+                " GiB): use a larger instance type")
+
+
+def _weights(s: Mapping[str, Any], dtype: str) -> tuple[float, str] | None:
+    stated = (s.get("prefixbench_model_weights_gib") or {}).get(dtype)
+    if isinstance(stated, int | float) and not isinstance(stated, bool) and stated > 0:
+        return float(stated), "as prefixbench_model_weights_gib states"
+    params = int(s.get("prefixbench_model_parameters") or 0)
+    if params > 0 and dtype in BYTES_PER_PARAMETER:
+        per = BYTES_PER_PARAMETER[dtype]
+        return (params * per / _GIB,
+                f"{params / 1e9:g}e9 parameters x {per} byte{'' if per == 1 else 's'}")
+    return None
+
+
+def model_fit(s: Mapping[str, Any]) -> ModelFit | None:
+    """The weights-fit arithmetic of a host, or None where the check does not apply.
+
+    It applies on platform neuron, to a known instance type, when the model's dtype on the
+    host's family and its size in that dtype are known (the model profile states both).
+    The HBM counted is what the cores tensor parallelism uses hold: TP logical cores x
+    (HBM per device / logical cores per device).
+    """
+    if s.get("prefixbench_platform") != "neuron":
+        return None
+    itype = str(s.get("prefixbench_instance_type", ""))
+    try:
+        spec = instances.lookup(itype)
+    except instances.CatalogError:
+        return None  # tensor_parallel_fits reports it
+    dtype = str((s.get("prefixbench_model_dtype_by_family") or {}).get(spec.family, ""))
+    weights = _weights(s, dtype.lower()) if dtype else None
+    tp = s.get("vllm_service_tensor_parallel_size")
+    if weights is None or not isinstance(tp, int) or tp < 1:
+        return None
+    per_core = spec.memory_per_logical_core_gib()
+    cores = spec.logical_cores()
+    min_tp = next((d for d in range(1, cores + 1) if cores % d == 0
+                   and weights[0] <= d * per_core * WEIGHTS_MAX_HBM_FRACTION), None)
+    model = str(s.get("vllm_service_served_model_name") or s.get("vllm_service_model") or "?")
+    return ModelFit(model=model.rstrip("/").rsplit("/", 1)[-1], dtype=dtype.lower(),
+                    weights_gib=weights[0], basis=weights[1], tp=tp, spec=spec,
+                    min_tp=min_tp)
+
+
+def fit_line(s: Mapping[str, Any]) -> str | None:
+    """The plan's line about the weights-fit check; None where it does not apply."""
+    mode = s.get("prefixbench_model_fit", "refuse")
+    fit = model_fit(s) if mode != "off" else None
+    if fit is None:
+        return None
+    share = fit.weights_gib / fit.hbm_gib * 100
+    head = f"{fit.needs()}; {fit.uses()} ({share:.0f}%, at most "\
+           f"{WEIGHTS_MAX_HBM_FRACTION:.0%} for weights)"
+    if fit.fits:
+        return f"model fit: {head}: fits"
+    return f"model fit: {head}: DOES NOT FIT, {fit.remedy()} (prefixbench_model_fit: {mode})"
+
+
+@catalogue.rule
+def model_fits_the_hbm(s: Mapping[str, Any]) -> Iterator[str]:
+    """On Neuron, the model's weights fit the HBM of the cores tensor parallelism uses."""
+    if s.get("prefixbench_model_fit", "refuse") != "refuse":
+        return
+    fit = model_fit(s)
+    if fit is None or fit.fits:
+        return
+    yield (f"{fit.needs()}; {fit.uses()}, of which the weights may fill "
+           f"{WEIGHTS_MAX_HBM_FRACTION:.0%} ({fit.budget_gib:.0f} GiB; the rest is for the "
+           f"KV cache, activations and compiled graphs): {fit.remedy()}, or set "
+           "prefixbench_model_fit: warn")
+
+
+@catalogue.rule
+def by_family_maps(s: Mapping[str, Any]) -> Iterator[str]:
+    """Per-family maps name families; dtypes and sizes are ones the fit check knows."""
+    families = ", ".join(sorted(instances.FAMILIES))
+    for name in ("vllm_service_tensor_parallel_size_by_family",
+                 "prefixbench_model_dtype_by_family"):
+        for key in sorted(set(s.get(name) or {}) - instances.FAMILIES):
+            yield f"{name}: {key!r} is not an instance family ({families})"
+    for fam, dtype in sorted((s.get("prefixbench_model_dtype_by_family") or {}).items()):
+        if str(dtype).lower() not in DTYPES:
+            yield (f"prefixbench_model_dtype_by_family.{fam}: {dtype!r} is not a dtype the "
+                   f"fit check knows ({', '.join(DTYPES)})")
+    for dtype, gib in sorted((s.get("prefixbench_model_weights_gib") or {}).items()):
+        if str(dtype).lower() not in DTYPES:
+            yield (f"prefixbench_model_weights_gib: {dtype!r} is not a dtype the fit check "
+                   f"knows ({', '.join(DTYPES)})")
+        elif isinstance(gib, bool) or not isinstance(gib, int | float) or gib <= 0:
+            yield f"prefixbench_model_weights_gib.{dtype} must be a positive number of GiB"
+
+
+# --- start-up and the tokenizer vocabulary -------------------------------------------------
+
+
+@catalogue.rule
+def health_outlasts_engine_ready(s: Mapping[str, Any]) -> Iterator[str]:
+    """The bundle waits for health at least as long as vLLM waits for its engines."""
+    if s.get("prefixbench_platform") != "neuron":
+        return
+    ready = int(s.get("vllm_service_engine_ready_timeout") or 0)
+    health = int(s.get("vllm_service_health_timeout") or 0)
+    if ready and health < ready:
+        yield (f"vllm_service_health_timeout {health} s is shorter than "
+               f"vllm_service_engine_ready_timeout {ready} s: the bundle would give up on a "
+               f"server vLLM still lets start; set it to {ready} or more")
+
+
+@catalogue.rule
+def tiktoken_files_known(s: Mapping[str, Any]) -> Iterator[str]:
+    """Every vocabulary file to fetch has a published sha256 to check it against."""
+    if not s.get("model_cache_tiktoken"):
+        return
+    files = list(s.get("model_cache_tiktoken_files") or [])
+    if not files:
+        yield ("model_cache_tiktoken_files is empty while model_cache_tiktoken is on "
+               "(gpt-oss needs o200k_base.tiktoken)")
+        return
+    try:
+        tokenizer_vocab.expected_sha256(files)
+    except tokenizer_vocab.UnknownVocabFile as exc:
+        yield f"model_cache_tiktoken_files: {exc}"
+
+
+@catalogue.rule
+def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
+    """Workloads are valid, fit max-model-len, and have a prefix worth caching."""
+    try:
+        workloads = experiment.workloads_of(s)
+        experiment.bench_items(s)
+    except (WorkloadError, KeyError, TypeError, ValueError) as exc:
+        yield f"prefixbench_workloads: {exc}"
+        return
+    mml = s["vllm_service_max_model_len"]
+    segment = max(_int_list(s["vllm_service_neuron_config"].get(
+        "kv_segment_size_buckets")) or [s["vllm_service_max_num_batched_tokens"]])
+    for w in workloads:
+        if w.is_custom:
+            # Prompt lengths need the host's tokenizer: the bench finds those too long.
+            from prefixbench.bench.custom import CustomPromptsError, check_file  # noqa: PLC0415 - custom only
+
+            try:
+                check_file(w)
+            except CustomPromptsError as exc:
+                yield f"workload {w.name}: {exc}"
+            if w.custom_output_len >= mml:
+                yield (f"workload {w.name}: custom_output_len {w.custom_output_len} leaves "
+                       f"no room for a prompt in vllm_service_max_model_len {mml}")
+            continue
+        need = w.prompt_len + w.prefix_repetition_output_len
+        if need > mml:
+            yield (f"workload {w.name}: prompt {w.prompt_len} + output "
+                   f"{w.prefix_repetition_output_len} = {need} tokens exceeds "
+                   f"vllm_service_max_model_len {mml}")
+        shared = w.prefix_repetition_prefix_len
+        if w.prompts_per_prefix > 1 and 0 < shared < segment:
+            yield (f"workload {w.name}: prefix_repetition_prefix_len {shared} spans no whole "
+                   f"{segment}-token segment, so prefix caching has nothing to skip "
+                   f"(the tutorial uses 3072 = 3 segments)")
+
+
+@catalogue.rule
+def sweep_points_valid(s: Mapping[str, Any]) -> Iterator[str]:
+    """Every point of a segment-size sweep passes the rules above with its own settings."""
+    try:
+        points = sweep.points(s)
+    except ValueError as exc:
+        yield str(exc)
+        return
+    for point in points:
+        for check in catalogue.RULES:
+            if check is sweep_points_valid:
+                continue
+            for line in check(point.settings):
+                yield f"sweep point {point.name}: {line}"
+
+
+# --- the model's S3 mirror (roles/model_cache, source s3) -------------------------------
+
+_BUCKET_FORBIDDEN_PREFIXES: Final = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_FORBIDDEN_SUFFIXES: Final = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def s3_bucket_problem(bucket: str) -> str | None:
+    """Why ``bucket`` cannot be an S3 bucket name (general purpose buckets), or None."""
+    if not 3 <= len(bucket) <= 63:
+        return f"{bucket!r} must be 3 to 63 characters long"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*[a-z0-9]", bucket):
+        return (f"{bucket!r} may hold only lowercase letters, digits, dots and hyphens, "
+                "and must begin and end with a letter or digit")
+    if ".." in bucket or ".-" in bucket or "-." in bucket:
+        return f"{bucket!r} must not hold '..', '.-' or '-.'"
+    if re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}", bucket):
+        return f"{bucket!r} must not be formatted as an IP address"
+    if bucket.startswith(_BUCKET_FORBIDDEN_PREFIXES) \
+            or bucket.endswith(_BUCKET_FORBIDDEN_SUFFIXES):
+        return f"{bucket!r} uses a prefix or suffix that S3 reserves"
+    return None
+
+
+@catalogue.rule
+def model_s3_mirror(s: Mapping[str, Any]) -> Iterator[str]:
+    """Source s3 names one bucket (by bucket or by URI), well formed; keys come in pairs."""
+    bucket = str(s.get("model_cache_s3_bucket", ""))
+    uri = str(s.get("model_cache_s3_uri", ""))
+    if bucket and uri:
+        yield "model_cache_s3_bucket and model_cache_s3_uri are both set; keep one"
+    if uri and s.get("model_cache_s3_prefix"):
+        yield ("model_cache_s3_prefix is set with model_cache_s3_uri, which holds the "
+               "prefix; keep one")
+    if uri:
+        uri_bucket = uri[len("s3://"):].partition("/")[0]
+        problem = s3_bucket_problem(uri_bucket)
+        if problem:
+            yield f"model_cache_s3_uri: bucket {problem}"
+    if bucket:
+        problem = s3_bucket_problem(bucket)
+        if problem:
+            yield f"model_cache_s3_bucket {problem}"
+    if s.get("model_cache_source") == "s3" and not bucket and not uri:
+        yield ("model_cache_source is s3 but no bucket is named: set model_cache_s3_bucket "
+               "(and model_cache_s3_prefix), or model_cache_s3_uri")
+    if bool(s.get("model_cache_s3_access_key_id")) \
+            != bool(s.get("model_cache_s3_secret_access_key")):
+        yield ("model_cache_s3_access_key_id and model_cache_s3_secret_access_key go "
+               "together: set both, or neither to use the host's credentials")

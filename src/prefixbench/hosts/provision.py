@@ -1,0 +1,232 @@
+"""Pure checks of the provision phase: supported OS, package drift, devices seen."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from prefixbench.hosts import instances
+from prefixbench.hosts.releases import Release, upstream_version, version_matches
+
+
+def os_refusal(release: Release, distribution: str, version: str,
+               major_version: str = "") -> str | None:
+    """None when the release supports this OS, else one sentence saying what to do.
+
+    Ubuntu is matched by its full version ("24.04"), Debian by its major one ("12" for
+    a 12.15 point release).
+    """
+    name = f"{distribution} {version}"
+    if name in release.os_support or f"{distribution} {major_version}" in release.os_support:
+        return None
+    supported = ", ".join(sorted(release.os_support))
+    return (f"{name} is not supported by Neuron SDK {release.release} in this bundle "
+            f"(supported: {supported}); use one of those images, nothing was changed")
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A Neuron package installed at another version than the release pins."""
+
+    package: str
+    found: str
+    wanted: str
+
+    def line(self, host: str) -> str:
+        return (f"{host}: {self.package} is {upstream_version(self.found)}, "
+                f"Neuron SDK wants {self.wanted}")
+
+
+def installed_versions(package_facts: Mapping[str, Sequence[Mapping[str, Any]]]
+                       ) -> dict[str, str]:
+    """``{name: version}`` from ``ansible_facts.packages`` (first entry of each name)."""
+    out = {}
+    for name, entries in package_facts.items():
+        if entries:
+            out[name] = str(entries[0].get("version", ""))
+    return out
+
+
+def drift(release: Release, installed: Mapping[str, str]) -> list[Drift]:
+    """Pinned packages present at a different version (missing ones are not drift)."""
+    out = []
+    for name, wanted in release.known_apt().items():
+        found = installed.get(name)
+        if found is not None and not version_matches(found, wanted):
+            out.append(Drift(name, found, wanted))
+    return out
+
+
+def missing(release: Release, installed: Mapping[str, str]) -> list[str]:
+    """Pinned packages not installed at all."""
+    return [name for name in release.known_apt() if name not in installed]
+
+
+def device_problems(instance_type: str, neuron_ls_json: str) -> list[str]:
+    """Compare ``neuron-ls -j`` with what the instance type should have."""
+    try:
+        expected = instances.lookup(instance_type)
+    except instances.CatalogError as exc:
+        return [str(exc)]
+    try:
+        devices = json.loads(neuron_ls_json)
+    except json.JSONDecodeError as exc:
+        return [f"neuron-ls -j did not print JSON ({exc.msg})"]
+    if not isinstance(devices, list):
+        return ["neuron-ls -j did not print a list of devices"]
+    problems = []
+    if len(devices) != expected.devices:
+        problems.append(f"neuron-ls sees {len(devices)} Neuron devices, a {instance_type} "
+                        f"has {expected.devices}")
+    # nc_count counts logical NeuronCores at the LNC in effect.
+    cores = sum(int(d.get("nc_count", 0)) for d in devices if isinstance(d, Mapping))
+    if devices and cores != expected.logical_cores():
+        problems.append(f"neuron-ls sees {cores} NeuronCores, a {instance_type} has "
+                        f"{expected.logical_cores()} at LNC={expected.default_lnc}")
+    return problems
+
+
+#: What ``vllm bench serve`` needs beyond vLLM's own dependencies: its custom dataset
+#: (your own prompts) reads the JSONL file with pandas, imported lazily.
+BENCH_CLIENT_REQUIREMENTS: Final = ("pandas==2.3.3",)
+
+
+def pip_requirements(release: Release) -> list[str]:
+    """``name==version`` for every known pip package of the release, and the bench
+    client's own requirements (:data:`BENCH_CLIENT_REQUIREMENTS`)."""
+    pins = [f"vllm=={release.vllm}"] if release.vllm else []
+    pins += [f"{n}=={v}" for n, v in release.pip_packages.items() if v is not None]
+    return pins + list(BENCH_CLIENT_REQUIREMENTS)
+
+
+def adoptable(release: Release, rc: Any, version_output: str) -> bool:
+    """Whether a virtualenv whose vllm-neuron reported ``version_output`` can be adopted."""
+    wanted = release.pip_packages.get("vllm-neuron")
+    return rc == 0 and wanted is not None and version_output.strip() == wanted
+
+
+def pip_index_args(settings: Mapping[str, Any], *, no_deps: bool) -> list[str]:
+    """pip's index options for the vLLM environment, from the validated settings."""
+    args = ["--no-deps"] if no_deps else []
+    args += ["--index-url", str(settings["vllm_env_index_url"])]
+    for url in settings.get("vllm_env_extra_index_urls") or []:
+        args += ["--extra-index-url", str(url)]
+    for host in settings.get("vllm_env_trusted_hosts") or []:
+        args += ["--trusted-host", str(host)]
+    return args
+
+
+def pip_install_plan(release: Release, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What goes into the vLLM environment, as one ``pip install``.
+
+    A pinned requirements file (``vllm_env_requirements_url``, every dependency listed)
+    is installed with ``--no-deps``; otherwise the release's pip set is resolved with its
+    dependencies against the configured indexes. The resolution check and the install use
+    exactly this, so that the check sees what the install would do.
+    """
+    lock = str(settings.get("vllm_env_requirements_url") or "")
+    return {
+        "requirements": [] if lock else pip_requirements(release),
+        "requirements_file": lock,
+        "pip_args": pip_index_args(settings, no_deps=bool(lock)),
+    }
+
+
+def python_problem(release: Release, host: str, facts: Mapping[str, Any],
+                   python: str, python_version: str) -> str | None:
+    """One line when the vLLM environment's interpreter cannot run the release's wheels.
+
+    ``python_version`` is what ``python`` (``vllm_env_python``) reports on the host. On
+    Ubuntu 22.04 the system Python is 3.10, which Neuron dropped in 2.30: the line says
+    to point ``vllm_env_python`` at a 3.11/3.12 interpreter or to use Ubuntu 24.04.
+    """
+    refusal = release.python_refusal(python_version) if python_version else None
+    if refusal is None:
+        return None
+    system = f"{facts.get('distribution', '')} {facts.get('distribution_version', '')}".strip()
+    wanted = " or ".join(release.python_supported)
+    return (f"{host}: {refusal}, and {python} on this {system} host is Python "
+            f"{python_version}; set vllm_env_python to a Python {wanted} interpreter or "
+            f"use Ubuntu 24.04 (the vLLM DLAMI's system); nothing was changed")
+
+
+def hf_download_argv(settings: Mapping[str, Any], hf: str) -> list[str]:
+    """``hf download`` of the model: only the files vLLM loads.
+
+    The include and exclude patterns are matched with fnmatch, where ``*`` also crosses
+    ``/``: ``*.safetensors`` alone would pull gpt-oss's ``original/`` checkpoint too, so
+    the default excludes ``original/*`` and ``metal/*`` explicitly (vLLM 0.21 ignores
+    ``original/**/*``: ``vllm/config/load.py``).
+    """
+    argv = [hf, "download", str(settings["model_cache_repo_id"]),
+            "--revision", str(settings["model_cache_revision"]),
+            "--local-dir", str(settings["model_cache_dir"])]
+    for flag, key in (("--include", "model_cache_hf_include"),
+                      ("--exclude", "model_cache_hf_exclude")):
+        patterns = [str(p) for p in settings.get(key) or []]
+        if patterns:
+            argv += [flag, *patterns]
+    return argv
+
+
+def host_problems(release: Release, host: str, facts: Mapping[str, Any],
+                  packages: Mapping[str, Sequence[Mapping[str, Any]]],
+                  allow_upgrade: bool) -> list[str]:
+    """Everything that must stop provisioning on ``host``, one line each.
+
+    An OS the release does not support; pinned packages at other versions, unless
+    upgrades are allowed (then the install moves them).
+    """
+    problems = []
+    refusal = os_refusal(release, str(facts.get("distribution", "")),
+                         str(facts.get("distribution_version", "")),
+                         str(facts.get("distribution_major_version", "")))
+    if refusal:
+        problems.append(f"{host}: {refusal}")
+    if not allow_upgrade:
+        problems += [d.line(host) for d in drift(release, installed_versions(packages))]
+    return problems
+
+
+#: Directories teardown never removes, whatever a setting points at (names, not uses:
+#: nothing is created in them here).
+_SYSTEM_DIRS: Final = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt",
+    "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",  # noqa: S108
+    "/var",
+    "/usr/bin", "/usr/lib", "/usr/local", "/usr/share", "/var/lib", "/var/cache",
+    "/var/log", "/var/tmp", "/opt/aws", "/opt/aws/neuron"})  # noqa: S108
+
+
+def removable(path: str) -> bool:
+    """Whether teardown may delete ``path``: absolute, normalised, not a system directory
+    (a setting pointed at ``/opt`` must not take ``/opt`` with it)."""
+    import posixpath  # noqa: PLC0415
+
+    if not path.startswith("/") or ".." in path.split("/"):
+        return False
+    norm = posixpath.normpath(path)
+    return norm not in _SYSTEM_DIRS and norm.count("/") >= 2
+
+
+def teardown_paths(settings: Mapping[str, Any]) -> dict[str, list[str]]:
+    """What teardown deletes, by role; every path checked with :func:`removable`.
+
+    The bundle's venv (its parent too when it is the default's ``/opt/vllm-prefixbench``),
+    never the adopted DLAMI venv; the model and vocabulary directories when
+    ``prefixbench_teardown_model`` and the model was not a directory the user brought
+    (source ``local``).
+    """
+    venv = str(settings["vllm_env_venv"])
+    env = [venv]
+    if venv == "/opt/vllm-prefixbench/venv":
+        env.append("/opt/vllm-prefixbench")
+    if venv == str(settings.get("vllm_env_adopt_venv") or ""):
+        env = []
+    model: list[str] = []
+    if settings.get("prefixbench_teardown_model") and settings.get("model_cache_source") != "local":
+        model = [str(settings["model_cache_dir"]), str(settings["model_cache_tiktoken_dir"])]
+    return {"vllm_env": [p for p in env if removable(p)],
+            "model_cache": [p for p in model if removable(p)]}

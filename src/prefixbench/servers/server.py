@@ -1,0 +1,369 @@
+"""The two vLLM servers of the tutorial, as data: argv, environment and unit directives.
+
+The tutorial runs one server without prefix caching (baseline) and one with it (cached),
+otherwise identical so that both run the same compiled graph. Everything a systemd unit
+needs is computed here from validated settings; the Jinja template only prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from prefixbench.hosts import instances
+
+Configuration = Literal["baseline", "cached"]
+CONFIGURATIONS: Final[tuple[Configuration, ...]] = ("baseline", "cached")
+
+#: Environment the tutorial sets for gpt-oss compilation on Neuron ("Prepare your
+#: environment"); NEURON_RT_ALLOW_LEGACY_NEFF only on Trn3.
+NEURON_ENVIRONMENT: Final = {
+    "VLLM_NEURON_COMPILATION_TIMEOUT": "1200",
+    "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1200",
+}
+TRN3_ONLY_ENVIRONMENT: Final = {"NEURON_RT_ALLOW_LEGACY_NEFF": "1"}
+
+#: How long vLLM's API server waits for its engine cores at start-up (vllm 0.21
+#: ``vllm/envs.py``: ``VLLM_ENGINE_READY_TIMEOUT_S``, default 600 s; enforced in
+#: ``vllm/v1/engine/core_client.py``). Neuron's disaggregated-inference recipe for gpt-oss
+#: sets 5400 for a cold compile (aws-neuron/aws-neuron-sdk@34aaa57c
+#: vllm-neuron/docs/model-recipes/gpt-oss.md). Set from vllm_service_engine_ready_timeout.
+ENGINE_READY_TIMEOUT_VAR: Final = "VLLM_ENGINE_READY_TIMEOUT_S"
+#: Where openai-harmony reads the tiktoken vocabulary from instead of downloading it
+#: (openai/harmony@v0.0.8 src/tiktoken_ext/public_encodings.rs; vllm-project/recipes
+#: OpenAI/GPT-OSS.md, "TIKTOKEN_ENCODINGS_BASE"). Set from model_cache_tiktoken_dir.
+TIKTOKEN_BASE_VAR: Final = "TIKTOKEN_ENCODINGS_BASE"
+
+#: Where both units keep vLLM's compile cache, so the second server reuses the first's.
+DEFAULT_CACHE_ROOT: Final = "/var/cache/vllm-prefixbench"
+#: The service user's home and working directory (systemd StateDirectory).
+STATE_DIR: Final = "/var/lib/vllm-prefixbench"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def unit_name(configuration: Configuration) -> str:
+    """The systemd unit of a configuration."""
+    return f"vllm-{configuration}.service"
+
+
+def family(instance_type: str) -> str:
+    """Instance family from the type: ``trn2.48xlarge`` -> ``trn2``, ``trn2u...`` -> ``trn2``."""
+    return instances.family(instance_type)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(", ", ": "), sort_keys=False)
+
+
+def serve_argv(settings: Mapping[str, Any], configuration: Configuration,
+               vllm_executable: str = "vllm") -> list[str]:
+    """The ``vllm serve`` command of one configuration, as an argv list.
+
+    Follows the tutorial's Step 1 / Step 4 commands flag by flag; the only difference
+    between the two configurations is ``--no-enable-prefix-caching`` on baseline.
+    Neuron-only options (``--additional-config`` with ``neuron_config``) are left out on
+    the ``cpu`` platform of the simulated fleet; ``--hf-overrides`` is left out when empty.
+    """
+    if configuration not in CONFIGURATIONS:
+        raise ValueError(f"unknown configuration {configuration!r}")
+    s = settings
+    argv = [vllm_executable, "serve", str(s["vllm_service_model"])]
+    if s.get("vllm_service_served_model_name"):
+        argv += ["--served-model-name", str(s["vllm_service_served_model_name"])]
+    argv += [
+        "--tensor-parallel-size", str(s["vllm_service_tensor_parallel_size"]),
+        "--max-num-seqs", str(s["vllm_service_max_num_seqs"]),
+        "--max-model-len", str(s["vllm_service_max_model_len"]),
+        "--max-num-batched-tokens", str(s["vllm_service_max_num_batched_tokens"]),
+    ]
+    if configuration == "baseline":
+        argv.append("--no-enable-prefix-caching")
+    if s.get("vllm_service_hf_overrides"):
+        argv += ["--hf-overrides", _json(s["vllm_service_hf_overrides"])]
+    if s.get("prefixbench_platform", "neuron") == "neuron":
+        argv += ["--additional-config",
+                 _json({"neuron_config": s["vllm_service_neuron_config"]})]
+    if s.get("vllm_service_enforce_eager"):
+        argv.append("--enforce-eager")
+    argv += ["--host", str(s["vllm_service_host"]), "--port", str(s["vllm_service_port"])]
+    return argv
+
+
+#: vLLM's internal channels on loopback when the API is: without these, the worker's
+#: torch.distributed store and gloo sockets bind to the address of the default route
+#: (measured on the simulated fleet: ~14 ephemeral ports on the fabric address, reachable
+#: from other hosts). vLLM reads VLLM_HOST_IP for its own address (vllm/envs.py; used by
+#: get_ip() for the single-process executor's init method) and VLLM_LOOPBACK_IP for the
+#: multiprocess executor's (vllm/envs.py and vllm/utils/network_utils.py in the 0.21.0
+#: wheel); torch's gloo backend picks its interface from GLOO_SOCKET_IFNAME (PyTorch's
+#: torch.distributed documentation, "Choosing the network interface to use"). One host
+#: serves the model, so nothing needs another address. Measured on the simulated fleet:
+#: with these set, every socket of the service user is on 127.0.0.1 (test_units).
+LOOPBACK_ENVIRONMENT: Final = {
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_LOOPBACK_IP": "127.0.0.1",
+    "GLOO_SOCKET_IFNAME": "lo",
+}
+
+
+#: Where each platform's server keeps the compiled graphs it reuses at its next start,
+#: relative to ``VLLM_CACHE_ROOT``: what the bundle's shared compile cache carries
+#: (:mod:`prefixbench.servers.compile_cache`).
+#:
+#: * ``neuron``: vLLM Neuron's local compilation cache, ``$VLLM_CACHE_ROOT/neuron/
+#:   compile_cache/<hash>/`` (NEFFs; awsdocs-neuron, vllm-neuron/docs/design/compilation/
+#:   compilation_cache).
+#: * ``cpu``: torch Inductor's FX graph cache, put there by ``TORCHINDUCTOR_CACHE_DIR``
+#:   (:data:`CPU_COMPILE_ENVIRONMENT`).
+COMPILE_CACHE_SUBDIRS: Final = {"neuron": "neuron/compile_cache", "cpu": "inductor"}
+
+#: vLLM on CPU (the simulated fleet). vLLM 0.32 turns on AOT compilation for torch
+#: >= 2.10 (``use_aot_compile`` in vllm/envs.py), but with torch 2.13 the saved artifact
+#: loads back as a plain function and every start logs ``Compiling model again due to a
+#: load failure ... 'function' object has no attribute 'finalize_loading'``
+#: (vllm/compilation/decorators.py) and compiles from scratch. With
+#: ``VLLM_USE_AOT_COMPILE=0`` the graphs come from Inductor's FX graph cache instead:
+#: measured on this machine with the tiny model, warm-up 20.5 s cold, 3.3 s warm, no
+#: recompilation. Inductor keeps that cache in ``/tmp/torchinductor_<user>`` by default,
+#: which the unit's PrivateTmp= empties at every start, so it goes under VLLM_CACHE_ROOT.
+CPU_COMPILE_ENVIRONMENT: Final = {"VLLM_USE_AOT_COMPILE": "0"}
+INDUCTOR_CACHE_VAR: Final = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` (the API's --host) is a loopback address."""
+    import ipaddress  # noqa: PLC0415
+
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def environment(settings: Mapping[str, Any], configuration: Configuration,
+                runtime_dir: str) -> dict[str, str]:
+    """The unit's environment: the tutorial's variables plus the bundle's own.
+
+    On Neuron, ``VLLM_ENGINE_READY_TIMEOUT_S`` comes from the model profile (a cold
+    compile of a 120B model outlasts vLLM's 600 s default); a model that needs the
+    tiktoken vocabulary (gpt-oss) reads it from ``model_cache_tiktoken_dir``, so the
+    server never downloads it.
+
+    ``vllm_service_environment`` is not here: it goes into the root-only
+    :data:`ENV_FILE` (see :func:`private_environment`), which systemd applies over these.
+
+    ``runtime_dir`` is the unit's RuntimeDirectory: systemd creates it empty at each start
+    and removes it at stop, which is what wipes the Prometheus multiprocess directory.
+    """
+    env: dict[str, str] = {}
+    if settings.get("prefixbench_platform", "neuron") == "neuron":
+        env.update(NEURON_ENVIRONMENT)
+        if family(str(settings.get("prefixbench_instance_type", ""))) == "trn3":
+            env.update(TRN3_ONLY_ENVIRONMENT)
+        ready = int(settings.get("vllm_service_engine_ready_timeout") or 0)
+        if ready > 0:
+            env[ENGINE_READY_TIMEOUT_VAR] = str(ready)
+    if settings.get("model_cache_tiktoken"):
+        env[TIKTOKEN_BASE_VAR] = str(settings["model_cache_tiktoken_dir"])
+    if is_loopback(str(settings.get("vllm_service_host", "127.0.0.1"))):
+        env.update(LOOPBACK_ENVIRONMENT)
+    cache_root = str(settings.get("vllm_service_cache_root", DEFAULT_CACHE_ROOT))
+    env["VLLM_CACHE_ROOT"] = cache_root
+    if settings.get("prefixbench_platform", "neuron") == "cpu":
+        env.update(CPU_COMPILE_ENVIRONMENT)
+        env[INDUCTOR_CACHE_VAR] = f"{cache_root}/{COMPILE_CACHE_SUBDIRS['cpu']}"
+    env["PROMETHEUS_MULTIPROC_DIR"] = f"{runtime_dir}/prometheus"
+    env["HF_HUB_OFFLINE"] = "1"
+    env["HOME"] = STATE_DIR
+    env["PREFIXBENCH_CONFIGURATION"] = configuration
+    return env
+
+
+#: The root-only file both units read with ``EnvironmentFile=``: the inventory's
+#: ``vllm_service_environment`` and the API key. ``Environment=`` lines are readable by
+#: every local user (the unit file is 0644 and ``systemctl show -p Environment`` answers
+#: anyone over D-Bus); systemd reads an EnvironmentFile as root before dropping to the
+#: service user, and its settings override ``Environment=`` (systemd.exec(5),
+#: EnvironmentFile=), so the inventory still wins over the bundle's own variables.
+ENV_FILE: Final = "/etc/vllm-prefixbench/vllm.env"
+#: vLLM reads its API key from this variable when ``--api-key`` is absent (vllm 0.21.0
+#: entrypoints/openai/api_server.py: ``args.api_key or [envs.VLLM_API_KEY]``); on the
+#: command line the key would be in the unit, in ``ps`` and in vLLM's start-up log of
+#: non-default arguments.
+API_KEY_VAR: Final = "VLLM_API_KEY"
+#: ``vllm bench serve`` sends ``Authorization: Bearer $OPENAI_API_KEY`` (vllm 0.21.0
+#: benchmarks/lib/endpoint_request_func.py).
+BENCH_API_KEY_VAR: Final = "OPENAI_API_KEY"
+#: What an API key may contain: a bearer token's characters (RFC 6750 b64token), at least
+#: 16 of them; nothing a shell or systemd would read specially.
+API_KEY_PATTERN: Final = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
+
+
+def private_environment(settings: Mapping[str, Any], api_key: str = "") -> dict[str, str]:
+    """What goes into :data:`ENV_FILE`: ``vllm_service_environment`` and the API key."""
+    env = {str(k): str(v) for k, v in (settings.get("vllm_service_environment") or {}).items()}
+    if api_key:
+        if not API_KEY_PATTERN.match(api_key):
+            raise ValueError("vllm_service_api_key must be 16 or more characters of "
+                             "A-Z a-z 0-9 . _ ~ + / = -")
+        env[API_KEY_VAR] = api_key
+    return env
+
+
+def process_environment(settings: Mapping[str, Any], configuration: Configuration,
+                        runtime_dir: str, api_key: str = "") -> dict[str, str]:
+    """What the server process sees: the unit's lines, then the environment file's."""
+    return {**environment(settings, configuration, runtime_dir),
+            **private_environment(settings, api_key)}
+
+
+def env_file_text(env: Mapping[str, str]) -> str:
+    """An EnvironmentFile: one ``KEY='value'`` line per variable.
+
+    Single quotes keep every character literal both for systemd's parser and for a POSIX
+    shell that sources the file (the bench does, to read the key); a value holding a
+    quote or a control character is refused rather than escaped.
+    """
+    lines = ["# Managed by prefixbench (vllm_service role): root-only, read by systemd."]
+    for key in sorted(env):
+        value = env[key]
+        if not _ENV_NAME.match(key):
+            raise ValueError(f"invalid environment variable name {key!r}")
+        if "'" in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise ValueError(f"vllm_service_environment.{key}: a single quote or a control "
+                             "character cannot be passed to the server; remove it")
+        lines.append(f"{key}='{value}'")
+    return "\n".join(lines) + "\n"
+
+
+def bench_argv_with_key(argv: Sequence[str], env_file: str = ENV_FILE) -> list[str]:
+    """Wrap a ``vllm bench serve`` argv so that it sends the servers' API key, read on
+    the host from :data:`ENV_FILE`: the key never travels in a module argument, an
+    environment prefix or a command line that ``-vvv`` or ``ps`` would show."""
+    script = (f'set -a; . "$0"; {BENCH_API_KEY_VAR}="${{{API_KEY_VAR}:-}}"; '
+              f'export {BENCH_API_KEY_VAR}; exec "$@"')
+    return ["/bin/sh", "-c", script, env_file, *argv]
+
+
+_SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def systemd_quote(arg: str, *, expand_variables: bool = True) -> str:
+    """Quote one argument for an ``ExecStart=`` (or ``Environment=``) line.
+
+    systemd splits on whitespace, honours double quotes with C-style escapes and expands
+    ``%`` specifiers in both; in ``ExecStart=`` it also expands ``$VAR`` / ``${VAR}``,
+    which ``$$`` escapes. ``Environment=`` does no ``$`` expansion ("the $ character has
+    no special meaning", systemd.exec(5)), so there ``$`` must stay single
+    (``expand_variables=False``) or the process would receive ``$$``.
+    """
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in arg):
+        raise ValueError(f"control character in command-line argument {arg!r}")
+    escaped = arg.replace("%", "%%")
+    if expand_variables:
+        escaped = escaped.replace("$", "$$")
+    if escaped and _SYSTEMD_SAFE.match(escaped):
+        return escaped
+    escaped = escaped.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def exec_line(argv: Sequence[str]) -> str:
+    """An argv as the value of ``ExecStart=``."""
+    return " ".join(systemd_quote(a) for a in argv)
+
+
+def environment_lines(env: Mapping[str, str]) -> list[str]:
+    """``Environment=`` values, one per variable, quoted for systemd."""
+    lines = []
+    for key in sorted(env):
+        if not _ENV_NAME.match(key):
+            raise ValueError(f"invalid environment variable name {key!r}")
+        lines.append(systemd_quote(f"{key}={env[key]}", expand_variables=False))
+    return lines
+
+
+#: Sandboxing measured to work for vLLM under systemd (REFERENCE.md: exposure 1.1 with
+#: `systemd-analyze security`). MemoryDenyWriteExecute breaks oneDNN's JIT and
+#: ProcSubset=pid hides /proc/meminfo, so neither is set.
+_HARDENING: Final = (
+    "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+    "ProtectKernelTunables=yes", "ProtectKernelModules=yes", "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes", "ProtectClock=yes", "ProtectHostname=yes",
+    "RestrictNamespaces=yes", "RestrictSUIDSGID=yes", "RestrictRealtime=yes",
+    "LockPersonality=yes", "CapabilityBoundingSet=", "SystemCallArchitectures=native",
+    "SystemCallFilter=@system-service",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    "ProtectProc=invisible", "UMask=0027", "RemoveIPC=yes",
+)
+
+
+def hardening(platform: str, *, loopback_only: bool = True) -> list[str]:
+    """Sandboxing directives; Neuron hosts must still reach their /dev/neuron* devices.
+
+    With the API on loopback the server has no business with any other address: the
+    kernel enforces that where systemd can attach its cgroup BPF filter (cgroup v2; the
+    simulated hosts cannot, so there the bind addresses above are what keeps it local).
+    """
+    lines = list(_HARDENING)
+    if loopback_only:
+        lines += ["IPAddressDeny=any", "IPAddressAllow=localhost"]
+    if platform == "neuron":
+        # The Neuron driver registers a "neuron" character-device class.
+        lines += ["DevicePolicy=closed", "DeviceAllow=char-neuron rw"]
+    else:
+        lines += ["PrivateDevices=yes", "DevicePolicy=closed", "PrivateUsers=yes"]
+    return lines
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """Everything the unit template prints for one configuration."""
+
+    configuration: Configuration
+    name: str
+    conflicts: str
+    exec_start: str
+    environment: tuple[str, ...]
+    environment_file: str
+    runtime_directory: str
+    argv: tuple[str, ...]
+    hardening: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "configuration": self.configuration, "name": self.name,
+            "conflicts": self.conflicts, "exec_start": self.exec_start,
+            "environment": list(self.environment),
+            "environment_file": self.environment_file,
+            "runtime_directory": self.runtime_directory, "argv": list(self.argv),
+            "hardening": list(self.hardening),
+        }
+
+
+def unit_spec(settings: Mapping[str, Any], configuration: Configuration,
+              vllm_executable: str) -> UnitSpec:
+    """Compute the unit of one configuration from validated settings."""
+    other: Configuration = "cached" if configuration == "baseline" else "baseline"
+    runtime = f"vllm-{configuration}"
+    argv = serve_argv(settings, configuration, vllm_executable)
+    env = environment(settings, configuration, f"/run/{runtime}")
+    return UnitSpec(
+        configuration=configuration,
+        name=unit_name(configuration),
+        conflicts=unit_name(other),
+        exec_start=exec_line(argv),
+        environment=tuple(environment_lines(env)),
+        environment_file=ENV_FILE,
+        runtime_directory=f"{runtime} {runtime}/prometheus",
+        argv=tuple(argv),
+        hardening=tuple(hardening(
+            str(settings.get("prefixbench_platform", "neuron")),
+            loopback_only=is_loopback(str(settings.get("vllm_service_host", "127.0.0.1"))))),
+    )
