@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status lock clean
+.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status sim-verify tiny-model bench-overhead bench-cachesim bench-whatif lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -55,6 +55,23 @@ sim-down: venv  ## Tear the simulated fleet down, leaving nothing behind
 
 sim-status: venv  ## Show the simulated hosts and their services
 	scripts/simfleet status
+
+sim-verify: venv system-deps  ## Slow check of the simulated fleet's artifacts (apt signatures, wheelhouse, a real vllm serve); ARGS="--no-serve"
+	$(BIN)/python -m prefixbench.sim.verify_artifacts $(ARGS)
+
+tiny-model: venv  ## Build the simulated fleet's tiny model into DIR (no torch, no Hub): make tiny-model DIR=/tmp/tiny
+	@test -n "$(DIR)" || { echo "tiny-model: give DIR=<directory>"; exit 2; }
+	$(BIN)/python -m prefixbench.sim.tinymodel $(DIR)
+
+# Benchmarks of the bundle itself: they print figures, they are not tests.
+bench-overhead: venv  ## The bundle's own cost: ARGS="run results/<run_id>" or ARGS="plugin HOST -n 3" (simulated fleet)
+	$(BIN)/python -m prefixbench.perf.overhead_cli $(ARGS)
+
+bench-cachesim: venv  ## The prefix-cache model's speed (prompts/s on one core); ARGS="--prompts 200000"
+	$(BIN)/python -m prefixbench.perf.cachesim_speed $(ARGS)
+
+bench-whatif: venv  ## The what-if analyzer's speed and its overhead over the tokenizer; ARGS="--prompts 0 --custom-prompts 5000"
+	$(BIN)/python -m prefixbench.perf.whatif_speed $(ARGS)
 
 lock: venv  ## Re-resolve requirements/controller.lock from controller.in
 	rm -rf .lockvenv && python3 -m venv .lockvenv 2>/dev/null || $(BIN)/python -m venv .lockvenv

@@ -43,51 +43,36 @@ options:
     choices: [baseline, cached]
   workload:
     description: >-
-      The workload, keys mirroring vllm bench serve flags, with its seed
-      (prefix_repetition, or custom with dataset_path, num_prompts, custom_output_len).
-    type: dict
+      Name of the workload, one of the host's settings (prefixbench_workloads, or the
+      tutorial's three). Its parameters and seed come from I(settings), so the workload
+      is defined in one place.
+    type: str
     required: true
   repetition:
     description: Repetition number, from 1.
     type: int
     default: 1
-  base_url:
-    description: Base URL of the server as seen from the host.
-    type: str
+  settings:
+    description: >-
+      The host's validated settings (prefixbench_settings, from the preflight): the
+      workload's parameters and seed, the server's address (vllm_service_host,
+      vllm_service_port), the model and its served name, the bench timeout
+      (prefixbench_bench_timeout), and whether the servers require an API key
+      (vllm_service_api_key set: the bench reads the key on the host from the units'
+      root-only environment file and sends it as OPENAI_API_KEY; the key is never an
+      argument of this task, and the settings hold only a placeholder).
+    type: dict
     required: true
-  model:
-    description: Model name the server serves.
-    type: str
-    required: true
-  tokenizer:
-    description: Tokenizer directory on the host (offline); empty to use the model's.
-    type: str
-    default: ""
   vllm_executable:
     description: The vllm executable on the host.
     type: str
     required: true
-  unit:
-    description: systemd unit of the server, for the journal tail on failure.
-    type: str
-    required: true
-  timeout:
-    description: Seconds the bench may take before it is stopped and marked failed.
-    type: int
-    default: 3600
   not_started:
     description: >-
       Why the server of this configuration did not start; when set, the bench is not run
       and a failure marker with the unit's journal tail says why.
     type: str
     default: ""
-  api_key:
-    description: >-
-      The servers require an API key (vllm_service_api_key): the bench reads it on the
-      host from the units' root-only environment file and sends it as OPENAI_API_KEY;
-      the key is never an argument of this task.
-    type: bool
-    default: false
 author: prefixbench
 """
 
@@ -96,20 +81,10 @@ EXAMPLES = r"""
   prefixbench_bench:
     run_dir: results/20261129T090000Z
     configuration: cached
-    workload:
-      name: high_overlap
-      prefix_repetition_prefix_len: 3072
-      prefix_repetition_suffix_len: 1024
-      prefix_repetition_num_prefixes: 5
-      prefix_repetition_output_len: 128
-      num_prompts: 50
-      max_concurrency: 1
-      seed: 1000
+    workload: high_overlap
     repetition: 1
-    base_url: http://127.0.0.1:8000
-    model: openai/gpt-oss-120b
+    settings: "{{ prefixbench_settings }}"
     vllm_executable: /opt/vllm-prefixbench/venv/bin/vllm
-    unit: vllm-cached.service
 """
 
 RETURN = r"""

@@ -19,7 +19,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from prefixbench.bench import benchrun
-from prefixbench.measure.results import RunLayout
+from prefixbench.measure.layout import RunLayout
 from prefixbench.servers import server
 
 display = Display()
@@ -27,20 +27,15 @@ display = Display()
 ARGUMENT_SPEC = {
     "run_dir": {"type": "path", "required": True},
     "configuration": {"type": "str", "required": True, "choices": ["baseline", "cached"]},
-    "workload": {"type": "dict", "required": True},
+    # The workload crosses the boundary as its name: the package resolves it (and its
+    # seed, server address, model, timeout) from the host's validated settings.
+    "workload": {"type": "str", "required": True},
     "repetition": {"type": "int", "default": 1},
-    "base_url": {"type": "str", "required": True},
-    "model": {"type": "str", "required": True},
-    "tokenizer": {"type": "str", "default": ""},
+    "settings": {"type": "dict", "required": True},
     "vllm_executable": {"type": "str", "required": True},
-    "unit": {"type": "str", "required": True},
-    "timeout": {"type": "int", "default": 3600},
     # Set when the server of this configuration did not start: the bench is not run and
     # a failure marker says why (with the unit's journal tail), so the report shows it.
     "not_started": {"type": "str", "default": ""},
-    # The servers require an API key: the bench reads it on the host from the units'
-    # root-only environment file (never from this task's arguments).
-    "api_key": {"type": "bool", "default": False},
 }
 
 
@@ -101,15 +96,15 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         host = str(task_vars.get("inventory_hostname", "?"))
         try:
-            req = benchrun.BenchRequest.from_args(host, args)
+            req = benchrun.BenchRequest.from_settings(
+                host, args["settings"], configuration=args["configuration"],
+                workload=args["workload"], repetition=args["repetition"],
+                vllm_executable=args["vllm_executable"])
+            argv = benchrun.planned_argv(req, req.timeout)
         except (ValueError, KeyError, TypeError) as exc:
             raise AnsibleActionFail(f"{host}: invalid bench request: {exc}") from None
         run_dir = Path(args["run_dir"])
-        layout = RunLayout(run_dir.parent, run_dir.name)
-        try:
-            argv = benchrun.planned_argv(req, args["timeout"])
-        except ValueError as exc:
-            raise AnsibleActionFail(f"{host}: invalid bench request: {exc}") from None
+        layout = RunLayout.of(run_dir)
         result.update(changed=False, argv=argv)
 
         early = self._without_running(result, layout, req, argv=argv, args=args,
@@ -128,7 +123,7 @@ class ActionModule(ActionBase):
             if req.workload.is_custom:
                 prepared = benchrun.prepare_prompts(req, run_dir)
                 req = prepared.request
-            service_before = self._service(args["unit"], task_vars)
+            service_before = self._service(req.unit, task_vars)
             before = self._metrics(req.base_url, task_vars)
             tmpdir = self._module("ansible.builtin.tempfile",
                                   {"state": "directory", "prefix": "prefixbench."}, task_vars)
@@ -139,11 +134,11 @@ class ActionModule(ActionBase):
             if prepared is not None:
                 dataset_path = f"{remote_dir}/{prepared.remote_name}"
                 self._put(prepared.path, dataset_path, task_vars)
-            argv = req.argv(remote_dir, args["timeout"], dataset_path=dataset_path)
+            argv = req.argv(remote_dir, req.timeout, dataset_path=dataset_path)
             result["argv"] = argv
             display.display(f"{host}: {req.configuration} {req.workload.name} "
                             f"rep{req.repetition}: running vllm bench serve")
-            run_argv = server.bench_argv_with_key(argv) if args.get("api_key") else argv
+            run_argv = server.bench_argv_with_key(argv) if req.api_key else argv
             ran = self._module("ansible.builtin.command", {"argv": run_argv}, task_vars)
             if ran.get("rc") != 0:
                 why = "timed out" if ran.get("rc") in (124, 137) else f"exited {ran.get('rc')}"
@@ -153,7 +148,7 @@ class ActionModule(ActionBase):
                                     task_vars=task_vars)
             after = self._metrics(req.base_url, task_vars)
             restarted = benchrun.service_restart(service_before,
-                                                 self._service(args["unit"], task_vars))
+                                                 self._service(req.unit, task_vars))
             if restarted:
                 raise _HostError(restarted)
             slurped = self._module("ansible.builtin.slurp",
@@ -227,7 +222,7 @@ class ActionModule(ActionBase):
                 stderr: str, args: dict[str, Any], task_vars: dict[str, Any],
                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
-            journal = self._journal(args["unit"], task_vars)
+            journal = self._journal(req.unit, task_vars)
         except Exception as exc:  # noqa: BLE001 - the failure record matters more
             journal = f"(journal unavailable: {exc})"
         record = benchrun.build_failure(req, error=error, started_at=started,

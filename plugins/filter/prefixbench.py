@@ -10,6 +10,7 @@ from typing import Any
 from prefixbench.bench import experiment
 from prefixbench.config import plan
 from prefixbench.hosts import collect, provision, releases
+from prefixbench.measure.layout import RunLayout
 from prefixbench.servers import compile_cache, server, sweep
 
 
@@ -143,6 +144,18 @@ def prefixbench_pending_items(settings: Mapping[str, Any], run_dir: str, host: s
             experiment.pending_items(settings, Path(run_dir), host, configuration)]
 
 
+def prefixbench_unit_name(configuration: str) -> str:
+    """The systemd unit of a configuration (``vllm-<configuration>.service``)."""
+    if configuration not in server.CONFIGURATIONS:
+        raise ValueError(f"unknown configuration {configuration!r}")
+    return server.unit_name("baseline" if configuration == "baseline" else "cached")
+
+
+def prefixbench_run_files(run_dir: str, host: str, configuration: str = "") -> dict[str, str]:
+    """Where a host's tasks write into the run directory (its one owner: RunLayout)."""
+    return RunLayout.of(run_dir).files(host, configuration)
+
+
 def prefixbench_fingerprint(host: str, settings: Mapping[str, Any],
                             raw: Mapping[str, Any]) -> dict[str, Any]:
     """The host's fingerprint.json content from the raw facts the tasks read."""
@@ -199,6 +212,8 @@ class FilterModule:
             "prefixbench_pending_items": prefixbench_pending_items,
             "prefixbench_sweep_points": prefixbench_sweep_points,
             "prefixbench_fingerprint": prefixbench_fingerprint,
+            "prefixbench_run_files": prefixbench_run_files,
+            "prefixbench_unit_name": prefixbench_unit_name,
             "prefixbench_compile_key": prefixbench_compile_key,
             "prefixbench_compile_role": prefixbench_compile_role,
             "prefixbench_pip_args": prefixbench_pip_args,

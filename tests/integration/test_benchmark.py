@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.measure.results import RunLayout
+from prefixbench.measure.layout import RunLayout
 from prefixbench.sim.layout import SimHost
 from prefixbench.sim.testing import SimFleetHandle
 from prefixbench.sim.testing import run_playbook as playbook

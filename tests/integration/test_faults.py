@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.measure.results import RunLayout, content_checksum
+from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.records import content_checksum
 from prefixbench.sim.layout import SimHost
 from prefixbench.sim.testing import SimFleetHandle
 from prefixbench.sim.testing import run_playbook as playbook

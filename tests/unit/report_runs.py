@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.measure.layout import RunLayout, write_json_atomic
 from prefixbench.measure.metrics import delta, extract_signals
-from prefixbench.measure.results import BenchmarkRecord, ResultKey, RunLayout, write_json_atomic
+from prefixbench.measure.records import BenchmarkRecord, ResultKey
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 BLOCK_SIZE = 128

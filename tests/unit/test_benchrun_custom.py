@@ -15,8 +15,9 @@ from unittest.mock import MagicMock
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench import benchrun
-from prefixbench.measure.results import BenchmarkRecord
+from prefixbench.bench import benchrun, experiment
+from prefixbench.config import settings
+from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.sim import tinymodel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,19 +33,60 @@ def prompts_file(tmp_path: Path) -> Path:
     return path
 
 
+def host_settings(path: Path, **values: Any) -> dict[str, Any]:
+    """A host's settings as preflight validates them, with one custom workload."""
+    result = settings.validate({
+        "prefixbench_instance_type": "trn2.48xlarge", "vllm_service_model": "/opt/tok",
+        "vllm_service_served_model_name": "m", "prefixbench_bench_timeout": 600,
+        "prefixbench_workloads": [{"name": "mine", "dataset_name": "custom",
+                                   "dataset_path": str(path), "max_concurrency": 1,
+                                   "custom_output_len": 8}], **values}, "h1")
+    assert result.ok, result.problems
+    return result.settings
+
+
 def args(path: Path, run_dir: Path) -> dict[str, Any]:
+    """The bench action's arguments, as roles/prefix_bench/tasks/bench.yml gives them."""
     return {"run_dir": str(run_dir), "configuration": "cached", "repetition": 1,
-            "workload": {"name": "mine", "dataset_name": "custom", "dataset_path": str(path),
-                         "seed": 11, "max_concurrency": 1, "custom_output_len": 8},
-            "base_url": "http://127.0.0.1:8000", "model": "m", "tokenizer": "/opt/tok",
-            "vllm_executable": "/opt/v/bin/vllm", "unit": "vllm-cached.service",
-            "timeout": 600}
+            "workload": "mine", "settings": host_settings(path),
+            "vllm_executable": "/opt/v/bin/vllm"}
+
+
+def request(path: Path) -> benchrun.BenchRequest:
+    return benchrun.BenchRequest.from_settings(
+        "h1", host_settings(path), configuration="cached", workload="mine", repetition=1,
+        vllm_executable="/opt/v/bin/vllm")
+
+
+def test_a_request_is_resolved_from_the_settings_by_the_workload_name(
+        tmp_path: Path) -> None:
+    path = prompts_file(tmp_path)
+    req = request(path)
+    assert (req.base_url, req.model, req.tokenizer) == ("http://127.0.0.1:8000", "m", "/opt/tok")
+    assert (req.timeout, req.api_key, req.unit) == (600, False, "vllm-cached.service")
+    plan = experiment.find_item(host_settings(path), "mine", 1).workload
+    assert req.workload == plan and req.workload.seed is not None
+    keyed = benchrun.BenchRequest.from_settings(
+        "h1", host_settings(path, vllm_service_api_key="<redacted>",
+                            prefixbench_repetitions=2),
+        configuration="baseline", workload="mine", repetition=2, vllm_executable="v")
+    assert keyed.api_key and keyed.unit == "vllm-baseline.service"
+    assert keyed.workload.seed != req.workload.seed  # each repetition its own seed
+    with pytest.raises(ValueError, match=r"no bench 'other' rep1 in this host's settings "
+                                         r"\(workloads mine; repetitions 1-1\)"):
+        benchrun.BenchRequest.from_settings("h1", host_settings(path),
+                                            configuration="cached", workload="other",
+                                            repetition=1, vllm_executable="v")
+    with pytest.raises(ValueError, match="unknown configuration 'warm'"):
+        benchrun.BenchRequest.from_settings("h1", host_settings(path),
+                                            configuration="warm", workload="mine",
+                                            repetition=1, vllm_executable="v")
 
 
 def test_prepare_record_and_expected_of_a_custom_bench(tmp_path: Path) -> None:
     run_dir = tmp_path / "results" / "run1"
     write_tokenizer(run_dir / "tokenizer")
-    req = benchrun.BenchRequest.from_args("h1", args(prompts_file(tmp_path), run_dir))
+    req = request(prompts_file(tmp_path))
     planned = benchrun.planned_argv(req, 600)
     assert planned[planned.index("--num-prompts") + 1] == "7"
     assert planned[planned.index("--dataset-path") + 1] == "<remote tmp>/mine.jsonl"
@@ -76,7 +118,7 @@ def test_prepare_record_and_expected_of_a_custom_bench(tmp_path: Path) -> None:
 
 
 def test_custom_expected_without_tokenizer_or_block_size(tmp_path: Path) -> None:
-    req = benchrun.BenchRequest.from_args("h1", args(prompts_file(tmp_path), tmp_path))
+    req = request(prompts_file(tmp_path))
     none = benchrun.custom_expected(req, block_size=None, capacity_blocks=None,
                                     prompts_file=None, tokenizer=None)
     assert none["predicted_ratio"] is None and "block size" in none["note"]
@@ -272,7 +314,7 @@ def test_plugin_stops_the_run_when_the_results_disk_is_full(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ENOSPC while the record is written: no partial file, one actionable line, and the
     flag bench.yml turns into a stop of the whole run."""
-    from prefixbench.measure.results import RunLayout  # noqa: PLC0415
+    from prefixbench.measure.layout import RunLayout  # noqa: PLC0415
 
     def full(self: RunLayout, record: Any) -> Path:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -301,7 +343,8 @@ def test_plugin_does_not_start_a_bench_whose_record_could_not_be_kept(
 
 def test_plugin_sends_the_api_key_from_the_host_file_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result, calls, _, _ = _run_plugin(tmp_path, monkeypatch, extra_args={"api_key": True})
+    keyed = host_settings(prompts_file(tmp_path), vllm_service_api_key="<redacted>")
+    result, calls, _, _ = _run_plugin(tmp_path, monkeypatch, extra_args={"settings": keyed})
     assert result["status"] == "done", result
     bench = [a["argv"] for m, a in calls if m == "ansible.builtin.command"
              and "bench" in a["argv"]]

@@ -9,7 +9,8 @@ from pathlib import Path
 from junitparser import Error, Failure, JUnitXml, Skipped
 from report_runs import make_run
 
-from prefixbench.measure.results import FailureRecord, ResultKey, RunLayout
+from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.records import FailureRecord, ResultKey
 from prefixbench.report.cli import report_main
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from prefixbench.measure.atomic import write_json_atomic
-from prefixbench.measure.results import BenchmarkRecord, ResultKey, RunLayout
+from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.records import BenchmarkRecord, ResultKey
 from prefixbench.perf.overhead import run_overhead
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from report_runs import BENCHES, fingerprint, fixture_bench, make_run, scale_times
 
-from prefixbench.measure.results import FailureRecord, ResultKey, RunLayout, with_checksum
+from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.records import FailureRecord, ResultKey, with_checksum
 from prefixbench.report import ReportInputError, build_summary
 from prefixbench.report.cli import compare_main, report_main
 from prefixbench.report.compare import compare, load_tolerances

@@ -8,18 +8,14 @@ from typing import Any
 
 import pytest
 
-from prefixbench.measure.results import (
+from prefixbench.measure.bench_json import (
     REQUIRED_BENCH_KEYS,
-    SCHEMA_VERSION,
-    BenchmarkRecord,
     BenchResultError,
-    FailureRecord,
-    ResultKey,
-    RunLayout,
     load_bench_result,
     parse_bench_result,
-    write_json_atomic,
 )
+from prefixbench.measure.layout import RunLayout, write_json_atomic
+from prefixbench.measure.records import SCHEMA_VERSION, BenchmarkRecord, FailureRecord, ResultKey
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 
@@ -205,7 +201,7 @@ def test_non_finite_values_are_kept_as_null_not_lost(tmp_path: Path) -> None:
 
 
 def test_is_completed_reads_one_file_and_agrees_with_completed(tmp_path: Path) -> None:
-    from prefixbench.measure.results import RunLayout  # noqa: PLC0415
+    from prefixbench.measure.layout import RunLayout  # noqa: PLC0415
 
     layout = RunLayout(tmp_path, "r")
     record = _record()
@@ -220,7 +216,7 @@ def test_is_completed_reads_one_file_and_agrees_with_completed(tmp_path: Path) -
 
 def test_pending_items_are_the_servers_benches_without_a_result(tmp_path: Path) -> None:
     from prefixbench.bench.experiment import bench_items, pending_items  # noqa: PLC0415
-    from prefixbench.measure.results import RunLayout  # noqa: PLC0415
+    from prefixbench.measure.layout import RunLayout  # noqa: PLC0415
 
     layout = RunLayout(tmp_path, "r")
     settings: dict[str, Any] = {"prefixbench_repetitions": 2}
@@ -233,3 +229,26 @@ def test_pending_items_are_the_servers_benches_without_a_result(tmp_path: Path) 
     assert pending == [k for k in every if k != ("high_overlap", 2)]
     baseline = pending_items(settings, layout.run_dir, "trn-a", "baseline")
     assert [(i.workload.name, i.repetition) for i in baseline] == every
+
+
+def test_the_layout_names_every_file_a_hosts_tasks_write(tmp_path: Path) -> None:
+    from prefixbench.measure.layout import RunLayout  # noqa: PLC0415
+
+    run = tmp_path / "results" / "r1"
+    files = RunLayout.of(run).files("trn-a", "cached")
+    assert files == {
+        "host_dir": f"{run}/trn-a", "fingerprint": f"{run}/trn-a/fingerprint.json",
+        "tokenizer_dir": f"{run}/tokenizer",
+        "compile_store": f"{tmp_path}/results/.compile-cache",
+        "server_dir": f"{run}/trn-a/cached", "startup": f"{run}/trn-a/cached/startup.json",
+        "startup_journal": f"{run}/trn-a/cached/startup-journal.log",
+        "restart_journal": f"{run}/trn-a/cached/restart-journal.log",
+        "compile": f"{run}/trn-a/cached/compile.json"}
+    assert set(RunLayout.of(run).files("trn-a")) == {
+        "host_dir", "fingerprint", "tokenizer_dir", "compile_store"}
+    with pytest.raises(ValueError, match=r"host '\.\./x' cannot be a path component"):
+        RunLayout.of(run).files("../x")
+    # A sweep point's store is beside its sibling points, as before the layout owned it.
+    point = RunLayout.of(run / "sweep" / "seg512")
+    assert point.compile_store == run / "sweep" / ".compile-cache"
+    assert RunLayout.of(run).prompts_path("mine") == run / "prompts" / "mine.jsonl"

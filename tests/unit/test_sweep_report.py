@@ -130,7 +130,7 @@ def test_sweep_report_columns_and_best_point(tmp_path: Path, factors: dict[int, 
 
 
 def test_rows_expect_the_served_tokens_when_a_record_has_them(tmp_path: Path) -> None:
-    from prefixbench.measure.results import with_checksum  # noqa: PLC0415
+    from prefixbench.measure.records import with_checksum  # noqa: PLC0415
     from prefixbench.report.sweep import build_sweep  # noqa: PLC0415
 
     run_dir = _sweep_run(tmp_path, {512: 0.5, 1024: 0.6})

@@ -16,6 +16,7 @@ holds the host's tokenizer (``<run_dir>/tokenizer/``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Mapping
@@ -26,20 +27,15 @@ from typing import Any, Final
 from prefixbench import __version__
 from prefixbench.bench.bench_argv import bench_argv
 from prefixbench.bench.custom import PreparedPrompts, check_file, prepare, write_prepared
+from prefixbench.bench.experiment import find_item
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.measure import metrics
-from prefixbench.measure.results import (
-    BenchmarkRecord,
-    BenchResultError,
-    FailureRecord,
-    ResultKey,
-    parse_bench_result,
-)
+from prefixbench.measure.bench_json import BenchResultError, parse_bench_result
+from prefixbench.measure.layout import TOKENIZER_DIR
+from prefixbench.measure.records import BenchmarkRecord, FailureRecord, ResultKey
 from prefixbench.predict.cachesim import usable_blocks
 from prefixbench.servers import sweep
-
-#: The host's tokenizer files, fetched into the run directory (for custom workloads).
-TOKENIZER_DIR = "tokenizer"
+from prefixbench.servers.server import CONFIGURATIONS, unit_name
 
 
 def now_iso() -> str:
@@ -49,7 +45,7 @@ def now_iso() -> str:
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """What the action plugin was asked to run."""
+    """One bench of one server, resolved from the host's validated settings."""
 
     host: str
     configuration: str
@@ -59,16 +55,38 @@ class BenchRequest:
     model: str
     tokenizer: str | None
     vllm_executable: str
+    #: Seconds before ``timeout`` kills a hung bench client.
+    timeout: int = 3600
+    #: The servers require an API key: the bench reads it on the host from the units'
+    #: root-only environment file (never from a task argument).
+    api_key: bool = False
 
     @classmethod
-    def from_args(cls, host: str, args: Mapping[str, Any]) -> BenchRequest:
-        workload = Workload.from_dict(args["workload"])
-        if workload.seed is None:
-            raise ValueError(f"workload {workload.name!r} has no seed")
-        return cls(host=host, configuration=str(args["configuration"]), workload=workload,
-                   repetition=int(args["repetition"]), base_url=str(args["base_url"]),
-                   model=str(args["model"]), tokenizer=args.get("tokenizer") or None,
-                   vllm_executable=str(args["vllm_executable"]))
+    def from_settings(cls, host: str, settings: Mapping[str, Any], *, configuration: str,
+                      workload: str, repetition: int, vllm_executable: str) -> BenchRequest:
+        """The bench ``workload`` / ``repetition`` of ``configuration``'s server, as the
+        host's settings (validated by preflight) define it: the workload with its planned
+        seed (:func:`prefixbench.bench.experiment.find_item`), the server's address and
+        model, the bench timeout. The workload crosses the Ansible boundary as its name."""
+        if configuration not in CONFIGURATIONS:
+            raise ValueError(f"unknown configuration {configuration!r} "
+                             f"(one of {', '.join(CONFIGURATIONS)})")
+        item = find_item(settings, workload, repetition)
+        model = str(settings["vllm_service_model"])
+        return cls(host=host, configuration=configuration, workload=item.workload,
+                   repetition=item.repetition,
+                   base_url=f"http://{settings['vllm_service_host']}:"
+                            f"{settings['vllm_service_port']}",
+                   model=str(settings.get("vllm_service_served_model_name") or model),
+                   tokenizer=model if model.startswith("/") else None,
+                   vllm_executable=vllm_executable,
+                   timeout=int(settings["prefixbench_bench_timeout"]),
+                   api_key=bool(settings.get("vllm_service_api_key")))
+
+    @property
+    def unit(self) -> str:
+        """The systemd unit of this bench's server."""
+        return unit_name("baseline" if self.configuration == "baseline" else "cached")
 
     @property
     def key(self) -> ResultKey:
@@ -95,10 +113,7 @@ class BenchRequest:
         return ["timeout", "--kill-after=30", str(timeout), *inner]
 
     def with_workload(self, workload: Workload) -> BenchRequest:
-        return BenchRequest(host=self.host, configuration=self.configuration,
-                            workload=workload, repetition=self.repetition,
-                            base_url=self.base_url, model=self.model,
-                            tokenizer=self.tokenizer, vllm_executable=self.vllm_executable)
+        return dataclasses.replace(self, workload=workload)
 
 
 @dataclass(frozen=True)

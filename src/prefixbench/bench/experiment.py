@@ -16,7 +16,8 @@ from typing import Any
 
 from prefixbench.bench.seeds import plan_seeds
 from prefixbench.bench.workloads import Workload, load_workloads, tutorial_workloads
-from prefixbench.measure.results import ResultKey, RunLayout
+from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.records import ResultKey
 
 
 def workloads_of(settings: Mapping[str, Any]) -> list[Workload]:
@@ -39,9 +40,11 @@ class BenchItem:
         return f"{self.index}/{self.total} {self.workload.name} rep{self.repetition}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"workload": self.workload.to_dict(), "repetition": self.repetition,
+        """What the role's loop needs: the workload's name (the bench action resolves it
+        from the settings again), repetition, seed and label."""
+        return {"name": self.workload.name, "repetition": self.repetition,
                 "seed": self.workload.seed, "index": self.index, "total": self.total,
-                "label": self.label, "name": self.workload.name}
+                "label": self.label}
 
 
 def bench_items(settings: Mapping[str, Any]) -> list[BenchItem]:
@@ -63,8 +66,21 @@ def pending_items(settings: Mapping[str, Any], run_dir: Path, host: str,
     """The benches of one server that have no result in the run directory yet (resume).
     Reads only this server's own result files, so a fleet's hosts asking at once cost
     hosts x benches reads, not hosts x the whole run."""
-    layout = RunLayout(run_dir.parent, run_dir.name)
+    layout = RunLayout.of(run_dir)
     return [item for item in bench_items(settings)
             if not layout.is_completed(ResultKey(
                 host=host, configuration=configuration, workload=item.workload.name,
                 repetition=item.repetition))]
+
+
+def find_item(settings: Mapping[str, Any], workload: str, repetition: int) -> BenchItem:
+    """The bench ``workload`` / ``repetition`` of the settings' plan (with its seed);
+    ``ValueError`` names what the settings do define."""
+    items = bench_items(settings)
+    for item in items:
+        if item.workload.name == workload and item.repetition == repetition:
+            return item
+    names = sorted({i.workload.name for i in items})
+    reps = max((i.repetition for i in items), default=0)
+    raise ValueError(f"no bench {workload!r} rep{repetition} in this host's settings "
+                     f"(workloads {', '.join(names) or 'none'}; repetitions 1-{reps})")

@@ -11,6 +11,7 @@ from typing import Any
 from prefixbench import __version__
 from prefixbench.bench import experiment
 from prefixbench.measure.atomic import write_json_atomic
+from prefixbench.measure.layout import RunLayout
 from prefixbench.servers import sweep
 
 SCHEMA_VERSION = 1
@@ -51,7 +52,7 @@ def open_run(results_dir: Path, run_id: str, settings: Mapping[str, Any],
     first ``started_at`` and gains the hosts of this invocation.
     """
     run_dir = results_dir / run_id
-    meta_path = run_dir / "run.json"
+    meta_path = RunLayout.of(run_dir).meta_path
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
@@ -75,10 +76,10 @@ def _open_points(run_dir: Path, settings: Mapping[str, Any], hosts: Sequence[str
 
 def close_run(run_dir: Path) -> None:
     """Stamp ``ended_at`` into ``run.json``."""
-    meta_path = run_dir / "run.json"
+    meta_path = RunLayout.of(run_dir).meta_path
     meta = json.loads(meta_path.read_text())
     meta["ended_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     write_json_atomic(meta_path, meta)
     for point_dir in sweep.point_dirs(run_dir):
-        if (point_dir / "run.json").exists():
+        if RunLayout.of(point_dir).meta_path.exists():
             close_run(point_dir)

@@ -1,3 +1,4 @@
+
 """How much time the bundle adds: a run's wall time against the work it cannot avoid.
 
 The work a host cannot avoid is its benches' own durations (what ``vllm bench serve``
@@ -12,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefixbench.measure.results import RunLayout
+from prefixbench.measure.layout import STARTUP, RunLayout
 
 
 @dataclass(frozen=True)
@@ -56,18 +57,18 @@ def _parse(ts: str) -> dt.datetime:
 
 def run_overhead(run_dir: Path) -> RunOverhead:
     """Measure a finished run directory (``run.json`` needs ``ended_at``)."""
-    meta = json.loads((run_dir / "run.json").read_text())
+    layout = RunLayout.of(run_dir)
+    meta = json.loads(layout.meta_path.read_text())
     if "ended_at" not in meta:
         raise ValueError(f"{run_dir}: the run has not ended (no ended_at in run.json)")
     wall = (_parse(meta["ended_at"]) - _parse(meta["started_at"])).total_seconds()
-    layout = RunLayout(run_dir.parent, run_dir.name)
     per_host: dict[str, list[float]] = {}
     for record in layout.load_results():
         per_host.setdefault(record.key.host, []).append(float(record.bench["duration"]))
     hosts = []
     for host, durations in per_host.items():
         startups = [json.loads(p.read_text())["elapsed_s"]
-                    for p in sorted((run_dir / host).glob("*/startup.json"))]
+                    for p in layout.server_records(host, STARTUP).values()]
         hosts.append(HostTime(host, len(durations), sum(durations), float(sum(startups))))
     if not hosts:
         raise ValueError(f"{run_dir}: no results")

@@ -1,11 +1,11 @@
-"""``scripts/bench-overhead``: the bundle's own cost, as figures.
+"""``make bench-overhead ARGS="..."``: the bundle's own cost, as figures.
 
 ``run RUN_DIR``
     a finished run's wall time against the slowest host's bench durations plus server
     start-ups.
 ``plugin HOST [-n N]``
     on the simulated fleet (up, provisioned, deployed): one workload through the action
-    plugin (``ansible-playbook benchmarks/bench_one.yml``) against the same
+    plugin (``ansible-playbook`` of ``bench_one.yml`` beside this module) against the same
     ``vllm bench serve`` run directly on the host over SSH, alternated N times, each run
     with a fresh seed; prints the medians and the ratio.
 """
@@ -28,6 +28,8 @@ from prefixbench.bench.workloads import Workload
 from prefixbench.perf.overhead import run_overhead
 
 ROOT = Path(__file__).resolve().parents[3]
+#: One bench through the action plugin, against a running server.
+PLAYBOOK = Path(__file__).resolve().parent / "bench_one.yml"
 WORKLOAD = {"name": "overhead", "prefix_repetition_prefix_len": 3072,
             "prefix_repetition_suffix_len": 1024, "prefix_repetition_num_prefixes": 5,
             "prefix_repetition_output_len": 16, "num_prompts": 20, "max_concurrency": 1}
@@ -57,14 +59,16 @@ def _plugin(host_name: str, runs: int) -> int:
     spans: list[float] = []
     with tempfile.TemporaryDirectory(prefix="pb-overhead-") as tmp:
         for i in range(runs):
-            wl_a = Workload.from_dict({**WORKLOAD, "seed": 70000 + 2 * i})
-            wl_b = Workload.from_dict({**WORKLOAD, "seed": 70001 + 2 * i})
+            # The plugin's bench takes its seed from the settings' plan (a base seed of
+            # its own per run); the bare command's is another, so no prompt repeats.
+            wl_b = Workload.from_dict({**WORKLOAD, "seed": 90000 + i})
             run_dir = Path(tmp) / f"run{i}"
             t0 = time.monotonic()
             proc = subprocess.run(
-                ["ansible-playbook", "-i", "inventories/sim", "benchmarks/bench_one.yml",
+                ["ansible-playbook", "-i", "inventories/sim", str(PLAYBOOK),
                  "--limit", host_name, "-e", f"overhead_run_dir={run_dir}",
-                 "-e", json.dumps({"overhead_workload": wl_a.to_dict()})],
+                 "-e", json.dumps({"prefixbench_workloads": [WORKLOAD],
+                                   "prefixbench_base_seed": 70000 + 1000 * i})],
                 cwd=ROOT, env=env, capture_output=True, text=True, check=False)
             plugin_s.append(time.monotonic() - t0)
             if proc.returncode != 0:

@@ -27,7 +27,7 @@ from prefixbench.frontend.runview import (
     outcome_code,
 )
 from prefixbench.measure.atomic import write_text_atomic
-from prefixbench.measure.results import json_safe
+from prefixbench.measure.records import json_safe
 from prefixbench.report.build import build_summary
 from prefixbench.report.compare import (
     Comparison,

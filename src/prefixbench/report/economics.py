@@ -24,6 +24,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from prefixbench.measure.layout import COMPILE, STARTUP, RunLayout
+
 __all__ = ["HostTime", "compilations", "cost_per_million", "host_time"]
 
 
@@ -67,7 +69,8 @@ def host_time(run_dir: Path, host: str, spans: Sequence[tuple[str, str]],
     ends = [t for t in (_time(b) for _, b in spans) if t is not None]
     wall = (max(ends) - min(starts)).total_seconds() if starts and ends else None
     startup: dict[str, float] = {}
-    for path in sorted((run_dir / host).glob("*/startup.json")):
+    layout = RunLayout.of(run_dir)
+    for path in layout.server_records(host, STARTUP).values():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -75,7 +78,7 @@ def host_time(run_dir: Path, host: str, spans: Sequence[tuple[str, str]],
         elapsed = data.get("elapsed_s") if isinstance(data, Mapping) else None
         if isinstance(elapsed, int | float):
             startup[path.parent.name] = float(elapsed)
-    graphs = {path.parent.name: how for path in sorted((run_dir / host).glob("*/compile.json"))
+    graphs = {conf: how for conf, path in layout.server_records(host, COMPILE).items()
               if (how := _graphs(path)) is not None}
     return HostTime(host, wall, startup, price_per_hour, graphs)
 

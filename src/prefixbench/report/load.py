@@ -11,19 +11,19 @@ the report lists. Nothing here writes files; :mod:`prefixbench.report.write` doe
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.hosts.fingerprint import Fingerprint, FingerprintError
-from prefixbench.measure.results import BenchmarkRecord, BenchResultError, FailureRecord
+from prefixbench.measure.bench_json import BenchResultError
+from prefixbench.measure.layout import FINGERPRINT, RunLayout
+from prefixbench.measure.records import BenchmarkRecord, FailureRecord
 from prefixbench.report.model import FailureInfo
 
 __all__ = ["ReportInputError", "RunData", "dropped_hosts", "failure_info", "load_run"]
 
-_REP_FILE: Final = re.compile(r"^rep([0-9]+)(\.failed)?\.json$")
 
 
 class ReportInputError(ValueError):
@@ -76,7 +76,8 @@ def load_run(run_dir: str | Path) -> RunData:
         raise ReportInputError(f"{root}: not a directory (expected results/<run_id>)")
     run: dict[str, Any] = {}
     warnings: list[str] = []
-    run_json = root / "run.json"
+    layout = RunLayout.of(root)
+    run_json = layout.meta_path
     if run_json.exists():
         try:
             loaded = _read_json(run_json)
@@ -91,27 +92,24 @@ def load_run(run_dir: str | Path) -> RunData:
     else:
         warnings.append("run.json is missing: hosts and workloads are taken from the files")
     data = RunData(run_dir=root, run=run, warnings=warnings)
-    for path in sorted(root.glob("*/*/*/rep*.json")):
-        m = _REP_FILE.match(path.name)
-        if not m:
-            continue
+    for key, failed, path in layout.scan():
         try:
             raw = _read_json(path)
-            if m.group(2):
+            if failed:
                 data.failures.append((FailureRecord.from_dict(raw, str(path)), path))
             else:
                 data.records.append(BenchmarkRecord.from_dict(raw, str(path)))
         except (OSError, json.JSONDecodeError, BenchResultError, ValueError) as exc:
             warnings.append(f"{path.relative_to(root)}: skipped, unreadable ({exc})")
-            if not m.group(2):
-                data.rejected.append(_rejected(path, root, int(m.group(1)), exc))
+            if not failed:
+                data.rejected.append(_rejected(path, root, key.repetition, exc))
     done = {r.key for r in data.records}
     data.rejected = [f for f in data.rejected if not any(
         f.host == k.host and f.configuration == k.configuration and f.workload == k.workload
         and f.repetition == k.repetition for k in done)]
     data.failures = [(f, p) for f, p in data.failures if f.key not in done]
     for host_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        fp_path = host_dir / "fingerprint.json"
+        fp_path = host_dir / FINGERPRINT
         if not fp_path.exists():
             continue
         try:

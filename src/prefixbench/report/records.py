@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from prefixbench.bench.workloads import Workload, WorkloadError
+from prefixbench.measure.bench_json import BenchResultError
+from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.metrics import SignalsDelta
-from prefixbench.measure.results import BenchmarkRecord, BenchResultError
+from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.measure.stats import prefix_repetition_cold_flags
 from prefixbench.predict.whatif import Prediction, predict
 from prefixbench.servers.sweep import tokenizer_dir
@@ -100,7 +102,7 @@ def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_di
         return Prediction(ratio=None, note="block size unknown (no cache_config_info)")
     seeded = workload if workload.seed is not None or record.seed is None \
         else workload.with_seed(record.seed)
-    prompts = run_dir / "prompts" / f"{workload.name}.jsonl"
+    prompts = RunLayout.of(run_dir).prompts_path(workload.name)
     return predict(seeded, block_size=int(block),
                    cache_config=cfg,
                    prompts_file=prompts if prompts.is_file() else None,

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixbench.measure.atomic import write_text_atomic
-from prefixbench.measure.results import json_safe
+from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.records import json_safe
 from prefixbench.report.bench_model import Agg
 from prefixbench.report.build import build_summary
 from prefixbench.report.document import (
@@ -236,11 +237,12 @@ def build_sweep(run_dir: str | Path, *, now: datetime | None = None) -> SweepSum
     if not dirs:
         raise ReportInputError(f"{root}: no sweep points under {root / 'sweep'}")
     run: dict[str, Any] = {}
-    if (root / "run.json").exists():
+    meta = RunLayout.of(root).meta_path
+    if meta.exists():
         try:
-            loaded = json.loads((root / "run.json").read_text(encoding="utf-8"))
+            loaded = json.loads(meta.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
-            raise ReportInputError(f"{root / 'run.json'}: unreadable ({exc})") from exc
+            raise ReportInputError(f"{meta}: unreadable ({exc})") from exc
         run = loaded if isinstance(loaded, dict) else {}
     points = []
     rows: list[SweepRow] = []

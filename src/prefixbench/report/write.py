@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixbench.measure.atomic import write_text_atomic
-from prefixbench.measure.results import json_safe
+from prefixbench.measure.layout import SUMMARY
+from prefixbench.measure.records import json_safe
 from prefixbench.report.document import render_html, render_markdown
 from prefixbench.report.load import load_run
 from prefixbench.report.model import Summary
@@ -19,7 +20,7 @@ from prefixbench.report.model import Summary
 __all__ = ["CSV_COLUMNS", "FORMATS", "results_csv", "write_outputs"]
 
 #: Output formats and their file names.
-FORMATS: Final = {"json": "summary.json", "md": "report.md", "html": "report.html",
+FORMATS: Final = {"json": SUMMARY, "md": "report.md", "html": "report.html",
                   "csv": "results.csv"}
 
 CSV_COLUMNS: Final = (

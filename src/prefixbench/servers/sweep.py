@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from prefixbench.measure.layout import TOKENIZER_DIR
+
 __all__ = ["SWEEP_DIR", "SweepPoint", "point_dirs", "points", "tokenizer_dir"]
 
 #: Sub-directory of a run that holds one run directory per sweep point.
@@ -81,9 +83,9 @@ def tokenizer_dir(run_dir: str | Path) -> Path | None:
     """The run's copy of the model's tokenizer (``<run>/tokenizer``), also for a sweep
     point (whose run directory is ``<run>/sweep/seg<size>``); ``None`` if there is none."""
     here = Path(run_dir)
-    candidates = [here / "tokenizer"]
+    candidates = [here / TOKENIZER_DIR]
     if here.parent.name == SWEEP_DIR:
-        candidates.append(here.parent.parent / "tokenizer")
+        candidates.append(here.parent.parent / TOKENIZER_DIR)
     for candidate in candidates:
         if (candidate / "tokenizer.json").is_file():
             return candidate

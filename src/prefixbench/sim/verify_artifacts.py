@@ -1,4 +1,4 @@
-"""Slow end-to-end checks of the simulated fleet's artifacts (``scripts/verify-sim-artifacts``).
+"""Slow end-to-end checks of the simulated fleet's artifacts (``make sim-verify``).
 
 1. build everything into ``<www>`` (no-op when up to date);
 2. the apt repository's signatures verify with ``gpgv`` and its indexes match;

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Measure the prefix-cache model's throughput (prompts per second, one core).
 
 Replays a prefix_repetition-shaped stream (num_prefixes shared random prefixes, a
@@ -6,21 +5,17 @@ distinct random suffix per prompt, prefixes drawn at random) through
 prefixbench.predict.cachesim and prints prompts/s and blocks/s. Building the prompts is timed
 separately, so the figure is the model's alone.
 
-    scripts/bench-cachesim                   # 1,000,000 prompts, 3072+1024, block 128
-    scripts/bench-cachesim --tokens tuple    # prompts as tuples of Python ints
-    scripts/bench-cachesim --prompts 200000 --prefix-len 512 --suffix-len 128
+    make bench-cachesim                                  # 1,000,000 prompts, 3072+1024, block 128
+    make bench-cachesim ARGS="--tokens tuple"            # prompts as tuples of Python ints
+    make bench-cachesim ARGS="--prompts 200000 --prefix-len 512 --suffix-len 128"
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from array import array
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from prefixbench.predict.cachesim import PrefixCacheSim, Tokens
 

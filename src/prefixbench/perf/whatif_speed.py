@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Measure the what-if analyzer's speed (prompts per second), and its overhead over the tokenizer.
 
 1. prefix_repetition, the tutorial's shape (3072 + 1024 tokens, 5 prefixes), 1,000,000
@@ -17,8 +16,8 @@
    machine). The best of --repeat runs of each, interleaved, is kept. Predictions must be
    identical for every worker count.
 
-    scripts/bench-whatif                                   # both, defaults
-    scripts/bench-whatif --prompts 0 --custom-prompts 5000 --workers 1,2 --repeat 3
+    make bench-whatif                                      # both, defaults
+    make bench-whatif ARGS="--prompts 0 --custom-prompts 5000 --workers 1,2 --repeat 3"
 """
 
 from __future__ import annotations
@@ -26,20 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from array import array
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
+from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
+from prefixbench.bench.workloads import Workload
+from prefixbench.measure.ratios import block_aligned_expected
 from prefixbench.predict import replay, whatif
 from prefixbench.predict.cachesim import PrefixCacheSim
-from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
-from prefixbench.measure.ratios import block_aligned_expected
-from prefixbench.sim import tinymodel
-from prefixbench.bench.workloads import Workload
 
 #: The tokenizers library's rayon pool (the tokenizer-alone runs only; read at its first
 #: parallel batch): every core.
@@ -105,6 +100,9 @@ def worker_counts(text: str) -> list[int]:
 
 
 def custom(args: argparse.Namespace) -> None:
+    # The simulated fleet's tokenizer: a benchmark may use the simulation, the product not.
+    from prefixbench.sim import tinymodel  # noqa: PLC0415
+
     spec = tinymodel.TinyLlamaSpec()
     words = [tinymodel.word(i) for i in range(4, spec.vocab_size)]
     counts = worker_counts(args.workers)

@@ -1,0 +1,39 @@
+"""The filter plugin is a name -> function map over the package: the unit name and the
+run directory's paths come from it, never from strings built in task files."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _filters() -> dict[str, Any]:
+    spec = importlib.util.spec_from_file_location(
+        "prefixbench_filters", ROOT / "plugins" / "filter" / "prefixbench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.FilterModule().filters())
+
+
+def test_unit_name_and_run_files_come_from_the_package(tmp_path: Path) -> None:
+    f = _filters()
+    assert f["prefixbench_unit_name"]("baseline") == "vllm-baseline.service"
+    assert f["prefixbench_unit_name"]("cached") == "vllm-cached.service"
+    with pytest.raises(ValueError, match="unknown configuration 'warm'"):
+        f["prefixbench_unit_name"]("warm")
+    files = f["prefixbench_run_files"](str(tmp_path / "r1"), "h1", "baseline")
+    assert files["startup"] == f"{tmp_path}/r1/h1/baseline/startup.json"
+    assert files["compile_store"] == f"{tmp_path}/.compile-cache"
+
+
+def test_pending_items_carry_the_workload_by_name_only() -> None:
+    items = _filters()["prefixbench_pending_items"](
+        {"prefixbench_repetitions": 1}, "/nonexistent/r1", "h1", "cached")
+    assert [i["name"] for i in items] == ["high_overlap", "no_overlap", "sustained_c4"]
+    assert all("workload" not in i and isinstance(i["seed"], int) for i in items)
