@@ -388,6 +388,9 @@ def test_ctrl_c_ends_the_playbook_then_stops_the_servers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real SIGINT during the run: ansible-runner is told to cancel (its
     cancel_callback), then playbooks/stop.yml runs on the same hosts, exit 130."""
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN under nohup or a background job
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     project = _project(tmp_path)
     calls: list[dict[str, Any]] = []
 
@@ -420,3 +423,4 @@ def test_ctrl_c_ends_the_playbook_then_stops_the_servers(
                                 "prefixbench run --run-id nightly-1 (ansible output in ")
     # The handler is gone afterwards: Ctrl+C outside a run is a KeyboardInterrupt again.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    signal.signal(signal.SIGINT, before)
