@@ -1,6 +1,6 @@
 """Action plugin: open (or resume) the run directory on the controller, or close it.
 
-Thin adapter over prefixbench.measure.runmeta; runs on the controller only.
+Thin adapter over prefixbench.bench.runmeta; runs on the controller only.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from prefixbench.measure import runmeta
+from prefixbench.bench import runmeta
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "default": "open", "choices": ["open", "closed"]},

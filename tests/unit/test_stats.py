@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from prefixbench.bench.prefix_repetition import prefix_repetition_cold_flags
 from prefixbench.measure.stats import (
     coefficient_of_variation,
     mad,
@@ -17,7 +18,6 @@ from prefixbench.measure.stats import (
     median,
     outliers,
     percentile,
-    prefix_repetition_cold_flags,
     robust_z_scores,
     split_cold_warm,
     stdev,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from report_runs import make_run, scale_times
 
+from prefixbench.bench import runmeta
 from prefixbench.config import plan, settings
 from prefixbench.frontend import runview
-from prefixbench.measure import runmeta
 from prefixbench.report.phase import report_run
 from prefixbench.report.sweep import SweepRow, build_sweep, choose_best
 from prefixbench.servers import sweep

@@ -4,5 +4,5 @@
 regenerated), :mod:`.custom` (your own prompts), :mod:`.seeds` and :mod:`.experiment`
 (which benches a host runs, with which seed), :mod:`.bench_argv` (the exact argv),
 :mod:`.criteria` (what a workload is for the verdicts), :mod:`.benchrun` (one bench
-turned into a record).
+turned into a record), :mod:`.runmeta` (the run's ``run.json``).
 """

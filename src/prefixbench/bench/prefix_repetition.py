@@ -48,6 +48,7 @@ __all__ = [
     "cold_flags",
     "generate_prompts",
     "prefix_order",
+    "prefix_repetition_cold_flags",
 ]
 
 _MT_N = 624
@@ -180,3 +181,23 @@ def generate_prompts(
             suffix = _exact_length(gen, vocab_size, suffix_len, roundtrip)
             built[(p, j)] = tuple(prefix + suffix)
     return [PromptSpec(p, j, built[(p, j)]) for p, j in order]
+
+
+def prefix_repetition_cold_flags(
+    seed: int,
+    num_prompts: int,
+    num_prefixes: int,
+    *,
+    shuffle: bool = True,
+    pre_requests: int = 0,
+) -> list[bool]:
+    """For each measured request of a prefix_repetition run (send order): is it cold?
+
+    ``pre_requests`` > 0 (a ready check or warmups, which send the first prompt before
+    the measured run) makes the first request warm.
+    """
+    order = [p for p, _ in prefix_order(seed, num_prompts, num_prefixes, shuffle=shuffle)]
+    flags = cold_flags(order)
+    if pre_requests > 0 and flags:
+        flags[0] = False
+    return flags

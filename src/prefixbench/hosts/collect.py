@@ -15,7 +15,7 @@ from typing import Any
 
 from prefixbench.hosts import provision, releases
 from prefixbench.hosts.fingerprint import FINGERPRINT_SCHEMA_VERSION, Fingerprint
-from prefixbench.servers.server import family
+from prefixbench.hosts.instances import family
 
 
 def _slurped(results: Sequence[Mapping[str, Any]]) -> str | None:

@@ -11,7 +11,7 @@ error (:func:`client_error_message`). Nothing here imports ansible or boto3.
 Groups::
 
     neuron_fleet
-      trn2, trn3             family from the instance type (prefixbench.servers.server.family)
+      trn2, trn3             family from the instance type (prefixbench.hosts.instances.family)
     type_trn2_48xlarge       instance type, every character outside [A-Za-z0-9_] -> "_"
     az_us_east_1a            availability zone, same rule
 """
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from prefixbench.servers.server import family
+from prefixbench.hosts.instances import family
 
 __all__ = [
     "DEFAULT_HOSTNAME_TAG",

@@ -1,6 +1,7 @@
-"""Measurement: metric deltas, hit ratios, records, the run directory, statistics.
+"""Measurement: metric deltas, hit ratios, the bench JSON, records, the run directory.
 
 :mod:`.metrics` (Prometheus deltas), :mod:`.ratios` (expected and measured hit ratios),
-:mod:`.results` (the records and the run directory's layout: its one owner),
-:mod:`.runmeta` (run.json), :mod:`.atomic` (atomic writes), :mod:`.stats`.
+:mod:`.bench_json` (``vllm bench serve`` results, validated), :mod:`.records` (a
+result or a failure, one header, checksummed), :mod:`.layout` (the run directory: its
+one owner), :mod:`.atomic` (atomic writes), :mod:`.stats` (medians, intervals, tests).
 """

@@ -102,7 +102,7 @@ class RunLayout:
 
     @property
     def meta_path(self) -> Path:
-        """``run.json``: the run's identity (:mod:`prefixbench.measure.runmeta`)."""
+        """``run.json``: the run's identity (:mod:`prefixbench.bench.runmeta`)."""
         return self.run_dir / RUN_META
 
     @property

@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from prefixbench.bench.prefix_repetition import cold_flags, prefix_order
-
 __all__ = [
     "ColdWarmSplit",
     "Summary",
@@ -44,7 +42,6 @@ __all__ = [
     "median",
     "outliers",
     "percentile",
-    "prefix_repetition_cold_flags",
     "robust_z_scores",
     "split_cold_warm",
     "stdev",
@@ -163,26 +160,6 @@ def summarize(xs: Sequence[float]) -> Summary:
 
 
 # -- cold / warm ------------------------------------------------------------------------
-
-def prefix_repetition_cold_flags(
-    seed: int,
-    num_prompts: int,
-    num_prefixes: int,
-    *,
-    shuffle: bool = True,
-    pre_requests: int = 0,
-) -> list[bool]:
-    """For each measured request of a prefix_repetition run (send order): is it cold?
-
-    ``pre_requests`` > 0 (a ready check or warmups, which send the first prompt before
-    the measured run) makes the first request warm.
-    """
-    order = [p for p, _ in prefix_order(seed, num_prompts, num_prefixes, shuffle=shuffle)]
-    flags = cold_flags(order)
-    if pre_requests > 0 and flags:
-        flags[0] = False
-    return flags
-
 
 @dataclass(frozen=True)
 class ColdWarmSplit:

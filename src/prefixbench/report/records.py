@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefixbench.bench.prefix_repetition import prefix_repetition_cold_flags
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.measure.bench_json import BenchResultError
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.metrics import SignalsDelta
 from prefixbench.measure.records import BenchmarkRecord
-from prefixbench.measure.stats import prefix_repetition_cold_flags
 from prefixbench.predict.whatif import Prediction, predict
 from prefixbench.servers.sweep import tokenizer_dir
 
