@@ -5,7 +5,7 @@ them (ready check and warmups first: copies of the first prompt), encoded as the
 encodes them, and replayed through :class:`prefixbench.predict.cachesim.PrefixCacheSim` with the
 server's block size and KV capacity (:func:`server_capacity`: ``num_gpu_blocks - 1``, as
 block 0 is vLLM's null block; none when vLLM's hybrid KV-cache manager makes the capacity
-model inapplicable, :func:`prefixbench.predict.cachesim.capacity_note`). The prediction is
+model inapplicable, :func:`prefixbench.predict.kvcapacity.capacity_note`). The prediction is
 ``hits / queries`` over all of those requests: the definition of vLLM's
 ``prefix_cache_hits`` / ``prefix_cache_queries`` counters, whose deltas the bench records.
 
@@ -51,7 +51,7 @@ from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.frontend.progress import Progress
 from prefixbench.measure.ratios import block_aligned_expected
-from prefixbench.predict.cachesim import capacity_note, usable_blocks
+from prefixbench.predict.kvcapacity import capacity_note, usable_blocks
 from prefixbench.predict.replay import Prediction, concurrency_note, replay_requests, replay_sent
 from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
 from prefixbench.predict.tokenizer import load as load_tokenizer
@@ -187,7 +187,7 @@ def server_capacity(cache_config: CacheConfig | None) -> tuple[int | None, str |
 
     ``(num_gpu_blocks - 1, None)`` normally (block 0 is vLLM's null block, never usable);
     ``(None, note)`` (an unbounded cache) when vLLM's hybrid KV-cache manager is on
-    (:func:`prefixbench.predict.cachesim.capacity_note`); ``(None, None)`` when the server
+    (:func:`prefixbench.predict.kvcapacity.capacity_note`); ``(None, None)`` when the server
     reported no capacity.
     """
     if cache_config is None:
