@@ -260,7 +260,8 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
     for w in workloads:
         if w.is_custom:
             # Prompt lengths need the host's tokenizer: the bench finds those too long.
-            from prefixbench.bench.custom import CustomPromptsError, check_file  # noqa: PLC0415 - custom only
+            from prefixbench.bench.custom import check_file  # noqa: PLC0415 - custom only
+            from prefixbench.bench.custom_read import CustomPromptsError  # noqa: PLC0415
 
             try:
                 check_file(w)

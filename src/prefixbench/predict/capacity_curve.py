@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.custom import CustomPromptsError, index_file
+from prefixbench.bench.custom_index import index_file
+from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.workloads import Workload
 from prefixbench.frontend.progress import Progress
 from prefixbench.predict.replay import (

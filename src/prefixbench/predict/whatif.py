@@ -41,12 +41,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from prefixbench.bench.custom import (
-    CustomPromptsError,
-    PreparedPrompts,
-    PromptIndex,
-    index_file,
-)
+from prefixbench.bench.custom import PreparedPrompts
+from prefixbench.bench.custom_index import PromptIndex, index_file
+from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.frontend.progress import Progress
@@ -170,9 +167,10 @@ def predict_indexed(
     workers: int | None = None,
     progress: Progress | None = None,
 ) -> Prediction:
-    """:func:`predict_prepared` for an indexed file (:func:`prefixbench.bench.custom.index_file`):
-    the prompts are read back from the file as they are sent, never all held at once.
-    Raises :class:`~prefixbench.bench.custom.CustomPromptsError` if the file changed since."""
+    """:func:`predict_prepared` for an indexed file
+    (:func:`prefixbench.bench.custom_index.index_file`): the prompts are read back from the
+    file as they are sent, never all held at once. Raises
+    :class:`~prefixbench.bench.custom_read.CustomPromptsError` if the file changed since."""
     with index.reader(tokenizer) as reader:
         return replay_sent(index.sent(seed, shuffle=shuffle), index.lengths,
                             index.output_tokens, reader.texts, tokenizer,
