@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from prefixbench.frontend import cli, runview
+from prefixbench.frontend import cli, cli_run, runview
 from prefixbench.frontend.runview import LiveView, exit_code
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def test_extra_vars_reach_ansible_playbook_exactly_as_its_own_e(tmp_path: Path) 
         return data
 
     direct = seen([a for item in EXTRA_VARS for a in ("-e", item)], "direct")
-    through = seen(shlex.split(cli.extra_vars_cmdline(EXTRA_VARS)), "through")
+    through = seen(shlex.split(cli_run.extra_vars_cmdline(EXTRA_VARS)), "through")
     assert through == direct
     assert direct["s"] == [512, 1024] and direct["o"] == "two words"
     assert direct["r"] == 5 and direct["file"] == {"a": [1, 2]}
@@ -107,7 +107,7 @@ def test_run_request(tmp_path: Path) -> None:
         "run", "-i", "inventories/sim", "-i", "mine", "--run-id", "nightly-1",
         "-e", "prefixbench_repetitions=3", "-l", "trn2", "--tags", "bench,report",
         "--project-dir", str(project)])
-    req = cli.run_request(args, cwd=elsewhere)
+    req = cli_run.run_request(args, cwd=elsewhere)
     assert req.inventories == (str(project / "inventories/sim"), str(elsewhere / "mine"))
     assert req.extravars == {"prefixbench_run_id": "nightly-1"}
     assert req.extra_args == ("prefixbench_repetitions=3",)
