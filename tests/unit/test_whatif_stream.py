@@ -27,11 +27,11 @@ from prefixbench.frontend.progress import ENCODING, READING, ProgressBar
 from prefixbench.predict import replay, whatif
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
-from prefixbench.sim import tinymodel
+from prefixbench.sim import tinytokenizer
 
 
 def words(*ids: int) -> str:
-    return " ".join(tinymodel.word(i) for i in ids)
+    return " ".join(tinytokenizer.word(i) for i in ids)
 
 
 SHARED_A = words(*range(100, 180))  # 80 tokens
