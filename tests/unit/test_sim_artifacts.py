@@ -18,6 +18,7 @@ import yaml
 
 from prefixbench.hosts import instances, releases
 from prefixbench.sim import (
+    apt_packages,
     artifacts_apt,
     artifacts_pip,
     host_neuron_ls,
@@ -143,20 +144,20 @@ def test_simulated_neuron_ls_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_repo_versions_add_one_simulated_older_version() -> None:
-    versions = artifacts_apt.repo_versions(releases.load_all())
+    versions = apt_packages.repo_versions(releases.load_all())
     assert versions["aws-neuronx-runtime-lib"] == {
         "2.32.31.0": False, "2.33.10.0": False, "2.34.10.0": False}
     assert versions["aws-neuronx-tools"] == {"2.31.13.0": False, "2.32.28.0": False}
     assert versions["aws-neuronx-oci-hook"] == {"2.17.30.0": False, "2.16.0.0": True}
-    assert artifacts_apt.simulated_older("2.17.30.0") == "2.16.0.0"
-    assert artifacts_apt.debian_version("aws-neuronx-runtime-lib", "2.33.10.0").startswith(
+    assert apt_packages.simulated_older("2.17.30.0") == "2.16.0.0"
+    assert apt_packages.debian_version("aws-neuronx-runtime-lib", "2.33.10.0").startswith(
         "2.33.10.0-")
-    assert artifacts_apt.debian_version("aws-neuronx-dkms", "2.29.0.0") == "2.29.0.0"
+    assert apt_packages.debian_version("aws-neuronx-dkms", "2.29.0.0") == "2.29.0.0"
 
 
 @needs_dpkg
 def test_deb_builds_reproducibly_and_reads_back(tmp_path: Path) -> None:
-    spec = artifacts_apt.neuron_spec("aws-neuronx-tools", "2.31.13.0", False,
+    spec = apt_packages.neuron_spec("aws-neuronx-tools", "2.31.13.0", False,
                                      instances.catalog_json(instances.load_catalog()))
     first = artifacts_apt.build_deb(spec, tmp_path / "a")
     second = artifacts_apt.build_deb(spec, tmp_path / "b")
