@@ -61,7 +61,8 @@ def whatif_workload(args: argparse.Namespace) -> Any:
 
 
 def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Predict and print; the exit code (a :class:`UsageError` on a bad argument)."""
+    """Predict and print; the exit code (a
+    :class:`~prefixbench.frontend.cli_shared.UsageError` on a bad argument)."""
     from prefixbench.frontend.progress import ProgressBar  # noqa: PLC0415
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
 
