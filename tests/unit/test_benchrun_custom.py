@@ -18,16 +18,16 @@ from tiny_tokenizer import write_tokenizer
 from prefixbench.bench import benchrun, experiment
 from prefixbench.config import settings
 from prefixbench.measure.records import BenchmarkRecord
-from prefixbench.sim import tinymodel
+from prefixbench.sim import tinytokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm-cpu-seed-procedure"
 
 
 def prompts_file(tmp_path: Path) -> Path:
-    shared = " ".join(tinymodel.word(i) for i in range(100, 356))
+    shared = " ".join(tinytokenizer.word(i) for i in range(100, 356))
     path = tmp_path / "mine.jsonl"
-    lines = [{"prompt": f"{shared} {tinymodel.word(600 + i)}"} for i in range(6)]
+    lines = [{"prompt": f"{shared} {tinytokenizer.word(600 + i)}"} for i in range(6)]
     lines.append({"messages": [{"role": "user", "content": "t7 t8"}]})
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path

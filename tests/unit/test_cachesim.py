@@ -11,14 +11,8 @@ from hypothesis import strategies as st
 
 from prefixbench.bench.prefix_repetition import generate_prompts
 from prefixbench.measure.ratios import block_aligned_expected
-from prefixbench.predict.cachesim import (
-    CapacityError,
-    PrefixCacheSim,
-    block_hashes,
-    capacity_note,
-    replay,
-    usable_blocks,
-)
+from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim, block_hashes, replay
+from prefixbench.predict.kvcapacity import capacity_note, usable_blocks
 
 VOCAB = 2048  # the recorded fixtures' word-level tokenizer
 TUTORIAL = {"prefix_len": 3072, "suffix_len": 1024, "vocab_size": VOCAB}

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from prefixbench.frontend import cli, runview
+from prefixbench.frontend import cli, cli_run, runview
 from prefixbench.frontend.runview import LiveView, exit_code
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def test_extra_vars_reach_ansible_playbook_exactly_as_its_own_e(tmp_path: Path) 
         return data
 
     direct = seen([a for item in EXTRA_VARS for a in ("-e", item)], "direct")
-    through = seen(shlex.split(cli.extra_vars_cmdline(EXTRA_VARS)), "through")
+    through = seen(shlex.split(cli_run.extra_vars_cmdline(EXTRA_VARS)), "through")
     assert through == direct
     assert direct["s"] == [512, 1024] and direct["o"] == "two words"
     assert direct["r"] == 5 and direct["file"] == {"a": [1, 2]}
@@ -107,7 +107,7 @@ def test_run_request(tmp_path: Path) -> None:
         "run", "-i", "inventories/sim", "-i", "mine", "--run-id", "nightly-1",
         "-e", "prefixbench_repetitions=3", "-l", "trn2", "--tags", "bench,report",
         "--project-dir", str(project)])
-    req = cli.run_request(args, cwd=elsewhere)
+    req = cli_run.run_request(args, cwd=elsewhere)
     assert req.inventories == (str(project / "inventories/sim"), str(elsewhere / "mine"))
     assert req.extravars == {"prefixbench_run_id": "nightly-1"}
     assert req.extra_args == ("prefixbench_repetitions=3",)
@@ -139,7 +139,7 @@ def test_run_usage_errors_exit_2(tmp_path: Path, argv: list[str], message: str) 
 def test_argparse_errors_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["bogus"]) == 2
     assert cli.main(["run"]) == 2  # -i is required
-    assert cli.main(["sim", "up", "x"]) == 2
+    assert cli.main(["sim", "up", "3"]) == 2  # the simulated fleet is scripts/simfleet
     assert cli.main(["--help"]) == 0
     text = capsys.readouterr().out
     for code in ("0  success", "2  usage", "3  a confirmation verdict failed",
@@ -168,17 +168,6 @@ def test_report_module_missing_is_one_line_and_exit_2(monkeypatch: pytest.Monkey
     assert cli.main(["compare", "a", "b"], err=err) == 2
     assert err.getvalue().startswith("prefixbench compare: unavailable: prefixbench.report.cli")
     assert err.getvalue().count("\n") == 1
-
-
-def test_sim_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from prefixbench.sim import cli as sim_cli  # noqa: PLC0415
-
-    seen: list[list[str]] = []
-    monkeypatch.setattr(sim_cli, "main", lambda argv: seen.append(list(argv)) or 1)
-    assert cli.main(["sim", "up", "4"]) == 1
-    assert cli.main(["sim", "down"]) == 1
-    assert cli.main(["sim", "status"]) == 1
-    assert seen == [["up", "4"], ["down"], ["status"]]
 
 
 # -- the live view ----------------------------------------------------------------------

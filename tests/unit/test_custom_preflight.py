@@ -9,7 +9,7 @@ from typing import Any
 
 from prefixbench.config import plan, settings
 from prefixbench.frontend import cli
-from prefixbench.sim import tinymodel
+from prefixbench.sim import tinyconfig, tinytokenizer
 
 BASE: dict[str, Any] = {
     "prefixbench_instance_type": "trn2.48xlarge",
@@ -48,11 +48,11 @@ def test_plan_line_of_a_custom_workload(tmp_path: Path) -> None:
 
 
 def test_whatif_command(tmp_path: Path) -> None:
-    spec = tinymodel.TinyLlamaSpec()
+    spec = tinyconfig.TinyLlamaSpec()
     tok = tmp_path / "tok"
     tok.mkdir()
-    (tok / "tokenizer.json").write_text(json.dumps(tinymodel.tokenizer_json(spec)))
-    (tok / "tokenizer_config.json").write_text(json.dumps(tinymodel.tokenizer_config(spec)))
+    (tok / "tokenizer.json").write_text(json.dumps(tinytokenizer.tokenizer_json(spec)))
+    (tok / "tokenizer_config.json").write_text(json.dumps(tinytokenizer.tokenizer_config(spec)))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(
         json.dumps({"prompt": f"t5 t6 t7 t8 t{20 + i}"}) + "\n" for i in range(4)))

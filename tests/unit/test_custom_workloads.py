@@ -12,7 +12,8 @@ from tiny_tokenizer import write_tokenizer
 
 from prefixbench.bench import custom
 from prefixbench.bench.bench_argv import bench_argv
-from prefixbench.bench.custom import CustomPromptsError, prepare, prepare_file, send_order
+from prefixbench.bench.custom import prepare, prepare_file, send_order
+from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.workloads import Workload, WorkloadError, load_workloads
 from prefixbench.sim._build import cache_dir
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from prefixbench.config import plan, rules, settings
+from prefixbench.config import modelfit, plan, settings
 
 
 def check(profile: str = "gpt-oss-120b", itype: str = "trn2.48xlarge",
@@ -24,7 +24,7 @@ def test_the_profiles_tp_per_family_fits(profile: str, itype: str, tp: int) -> N
     result = check(profile, itype)
     assert result.ok, result.problems
     assert result.settings["vllm_service_tensor_parallel_size"] == tp
-    fit = rules.model_fit(result.settings)
+    fit = modelfit.model_fit(result.settings)
     assert fit is not None and fit.fits
 
 
@@ -82,7 +82,7 @@ def test_warn_and_off_let_the_run_go_on_and_the_plan_shows_it() -> None:
     assert line.startswith("  model fit: gpt-oss-120b in BF16 needs 218 GiB")
     assert "DOES NOT FIT, use TP 16 or more" in line and "prefixbench_model_fit: warn" in line
     off = check(vllm_service_tensor_parallel_size=8, prefixbench_model_fit="off")
-    assert off.ok and rules.fit_line(off.settings) is None
+    assert off.ok and modelfit.fit_line(off.settings) is None
 
 
 def test_the_plan_shows_a_fit_that_fits() -> None:
@@ -97,12 +97,12 @@ def test_the_plan_shows_a_fit_that_fits() -> None:
 def test_the_simulated_fleet_and_unsized_models_are_not_checked() -> None:
     cpu = check(prefixbench_platform="cpu", vllm_service_tensor_parallel_size=1)
     assert cpu.ok, cpu.problems
-    assert rules.model_fit(cpu.settings) is None
+    assert modelfit.model_fit(cpu.settings) is None
     bare = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
                               "vllm_service_model": "/opt/models/gpt-oss-120b"}, host="h1")
-    assert bare.ok and rules.model_fit(bare.settings) is None
+    assert bare.ok and modelfit.model_fit(bare.settings) is None
     assert plan.render([plan.host_plan("h1", bare.settings)])[1].startswith("total:")
 
 
 def test_the_margin_is_a_named_fraction() -> None:
-    assert 0.5 <= rules.WEIGHTS_MAX_HBM_FRACTION < 1
+    assert 0.5 <= modelfit.WEIGHTS_MAX_HBM_FRACTION < 1

@@ -25,7 +25,7 @@ from prefixbench.measure.ratios import block_aligned_expected
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench.predict.served import served_expectation
-from prefixbench.sim import tinymodel
+from prefixbench.sim import tinyconfig, tinytokenizer
 
 #: sha256 of "\0".join(prompt texts) of vLLM 0.32's own PrefixRepetitionRandomDataset
 #: (random_seed 0, 50 prompts, 5 prefixes, 3072 + 1024 tokens) sampled with
@@ -154,8 +154,9 @@ def test_workload_defaults_and_refusals(word: tk.Tokenizer, tmp_path: Path) -> N
 
 
 def _bpe_digest_in_a_fresh_process(hash_seed: str) -> str:
-    code = ("import hashlib, json; from prefixbench.sim import tinymodel as t; "
-            "print(hashlib.sha256(json.dumps(t.bpe_tokenizer_json(t.TinyLlamaSpec()))"
+    code = ("import hashlib, json; "
+            "from prefixbench.sim import tinyconfig as c, tinytokenizer as t; "
+            "print(hashlib.sha256(json.dumps(t.bpe_tokenizer_json(c.TinyLlamaSpec()))"
             ".encode()).hexdigest())")
     env = {**os.environ, "PYTHONHASHSEED": hash_seed, "RAYON_NUM_THREADS": hash_seed}
     return subprocess.run([sys.executable, "-c", code], env=env, check=True,
@@ -163,17 +164,17 @@ def _bpe_digest_in_a_fresh_process(hash_seed: str) -> str:
 
 
 def test_bpe_build_is_deterministic() -> None:
-    spec = tinymodel.TinyLlamaSpec()
-    data = tinymodel.bpe_tokenizer_json(spec)
+    spec = tinyconfig.TinyLlamaSpec()
+    data = tinytokenizer.bpe_tokenizer_json(spec)
     digest = hashlib.sha256(json.dumps(data).encode()).hexdigest()
     # Other hash seeds and thread counts (the trainer counts pairs in parallel).
     assert _bpe_digest_in_a_fresh_process("1") == digest
     assert _bpe_digest_in_a_fresh_process("2") == digest
     vocab = data["model"]["vocab"]
     assert len(vocab) == spec.vocab_size == sorted(vocab.values())[-1] + 1
-    assert [vocab[t] for t in tinymodel.SPECIAL_TOKENS] == [0, 1, 2, 3]
-    assert len(data["model"]["merges"]) == spec.vocab_size - tinymodel.BPE_MIN_VOCAB
-    assert tinymodel.bpe_corpus(0, 50) == tinymodel.bpe_corpus(0, 50) != tinymodel.bpe_corpus(
-        1, 50)
+    assert [vocab[t] for t in tinyconfig.SPECIAL_TOKENS] == [0, 1, 2, 3]
+    assert len(data["model"]["merges"]) == spec.vocab_size - tinytokenizer.BPE_MIN_VOCAB
+    corpus = tinytokenizer.bpe_corpus
+    assert corpus(0, 50) == corpus(0, 50) != corpus(1, 50)
     with pytest.raises(ValueError, match="more than 260 ids"):
-        tinymodel.bpe_tokenizer_json(tinymodel.TinyLlamaSpec(vocab_size=260))
+        tinytokenizer.bpe_tokenizer_json(tinyconfig.TinyLlamaSpec(vocab_size=260))

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from prefixbench.config import settings
+from prefixbench.hosts import instances
 from prefixbench.servers import server
 
 TUTORIAL: dict[str, Any] = {
@@ -115,10 +116,10 @@ def test_unit_spec_pairs_the_units_as_conflicting() -> None:
 
 
 def test_family_of_instance_types() -> None:
-    assert server.family("trn2.48xlarge") == "trn2"
-    assert server.family("trn2u.48xlarge") == "trn2"
-    assert server.family("trn3pds.48xlarge") == "trn3"
-    assert server.family("inf2.xlarge") == "inf2"
+    assert instances.family("trn2.48xlarge") == "trn2"
+    assert instances.family("trn2u.48xlarge") == "trn2"
+    assert instances.family("trn3pds.48xlarge") == "trn3"
+    assert instances.family("inf2.xlarge") == "inf2"
 
 
 def test_environment_values_reach_the_process_unaltered() -> None:

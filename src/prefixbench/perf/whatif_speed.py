@@ -101,18 +101,18 @@ def worker_counts(text: str) -> list[int]:
 
 def custom(args: argparse.Namespace) -> None:
     # The simulated fleet's tokenizer: a benchmark may use the simulation, the product not.
-    from prefixbench.sim import tinymodel  # noqa: PLC0415
+    from prefixbench.sim import tinyconfig, tinytokenizer  # noqa: PLC0415
 
-    spec = tinymodel.TinyLlamaSpec()
-    words = [tinymodel.word(i) for i in range(4, spec.vocab_size)]
+    spec = tinyconfig.TinyLlamaSpec()
+    words = [tinytokenizer.word(i) for i in range(4, spec.vocab_size)]
     counts = worker_counts(args.workers)
     rayon = int(os.environ["RAYON_NUM_THREADS"])
     with tempfile.TemporaryDirectory() as tmp:
         tok = Path(tmp) / "tok"
         tok.mkdir()
-        (tok / "tokenizer.json").write_text(json.dumps(tinymodel.tokenizer_json(spec)))
+        (tok / "tokenizer.json").write_text(json.dumps(tinytokenizer.tokenizer_json(spec)))
         (tok / "tokenizer_config.json").write_text(
-            json.dumps(tinymodel.tokenizer_config(spec)))
+            json.dumps(tinytokenizer.tokenizer_config(spec)))
         system = " ".join(words[i % len(words)] for i in range(args.system_len))
         path = Path(tmp) / "prompts.jsonl"
         with path.open("w") as handle:

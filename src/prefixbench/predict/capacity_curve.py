@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.custom import CustomPromptsError, index_file
+from prefixbench.bench.custom_index import index_file
+from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.workloads import Workload
-from prefixbench.frontend.progress import Progress
+from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import (
     Prediction,
     concurrency_note,

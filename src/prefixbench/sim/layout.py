@@ -1,7 +1,10 @@
-"""The simulated fleet's pure parts: names, groups, addresses, paths, files and argv.
+"""The simulated fleet's pure parts: names, instance types, addresses and paths.
 
-Nothing here touches the machine. :mod:`prefixbench.sim.fleet` turns these values into
-namespaces, mounts and processes; the unit tests check them directly.
+Nothing here touches the machine. The command lines built from these values are
+:mod:`prefixbench.sim.cmdlines`, the files written from them (``/etc/hosts``,
+``known_hosts``, the inventory) :mod:`prefixbench.sim.hostfiles`;
+:mod:`prefixbench.sim.fleet` turns them into namespaces, mounts and processes. The unit
+tests check them directly.
 
 Naming: ``up N`` makes ``N - 1`` Trn2 hosts ``trn2-sim-1 .. trn2-sim-(N-1)`` and one Trn3
 host ``trn3-sim-1`` (with ``N == 1``, just ``trn2-sim-1``). A host keeps its name and
@@ -11,15 +14,11 @@ its address when the fleet grows or shrinks, so ``up 3`` then ``up 4`` only adds
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
-
-import yaml
+from typing import Final, Literal
 
 Family = Literal["trn2", "trn3"]
 
@@ -32,9 +31,6 @@ INSTANCE_TYPES: Final[Mapping[Family, str]] = {
     "trn2": TRN2_INSTANCE_TYPE,
     "trn3": TRN3_INSTANCE_TYPE,
 }
-
-#: Inventory group holding both families.
-PARENT_GROUP: Final = "neuron_fleet"
 
 #: Where each host finds its simulated instance identity (read by the simulated Neuron
 #: tools, e.g. ``neuron-ls -j``).
@@ -50,15 +46,15 @@ FABRIC_ADDRESS: Final = "10.213.0.1"
 HTTP_PORT: Final = 8080
 ARTIFACT_URL: Final = f"http://{FABRIC_ADDRESS}:{HTTP_PORT}/"
 
+#: Top cgroup (in each hierarchy) under which each host's nspawn gets its own group.
+CGROUP_PARENT: Final = "pbsim"
+
 # Address plan: trn2-sim-i -> .(10+i), trn3-sim-j -> .(200+j). Stable per name.
 _TRN2_BASE: Final = 10
 _TRN3_BASE: Final = 200
 MAX_TRN2: Final = 189  # .11 .. .199
 MAX_TRN3: Final = 54  # .201 .. .254
 MAX_HOSTS: Final = MAX_TRN2 + 1
-
-#: Host interpreter (Debian 12's python3) for the inventory.
-HOST_PYTHON: Final = "/usr/bin/python3"
 
 # Linux interface names are at most 15 bytes.
 _IFNAMSIZ: Final = 15
@@ -225,242 +221,3 @@ class FleetPaths:
 
     def host_key(self, name: str) -> Path:
         return self.host_dir(name) / "ssh_host_ed25519_key"
-
-
-# --------------------------------------------------------------------------- argv
-
-
-def proxy_command(host: SimHost, ip: str = "ip", nc: str = "nc") -> list[str]:
-    """The SSH ``ProxyCommand`` reaching sshd on the host's own loopback."""
-    return [ip, "netns", "exec", host.netns, nc, "127.0.0.1", "22"]
-
-
-def ssh_options(host: SimHost, paths: FleetPaths, ip: str = "ip", nc: str = "nc") -> list[str]:
-    """``-o`` options shared by the inventory and the harness's own SSH calls."""
-    return [
-        "-o",
-        "ProxyCommand=" + shlex.join(proxy_command(host, ip, nc)),
-        "-o",
-        f"UserKnownHostsFile={paths.known_hosts}",
-        "-o",
-        "StrictHostKeyChecking=yes",
-    ]
-
-
-def ssh_argv(
-    host: SimHost,
-    paths: FleetPaths,
-    remote: Sequence[str],
-    *,
-    ip: str = "ip",
-    nc: str = "nc",
-    connect_timeout: int = 5,
-) -> list[str]:
-    """A complete ``ssh`` call running ``remote`` as root on ``host`` (no multiplexing)."""
-    return [
-        "ssh",
-        "-i",
-        str(paths.ssh_key),
-        *ssh_options(host, paths, ip, nc),
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "IdentitiesOnly=yes",
-        "-o",
-        f"ConnectTimeout={connect_timeout}",
-        "-o",
-        "ControlMaster=no",
-        "-o",
-        "ControlPath=none",
-        "-o",
-        "LogLevel=ERROR",
-        "-l",
-        "root",
-        host.name,
-        "--",
-        shlex.join(remote),
-    ]
-
-
-def nspawn_argv(host: SimHost, paths: FleetPaths, nspawn: str = "systemd-nspawn") -> list[str]:
-    """Boot ``host`` from its overlay with systemd as PID 1, in its own namespace."""
-    return [
-        nspawn,
-        "--keep-unit",
-        "--register=no",
-        "--boot",
-        f"--directory={paths.merged(host.name)}",
-        f"--machine={host.name}",
-        f"--hostname={host.name}",
-        f"--network-namespace-path=/run/netns/{host.netns}",
-        "--link-journal=no",
-        "--resolv-conf=off",
-        "--timezone=off",
-        "--console=read-only",
-        "--settings=false",
-    ]
-
-
-#: Top cgroup (in each hierarchy) under which each host's nspawn gets its own group.
-CGROUP_PARENT: Final = "pbsim"
-
-_CGROUP_ENTER: Final = (
-    'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done; shift; exec "$@"'
-)
-
-
-def cgroup_dirs(mounts: Sequence[Path], host: SimHost) -> list[Path]:
-    """The host's own cgroup in each hierarchy: ``<mount>/pbsim/<name>``."""
-    return [m / CGROUP_PARENT / host.name for m in mounts]
-
-
-def in_cgroups(dirs: Sequence[Path], argv: Sequence[str]) -> list[str]:
-    """``argv`` run after moving itself into ``dirs`` (same PID: the shell execs it)."""
-    return ["sh", "-c", _CGROUP_ENTER, "pbsim-cgroup", *map(str, dirs), "--", *argv]
-
-
-def overlay_options(lower: Path, upper: Path, work: Path) -> str:
-    """The ``-o`` value of an overlay mount (paths may not contain ``,`` or ``:``)."""
-    for p in (lower, upper, work):
-        if any(c in str(p) for c in ",:\n"):
-            raise LayoutError(f"overlayfs cannot take a path containing ',' or ':': {p}")
-    return f"lowerdir={lower},upperdir={upper},workdir={work}"
-
-
-def nsenter_argv(pid: int, command: Sequence[str]) -> list[str]:
-    """Run ``command`` inside a host (all its namespaces) with a clean environment."""
-    return [
-        "nsenter",
-        "-t",
-        str(pid),
-        "-a",
-        "env",
-        "-i",
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "LANG=C.UTF-8",
-        *command,
-    ]
-
-
-def fabric_commands() -> list[list[str]]:
-    """``ip`` argv that create the fabric namespace and its bridge."""
-    ns = ["ip", "-n", FABRIC_NETNS]
-    return [
-        ["ip", "netns", "add", FABRIC_NETNS],
-        [*ns, "link", "set", "lo", "up"],
-        [*ns, "link", "add", BRIDGE, "type", "bridge"],
-        [*ns, "addr", "add", f"{FABRIC_ADDRESS}/{PREFIX_LEN}", "dev", BRIDGE],
-        [*ns, "link", "set", BRIDGE, "up"],
-    ]
-
-
-def host_net_commands(host: SimHost) -> list[list[str]]:
-    """``ip`` argv that give ``host`` its namespace, veth and address (no route out)."""
-    fabric = ["ip", "-n", FABRIC_NETNS]
-    inner = ["ip", "-n", host.netns]
-    return [
-        ["ip", "netns", "add", host.netns],
-        [*inner, "link", "set", "lo", "up"],
-        [
-            *fabric,
-            "link",
-            "add",
-            host.veth,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            host.netns,
-        ],
-        [*fabric, "link", "set", host.veth, "master", BRIDGE],
-        [*fabric, "link", "set", host.veth, "up"],
-        [*inner, "addr", "add", f"{host.address}/{PREFIX_LEN}", "dev", "eth0"],
-        [*inner, "link", "set", "eth0", "up"],
-    ]
-
-
-def http_server_argv(python: str, www: Path) -> list[str]:
-    """The artifact server, run inside the fabric namespace."""
-    return [
-        "ip",
-        "netns",
-        "exec",
-        FABRIC_NETNS,
-        python,
-        "-m",
-        "http.server",
-        "--bind",
-        FABRIC_ADDRESS,
-        "--directory",
-        str(www),
-        str(HTTP_PORT),
-    ]
-
-
-# --------------------------------------------------------------------------- files
-
-
-def instance_json(host: SimHost) -> str:
-    """Contents of :data:`INSTANCE_FILE` on ``host``."""
-    return json.dumps({"instance_type": host.instance_type, "family": host.family}) + "\n"
-
-
-def etc_hosts(hosts: Iterable[SimHost]) -> str:
-    """``/etc/hosts`` for every host: loopback, then each fleet member by fabric address."""
-    lines = [
-        "# Written by prefixbench simfleet.",
-        "127.0.0.1\tlocalhost",
-        "::1\tlocalhost ip6-localhost ip6-loopback",
-        f"{FABRIC_ADDRESS}\tpbsim-fabric",
-    ]
-    lines += [f"{h.address}\t{h.name}" for h in hosts]
-    return "\n".join(lines) + "\n"
-
-
-def known_hosts(host_keys: Mapping[str, str]) -> str:
-    """``known_hosts`` lines from ``{host name: public key line}``."""
-    lines = []
-    for name, pub in sorted(host_keys.items()):
-        keytype, key = pub.split()[:2]
-        lines.append(f"{name} {keytype} {key}")
-    return "".join(line + "\n" for line in lines)
-
-
-def inventory(
-    hosts: Sequence[SimHost], paths: FleetPaths, *, ip: str = "ip", nc: str = "nc"
-) -> dict[str, Any]:
-    """The YAML inventory as data: ``neuron_fleet`` with children ``trn2`` and ``trn3``."""
-    groups: dict[str, dict[str, Any]] = {}
-    for family in INSTANCE_TYPES:
-        members = {
-            h.name: {
-                "ansible_host": h.name,
-                "ansible_user": "root",
-                "ansible_ssh_private_key_file": str(paths.ssh_key),
-                "ansible_ssh_common_args": shlex.join(ssh_options(h, paths, ip, nc)),
-                "ansible_python_interpreter": HOST_PYTHON,
-                "prefixbench_instance_type": h.instance_type,
-                "prefixbench_sim_address": h.address,
-            }
-            for h in hosts
-            if h.family == family
-        }
-        groups[family] = {"hosts": members}
-    return {"all": {"children": {PARENT_GROUP: {"children": groups}}}}
-
-
-INVENTORY_HEADER: Final = (
-    "# Generated by `scripts/simfleet up`; do not edit (rewritten on every `up`,\n"
-    "# removed by `down`). Group variables live in inventories/sim/group_vars/.\n"
-)
-
-
-def inventory_yaml(
-    hosts: Sequence[SimHost], paths: FleetPaths, *, ip: str = "ip", nc: str = "nc"
-) -> str:
-    body = yaml.safe_dump(
-        inventory(hosts, paths, ip=ip, nc=nc), sort_keys=False, default_flow_style=False, width=1000
-    )
-    return INVENTORY_HEADER + body

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from prefixbench.sim import layout
+from prefixbench.sim import cmdlines, layout
 from prefixbench.sim.discover import (
     host_pid1,
     list_netns,
@@ -103,7 +103,7 @@ def stop_hosts(paths: FleetPaths, hosts: Sequence[SimHost], state: FleetState) -
         if Path(f"/run/netns/{host.netns}").exists():
             run(["ip", "netns", "del", host.netns])
         remove_tree(paths.host_dir(host.name))
-        for cgroup in layout.cgroup_dirs(cgroup_mounts(), host):
+        for cgroup in cmdlines.cgroup_dirs(cgroup_mounts(), host):
             remove_cgroup(cgroup)
         state.hosts.pop(host.name, None)
     if paths.state.exists():

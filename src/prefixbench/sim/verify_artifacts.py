@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from prefixbench.bench.workloads import Workload
 from prefixbench.predict.served import served_expectation
-from prefixbench.sim import artifacts, artifacts_apt, artifacts_pip, tinymodel
+from prefixbench.sim import apt_packages, artifacts, artifacts_apt, artifacts_pip, tinymodel
 from prefixbench.sim._build import BuildError, cache_dir, log, run
 
 PORT: Final = 8011
@@ -59,7 +59,7 @@ def check_neuron_ls(www: Path, python: Path) -> int:
         ident = Path(tmp) / "instance.json"
         ident.write_text(json.dumps({"instance_type": "trn2.48xlarge", "family": "trn2"}))
         env = {"PATH": "/usr/bin:/bin", "PREFIXBENCH_SIM_INSTANCE_FILE": str(ident),
-               "PREFIXBENCH_SIM_CATALOG": f"{tmp}{artifacts_apt.CATALOG_PATH}"}
+               "PREFIXBENCH_SIM_CATALOG": f"{tmp}{apt_packages.CATALOG_PATH}"}
         out = run([str(python), f"{tmp}/opt/aws/neuron/bin/neuron-ls", "-j"], env=env).stdout
     devices = json.loads(out)
     cores = sum(int(d["nc_count"]) for d in devices)
