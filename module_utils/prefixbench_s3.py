@@ -56,7 +56,7 @@ class SyncError(Exception):
     """The sync cannot go on; the message says why in one sentence."""
 
 
-class _Transient(Exception):
+class Transient(Exception):
     """A failure worth another attempt."""
 
 
@@ -211,7 +211,7 @@ def list_objects(client: Any, bucket: str, prefix: str, page_size: int = 1000
     except SyncError:
         raise
     except Exception as exc:  # botocore's errors, whatever their class: one line
-        raise SyncError(f"cannot list s3://{bucket}/{head}: {_describe(exc)}") from exc
+        raise SyncError(f"cannot list s3://{bucket}/{head}: {describe(exc)}") from exc
     if not out:
         raise SyncError(f"s3://{bucket}/{head} holds no objects")
     rels = {o.rel for o in out}
@@ -225,7 +225,8 @@ def list_objects(client: Any, bucket: str, prefix: str, page_size: int = 1000
     return sorted(out, key=lambda o: o.rel)
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """The first line of an error's message (its class name when it has none)."""
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
 
@@ -241,7 +242,7 @@ def _error_code(exc: BaseException) -> str:
 
 def is_transient(exc: BaseException) -> bool:
     """True for failures that another attempt may not see."""
-    if isinstance(exc, _Transient | ConnectionError | TimeoutError):
+    if isinstance(exc, Transient | ConnectionError | TimeoutError):
         return True
     code = _error_code(exc)
     if code:
@@ -252,7 +253,8 @@ def is_transient(exc: BaseException) -> bool:
                          "IncompleteReadError", "ProtocolError", "HTTPClientError"})
 
 
-def _precondition_failed(exc: BaseException) -> bool:
+def precondition_failed(exc: BaseException) -> bool:
+    """True when a conditional request failed: the object is no longer the one listed."""
     return _error_code(exc) in ("PreconditionFailed", "412")
 
 
@@ -514,11 +516,11 @@ class Sync:
             except SyncError:
                 raise
             except Exception as exc:  # botocore's or the socket's: classified below
-                if _precondition_failed(exc):
+                if precondition_failed(exc):
                     raise SyncError(f"{obj.key} changed in the bucket during the sync; "
                                     "run again") from exc
                 if not is_transient(exc) or attempt >= self.retries:
-                    raise SyncError(f"{obj.key}: {_describe(exc)}") from exc
+                    raise SyncError(f"{obj.key}: {describe(exc)}") from exc
                 self.sleep(min(30.0, self.backoff_s * 2 ** attempt))
                 attempt += 1
 
@@ -551,11 +553,11 @@ class Sync:
             finally:
                 body.close()
             if size != obj.size:
-                raise _Transient(f"{obj.key}: got {size} bytes, the listing says {obj.size}")
+                raise Transient(f"{obj.key}: got {size} bytes, the listing says {obj.size}")
             kms = answer.get("ServerSideEncryption") == "aws:kms"
             if is_plain_md5(obj.etag) and not kms and md5.hexdigest() != obj.etag:
-                raise _Transient(f"{obj.key}: MD5 {md5.hexdigest()} does not match "
-                                 f"the ETag {obj.etag}")
+                raise Transient(f"{obj.key}: MD5 {md5.hexdigest()} does not match "
+                                f"the ETag {obj.etag}")
             self.owner.apply(tmp)
             if target.is_symlink():
                 target.unlink()
