@@ -23,7 +23,8 @@ description:
   - Local files that the mirror does not hold are kept unless I(delete_extra).
   - Check mode lists the bucket and compares, and reports what would be downloaded
     without writing anything.
-  - The logic lives in module_utils/prefixbench_s3.py (plain Python, unit-tested).
+  - The logic lives in module_utils/prefixbench_s3.py (names, client, local files) and
+    module_utils/prefixbench_s3_transfer.py (the sync); plain Python, unit-tested.
 requirements:
   - boto3 importable by the Python that runs the module (python3-boto3 on Debian/Ubuntu).
 options:
@@ -157,13 +158,8 @@ elapsed_s:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.prefixbench_s3 import (
-    Owner,
-    Sync,
-    SyncError,
-    make_client,
-    parse_s3_uri,
-)
+from ansible.module_utils.prefixbench_s3 import Owner, SyncError, make_client, parse_s3_uri
+from ansible.module_utils.prefixbench_s3_transfer import Sync
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""The S3 model sync (module_utils/prefixbench_s3.py) against a real local S3 server.
+"""The S3 model sync (module_utils/prefixbench_s3.py, prefixbench_s3_transfer.py)
+against a real local S3 server.
 
 A moto server is started on 127.0.0.1 at a free port for the module's tests and stopped
 by its PID; every call is a real boto3 request over HTTP.
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "module_utils"))
 
 import prefixbench_s3 as s3  # noqa: E402
+import prefixbench_s3_transfer as transfer  # noqa: E402
 
 from prefixbench.sim.testing import stop_process  # noqa: E402
 
@@ -96,9 +98,9 @@ def tree(dest: Path) -> dict[str, bytes]:
             for p in dest.rglob("*") if p.is_file()}
 
 
-def run(client: Any, dest: Path, **options: Any) -> s3.SyncResult:
+def run(client: Any, dest: Path, **options: Any) -> transfer.SyncResult:
     options.setdefault("sleep", lambda _s: None)
-    return s3.sync(client, BUCKET, "tiny", dest, **options)
+    return transfer.sync(client, BUCKET, "tiny", dest, **options)
 
 
 def test_first_sync_downloads_all_second_nothing(client: Any, tmp_path: Path) -> None:
@@ -127,8 +129,8 @@ def test_first_sync_downloads_all_second_nothing(client: Any, tmp_path: Path) ->
 def test_revision_names_the_bytes_not_the_bucket(client: Any, tmp_path: Path) -> None:
     upload(client, MODEL)
     upload(client, MODEL, prefix="mirror-b/tiny")
-    a = s3.sync(client, BUCKET, "tiny", tmp_path / "a", sleep=lambda _s: None)
-    b = s3.sync(client, BUCKET, "mirror-b/tiny/", tmp_path / "b", sleep=lambda _s: None)
+    a = transfer.sync(client, BUCKET, "tiny", tmp_path / "a", sleep=lambda _s: None)
+    b = transfer.sync(client, BUCKET, "mirror-b/tiny/", tmp_path / "b", sleep=lambda _s: None)
     assert a.revision == b.revision and a.revision is not None
     assert a.revision.startswith("sha256:")
 
@@ -232,7 +234,7 @@ def test_transient_errors_are_retried(client: Any, tmp_path: Path) -> None:
     upload(client, {"config.json": MODEL["config.json"]})
     flaky = _Flaky(client, failures=2, error=ConnectionResetError)
     sleeps: list[float] = []
-    result = s3.sync(flaky, BUCKET, "tiny", tmp_path / "m", retries=3, sleep=sleeps.append)
+    result = transfer.sync(flaky, BUCKET, "tiny", tmp_path / "m", retries=3, sleep=sleeps.append)
     assert result.downloaded == ["config.json"] and flaky.calls == 3
     assert sleeps == [0.5, 1.0]
 
@@ -242,7 +244,7 @@ def test_failure_after_retries_names_the_file(client: Any, tmp_path: Path) -> No
     flaky = _Flaky(client, failures=9, error=ConnectionResetError)
     dest = tmp_path / "m"
     with pytest.raises(s3.SyncError, match=r"1 of 1 file\(s\) failed: tiny/config.json"):
-        s3.sync(flaky, BUCKET, "tiny", dest, retries=2, sleep=lambda _s: None)
+        transfer.sync(flaky, BUCKET, "tiny", dest, retries=2, sleep=lambda _s: None)
     assert flaky.calls == 3
     assert not (dest / "config.json").exists()
     assert not [p for p in dest.rglob("*") if s3.PART_MARK in p.name]
@@ -252,7 +254,7 @@ def test_object_replaced_during_the_sync_fails_that_file(client: Any, tmp_path: 
     upload(client, {"config.json": MODEL["config.json"]})
     objects = s3.list_objects(client, BUCKET, "tiny")
     upload(client, {"config.json": b"replaced\n"})
-    job = s3.Sync(client=client, bucket=BUCKET, prefix="tiny", dest=tmp_path / "m")
+    job = transfer.Sync(client=client, bucket=BUCKET, prefix="tiny", dest=tmp_path / "m")
     (tmp_path / "m").mkdir()
     with pytest.raises(s3.SyncError, match="changed in the bucket during the sync"):
         job._fetch_with_retries(objects[0])
@@ -324,7 +326,7 @@ def test_pagination_lists_every_object(client: Any, tmp_path: Path) -> None:
 
     objects = s3.list_objects(Counting(), BUCKET, "tiny", page_size=5)
     assert len(objects) == 23 and pages == [5, 5, 5, 5, 3]
-    result = s3.sync(client, BUCKET, "tiny", tmp_path / "m", concurrency=4, page_size=5)
+    result = transfer.sync(client, BUCKET, "tiny", tmp_path / "m", concurrency=4, page_size=5)
     assert result.files == 23 and len(result.downloaded) == 23
 
 
@@ -332,7 +334,7 @@ def test_an_empty_or_missing_mirror_is_an_error(client: Any, tmp_path: Path) -> 
     with pytest.raises(s3.SyncError, match="holds no objects"):
         run(client, tmp_path / "m")
     with pytest.raises(s3.SyncError, match="cannot list s3://no-such-bucket/tiny/"):
-        s3.sync(client, "no-such-bucket", "tiny", tmp_path / "m")
+        transfer.sync(client, "no-such-bucket", "tiny", tmp_path / "m")
 
 
 @pytest.mark.parametrize("key", ["tiny/../etc/passwd", "tiny/a//b", "tiny/./x",
