@@ -16,6 +16,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+#: Segment sizes the segmented-attention kernel is compiled for (the tutorial: "Supported
+#: values: [512], [1024], [2048], [4096]"); the rules, the sweep's choices and the
+#: report's advice all read them from here.
+SEGMENT_SIZES: Final = (512, 1024, 2048, 4096)
+
 Kind = Literal["str", "int", "bool", "float", "list_int", "list_str", "dict", "list_dict"]
 
 #: Prefixes of the variables this bundle owns. A variable with one of these prefixes that
@@ -112,7 +117,7 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("prefixbench_sweep_segment_sizes", "list_int", "Segment-size sweep: one "
             "baseline/cached server pair per kv_segment_size_buckets value, each with the "
             "matching num_batched_tokens_buckets and max-num-batched-tokens. Empty: no "
-            "sweep, the inventory's server settings.", [], choices=(512, 1024, 2048, 4096)),
+            "sweep, the inventory's server settings.", [], choices=SEGMENT_SIZES),
     Setting("prefixbench_workloads", "list_dict", "Benchmark workloads; each key mirrors a "
             "`vllm bench serve` flag in snake_case. Empty: the tutorial's three.", []),
     Setting("prefixbench_model_fit", "str", "Preflight check that the model's weights fit "

@@ -14,16 +14,13 @@ from typing import Any, Final
 from prefixbench.bench import experiment
 from prefixbench.bench.workloads import WorkloadError
 from prefixbench.config import catalogue
+from prefixbench.config.catalogue import SEGMENT_SIZES
 from prefixbench.config.modelfit import DTYPES, WEIGHTS_MAX_HBM_FRACTION, model_fit
 from prefixbench.hosts import instances, releases
 from prefixbench.hosts.instances import family
 from prefixbench.predict import tokenizer_vocab
 from prefixbench.servers import server, sweep
 from prefixbench.servers.server import TRN3_ONLY_ENVIRONMENT
-
-#: Segment sizes the segmented-attention kernel is compiled for (the tutorial: "Supported
-#: values: [512], [1024], [2048], [4096]").
-SEGMENT_SIZES: Final = (512, 1024, 2048, 4096)
 
 _ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

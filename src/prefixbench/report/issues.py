@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
+from prefixbench.config.catalogue import SEGMENT_SIZES
 from prefixbench.report.aggregate import HostView
 from prefixbench.report.model import FailureInfo, Issue
 from prefixbench.report.vocab import BASELINE, CACHED, HIGH_OVERLAP, NO_OVERLAP, Thresholds
@@ -50,8 +51,8 @@ FIX_OOM: Final = (
 FIX_NO_GAIN: Final = (
     "Hits without a TTFT gain mean the cached segments are not skipped: the prefix must "
     "span whole prefill segments (prefix_len a multiple of max_num_batched_tokens), and "
-    "kv_segment_size_buckets must equal num_batched_tokens_buckets (supported: 512, 1024, "
-    "2048, 4096) on both servers. Compare the two rendered units.")
+    "kv_segment_size_buckets must equal num_batched_tokens_buckets (supported: "
+    f"{', '.join(map(str, SEGMENT_SIZES))}) on both servers. Compare the two rendered units.")
 FIX_CARRY_OVER: Final = (
     "Hits on the no-overlap workload come from prompts of an earlier workload on the same "
     "server (vLLM's prefix_repetition draws from one stream per --seed): give every "
