@@ -9,7 +9,6 @@ transferred into the bench's temp dir. Documented in library/prefixbench_bench.p
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -56,32 +55,14 @@ class ActionModule(ActionBase):
         out = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
         return dict(out)
 
-    def _metrics(self, base_url: str, task_vars: dict[str, Any]) -> str:
-        out = self._module("ansible.builtin.uri",
-                           {"url": f"{base_url}/metrics", "return_content": True,
-                            "timeout": 30}, task_vars)
-        if out.get("failed") or out.get("status") != 200:
-            raise _HostError(f"GET {base_url}/metrics failed: "
-                             f"{out.get('msg') or out.get('status')}")
-        return str(out.get("content", ""))
-
-    def _put(self, local: Path, dest: str, task_vars: dict[str, Any]) -> None:
-        """Copy a controller file to ``dest`` on the host (through Ansible's remote tmp,
-        then the copy module, so it works with become)."""
+    def _stage(self, local: Path) -> str:
+        """Copy a controller file into Ansible's remote tmp on the host (the host module
+        moves it into the bench's temp dir); returns its path there."""
         tmp = self._connection._shell.tmpdir or self._make_tmp_path()
-        staged = self._connection._shell.join_path(tmp, "prompts.jsonl")
+        staged = self._connection._shell.join_path(tmp, local.name)
         self._transfer_file(str(local), staged)
         self._fixup_perms2((tmp, staged))
-        out = self._module("ansible.builtin.copy",
-                           {"src": staged, "dest": dest, "remote_src": True, "mode": "0644"},
-                           task_vars)
-        if out.get("failed"):
-            raise _HostError(f"cannot copy the prompts to {dest}: {out.get('msg')}")
-
-    def _service(self, unit: str, task_vars: dict[str, Any]) -> dict[str, str]:
-        out = self._module("ansible.builtin.command",
-                           {"argv": benchrun.service_argv(unit)}, task_vars)
-        return benchrun.parse_service(str(out.get("stdout", "")))
+        return str(staged)
 
     def _journal(self, unit: str, task_vars: dict[str, Any]) -> str:
         out = self._module("ansible.builtin.command",
@@ -117,58 +98,51 @@ class ActionModule(ActionBase):
             return self._unwritable(result, no_room)
 
         started = benchrun.now_iso()
-        remote_dir = ""
         prepared: benchrun.PreparedBench | None = None
+        staged = ""
         try:
             if req.workload.is_custom:
                 prepared = benchrun.prepare_prompts(req, run_dir)
                 req = prepared.request
-            service_before = self._service(req.unit, task_vars)
-            before = self._metrics(req.base_url, task_vars)
-            tmpdir = self._module("ansible.builtin.tempfile",
-                                  {"state": "directory", "prefix": "prefixbench."}, task_vars)
-            if tmpdir.get("failed"):
-                raise _HostError(f"cannot create a temp dir: {tmpdir.get('msg')}")
-            remote_dir = str(tmpdir["path"])
-            dataset_path = None
-            if prepared is not None:
-                dataset_path = f"{remote_dir}/{prepared.remote_name}"
-                self._put(prepared.path, dataset_path, task_vars)
-            argv = req.argv(remote_dir, req.timeout, dataset_path=dataset_path)
-            result["argv"] = argv
+                staged = self._stage(prepared.path)
+            dataset_path = (f"{benchrun.RESULT_DIR_PLACEHOLDER}/{prepared.remote_name}"
+                            if prepared is not None else None)
+            argv = req.argv(benchrun.RESULT_DIR_PLACEHOLDER, req.timeout, dataset_path=dataset_path)
             display.display(f"{host}: {req.configuration} {req.workload.name} "
                             f"rep{req.repetition}: running vllm bench serve")
-            run_argv = server.bench_argv_with_key(argv) if req.api_key else argv
-            ran = self._module("ansible.builtin.command", {"argv": run_argv}, task_vars)
-            if ran.get("rc") != 0:
-                why = "timed out" if ran.get("rc") in (124, 137) else f"exited {ran.get('rc')}"
+            # One round trip: the host module snapshots, runs and reads back everything.
+            ran = self._module("prefixbench_bench_host", {
+                "unit": req.unit, "metrics_url": f"{req.base_url}/metrics",
+                "argv": server.bench_argv_with_key(argv) if req.api_key else argv,
+                "result_filename": req.result_filename, "dataset_src": staged,
+                "dataset_name": prepared.remote_name if prepared is not None else "",
+                "service_properties": list(benchrun.SERVICE_PROPERTIES)}, task_vars)
+            if ran.get("failed"):
+                raise _HostError(f"the bench's host step failed: {ran.get('msg')}")
+            argv = [a.replace(benchrun.RESULT_DIR_PLACEHOLDER, str(ran.get("workdir", "")))
+                    for a in argv]
+            result["argv"] = argv
+            if ran.get("step") != "done":
                 return self._failed(result, layout, req, started=started,
-                                    error=f"vllm bench serve {why}", rc=ran.get("rc"),
-                                    stderr=str(ran.get("stderr", "")), args=args,
-                                    task_vars=task_vars)
-            after = self._metrics(req.base_url, task_vars)
-            restarted = benchrun.service_restart(service_before,
-                                                 self._service(req.unit, task_vars))
+                                    error=str(ran.get("error") or ran.get("step")),
+                                    rc=ran.get("rc"), stderr=str(ran.get("stderr_tail", "")),
+                                    args=args, task_vars=task_vars,
+                                    journal=str(ran.get("journal", "")))
+            restarted = benchrun.service_restart(ran["service_before"], ran["service_after"])
             if restarted:
                 raise _HostError(restarted)
-            slurped = self._module("ansible.builtin.slurp",
-                                   {"src": f"{remote_dir}/{req.result_filename}"}, task_vars)
-            if slurped.get("failed"):
-                raise _HostError(f"no result file: {slurped.get('msg')}")
-            bench_json = base64.b64decode(slurped["content"]).decode("utf-8")
             record = benchrun.build_record(
-                req, metrics_before=before, metrics_after=after, bench_json=bench_json,
+                req, metrics_before=str(ran["metrics_before"]),
+                metrics_after=str(ran["metrics_after"]), bench_json=str(ran["bench_json"]),
                 started_at=started, ended_at=benchrun.now_iso(),
-                extra={"argv": argv, "stdout_tail": str(ran.get("stdout", ""))[-4000:]},
+                extra={"argv": argv, "stdout_tail": str(ran.get("stdout_tail", ""))},
                 prepared=prepared, run_dir=run_dir)
         except (_HostError, ValueError) as exc:
             return self._failed(result, layout, req, started=started, error=str(exc),
                                 rc=None, stderr="", args=args, task_vars=task_vars)
         finally:
-            if remote_dir:
-                self._module("ansible.builtin.file", {"path": remote_dir, "state": "absent"},
-                             task_vars)
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            if staged:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
         return self._finish(result, layout, req, record, started=started, args=args,
                             task_vars=task_vars)
 
@@ -220,11 +194,12 @@ class ActionModule(ActionBase):
     def _failed(self, result: dict[str, Any], layout: RunLayout,
                 req: benchrun.BenchRequest, *, started: str, error: str, rc: Any,
                 stderr: str, args: dict[str, Any], task_vars: dict[str, Any],
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        try:
-            journal = self._journal(req.unit, task_vars)
-        except Exception as exc:  # noqa: BLE001 - the failure record matters more
-            journal = f"(journal unavailable: {exc})"
+                extra: dict[str, Any] | None = None, journal: str = "") -> dict[str, Any]:
+        if not journal:
+            try:
+                journal = self._journal(req.unit, task_vars)
+            except Exception as exc:  # noqa: BLE001 - the failure record matters more
+                journal = f"(journal unavailable: {exc})"
         record = benchrun.build_failure(req, error=error, started_at=started,
                                         ended_at=benchrun.now_iso(),
                                         returncode=rc if isinstance(rc, int) else None,

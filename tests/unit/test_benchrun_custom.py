@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import errno
 import importlib.util
 import json
@@ -149,8 +148,8 @@ def _plugin() -> Any:
 
 
 def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: int = 7,
-                restart: bool = False, extra_args: dict[str, Any] | None = None
-                ) -> tuple[dict[str, Any], list[tuple[str, Any]],
+                restart: bool = False, extra_args: dict[str, Any] | None = None,
+                fail_step: str = "") -> tuple[dict[str, Any], list[tuple[str, Any]],
                                                 list[tuple[str, str]], Path]:
     """The bench action against a test double of the host: the recorded fixture's bench
     and metrics, adjusted to the 7 prompts of the file; ``restart`` makes systemd report
@@ -166,24 +165,26 @@ def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: i
     after = (FIXTURES / "metrics_cached_high_overlap_after.txt").read_text().replace(
         'finished_reason="length",model_name="tiny-model"} 50.0',
         'finished_reason="length",model_name="tiny-model"} 7.0')
-    metrics = iter([(FIXTURES / "metrics_cached_high_overlap_before.txt").read_text(), after])
-    services = iter(["NRestarts=0\nInvocationID=aaa\nMainPID=10\n",
-                     "NRestarts=1\nInvocationID=bbb\nMainPID=11\n" if restart
-                     else "NRestarts=0\nInvocationID=aaa\nMainPID=10\n"])
+    restarted = {"NRestarts": "1", "InvocationID": "bbb", "MainPID": "11"}
+    same = {"NRestarts": "0", "InvocationID": "aaa", "MainPID": "10"}
 
     def execute(module_name: str, module_args: dict[str, Any], task_vars: Any
                 ) -> dict[str, Any]:
+        """A test double of the host: library/prefixbench_bench_host.py's answer."""
         calls.append((module_name, module_args))
-        if module_name == "ansible.builtin.uri":
-            return {"status": 200, "content": next(metrics)}
-        if module_name == "ansible.builtin.tempfile":
-            return {"path": "/tmp/prefixbench.abc"}
-        if module_name == "ansible.builtin.slurp":
-            return {"content": base64.b64encode(bench.encode()).decode()}
+        if module_name == "prefixbench_bench_host" and fail_step:
+            return {"step": fail_step, "error": "vllm bench serve exited 1", "rc": 1,
+                    "stderr_tail": "Traceback: boom", "journal": "engine died",
+                    "workdir": "/tmp/prefixbench.abc"}
+        if module_name == "prefixbench_bench_host":
+            return {"step": "done", "error": "", "rc": 0, "stdout_tail": "ok",
+                    "stderr_tail": "", "journal": "", "workdir": "/tmp/prefixbench.abc",
+                    "service_before": same, "service_after": restarted if restart else same,
+                    "metrics_before": (FIXTURES / "metrics_cached_high_overlap_before.txt"
+                                       ).read_text(),
+                    "metrics_after": after, "bench_json": bench}
         if module_name == "ansible.builtin.command":
-            if module_args["argv"][:2] == ["systemctl", "show"]:
-                return {"rc": 0, "stdout": next(services)}
-            return {"rc": 0, "stdout": "ok"}
+            return {"rc": 0, "stdout": "journal"}
         return {}
 
     action = module.ActionModule.__new__(module.ActionModule)
@@ -208,13 +209,18 @@ def test_plugin_prepares_transfers_and_runs_a_custom_workload(
     result, calls, transferred, run_dir = _run_plugin(tmp_path, monkeypatch)
     assert result["status"] == "done", result
     assert transferred == [(str(run_dir / "prompts" / "mine.jsonl"),
-                            "/home/u/.ansible/tmp/ansible-tmp-1/prompts.jsonl")]
-    copy = next(a for n, a in calls if n == "ansible.builtin.copy")
-    assert copy["dest"] == "/tmp/prefixbench.abc/mine.jsonl" and copy["remote_src"] is True
-    argv = next(a for n, a in calls
-                if n == "ansible.builtin.command" and "bench" in a["argv"])["argv"]
-    assert argv[argv.index("--dataset-path") + 1] == "/tmp/prefixbench.abc/mine.jsonl"
+                            "/home/u/.ansible/tmp/ansible-tmp-1/mine.jsonl")]
+    assert [n for n, _ in calls] == ["prefixbench_bench_host"]  # one round trip
+    host = calls[0][1]
+    assert host["dataset_src"] == "/home/u/.ansible/tmp/ansible-tmp-1/mine.jsonl"
+    assert host["dataset_name"] == "mine.jsonl" and host["unit"] == "vllm-cached.service"
+    argv = host["argv"]
+    assert argv[argv.index("--dataset-path") + 1] == "@@RESULT_DIR@@/mine.jsonl"
+    assert argv[argv.index("--result-dir") + 1] == "@@RESULT_DIR@@"
     assert argv[argv.index("--num-prompts") + 1] == "7"
+    # The record keeps the command as it ran, in the host's temp dir.
+    assert result["argv"][result["argv"].index("--dataset-path") + 1] == (
+        "/tmp/prefixbench.abc/mine.jsonl")
     saved = json.loads(Path(result["path"]).read_text())
     assert saved["prompts"]["num_prompts"] == 7
     assert saved["expected"]["predicted_ratio"] is not None
@@ -346,9 +352,18 @@ def test_plugin_sends_the_api_key_from_the_host_file_only(
     keyed = host_settings(prompts_file(tmp_path), vllm_service_api_key="<redacted>")
     result, calls, _, _ = _run_plugin(tmp_path, monkeypatch, extra_args={"settings": keyed})
     assert result["status"] == "done", result
-    bench = [a["argv"] for m, a in calls if m == "ansible.builtin.command"
-             and "bench" in a["argv"]]
+    bench = [a["argv"] for m, a in calls if m == "prefixbench_bench_host"]
     assert len(bench) == 1 and bench[0][:2] == ["/bin/sh", "-c"]
     assert bench[0][3] == "/etc/vllm-prefixbench/vllm.env"
     # The record keeps the bench's own command, not the wrapper.
     assert result["argv"][0] != "/bin/sh"
+
+
+def test_plugin_records_a_failed_host_step_with_the_journal_it_brought(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, calls, _, _ = _run_plugin(tmp_path, monkeypatch, fail_step="bench")
+    assert result["status"] == "failed" and result["msg"] == "vllm bench serve exited 1"
+    assert [n for n, _ in calls] == ["prefixbench_bench_host"]  # no second trip for the journal
+    kept = json.loads(Path(result["path"]).read_text())
+    assert (kept["returncode"], kept["stderr"], kept["journal_tail"]) == (
+        1, "Traceback: boom", "engine died")

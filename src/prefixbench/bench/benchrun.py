@@ -321,6 +321,10 @@ def summary_line(s: Mapping[str, Any]) -> str:
 #: ``systemctl show`` properties that tell whether a unit's process was replaced.
 SERVICE_PROPERTIES: Final = ("NRestarts", "InvocationID", "MainPID")
 
+#: Stands for the bench's temp dir on the host in the argv sent to the host module
+#: (library/prefixbench_bench_host.py creates the dir and replaces it).
+RESULT_DIR_PLACEHOLDER: Final = "@@RESULT_DIR@@"
+
 
 def service_argv(unit: str) -> list[str]:
     """``systemctl show`` of the properties :func:`service_restart` compares."""
