@@ -10,6 +10,10 @@ short_description: Observe a vLLM server unit (health endpoint, systemd state, j
 description:
   - Reads the unit's ActiveState and NRestarts, requests the health URL, and returns the
     last journal line, or the last I(journal_lines) lines when I(journal_lines) > 1.
+  - With I(wait) > 0 it polls on the host, every I(poll) seconds, until the server
+    answers 200, the unit is no longer starting (failed, inactive) or restarted, or
+    I(wait) seconds passed, then returns the last observation: one round trip covers
+    I(wait) seconds of waiting.
   - Changes nothing; used by the prefixbench_wait_healthy action.
 options:
   unit:
@@ -24,6 +28,14 @@ options:
     description: How many journal lines to return.
     type: int
     default: 1
+  wait:
+    description: Seconds to keep polling on the host before returning (0 - one look).
+    type: int
+    default: 0
+  poll:
+    description: Seconds between two looks while waiting.
+    type: float
+    default: 1.0
 author: prefixbench
 """
 
@@ -54,8 +66,10 @@ journal:
   returned: always
 """
 
+import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -70,31 +84,45 @@ def _http_status(url: str) -> int | None:
         return None
 
 
+def _look(module: AnsibleModule, unit: str, url: str) -> dict[str, Any]:
+    rc, out, err = module.run_command(
+        ["systemctl", "show", unit, "--property=ActiveState,NRestarts"])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return {"http_status": _http_status(url),
+            "active_state": props.get("ActiveState", "unknown"),
+            "n_restarts": int(props.get("NRestarts", "0") or 0)}
+
+
+def _settled(look: dict[str, Any], first: dict[str, Any]) -> bool:
+    """Whether the controller must see this look now (healthy, or no longer starting)."""
+    return ((look["http_status"] == 200 and look["active_state"] == "active")
+            or look["active_state"] in ("failed", "inactive")
+            or look["n_restarts"] != first["n_restarts"])
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "unit": {"type": "str", "required": True},
             "url": {"type": "str", "required": True},
             "journal_lines": {"type": "int", "default": 1},
+            "wait": {"type": "int", "default": 0},
+            "poll": {"type": "float", "default": 1.0},
         },
         supports_check_mode=True,
     )
-    unit = module.params["unit"]
-    rc, out, err = module.run_command(
-        ["systemctl", "show", unit, "--property=ActiveState,NRestarts"])
-    if rc != 0:
-        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    unit, url = module.params["unit"], module.params["url"]
+    deadline = time.monotonic() + max(0, module.params["wait"])
+    first = look = _look(module, unit, url)
+    while not _settled(look, first) and time.monotonic() < deadline:
+        time.sleep(max(0.1, module.params["poll"]))
+        look = _look(module, unit, url)
     _, journal, _ = module.run_command(
         ["journalctl", "--unit", unit, "--lines", str(module.params["journal_lines"]),
          "--no-pager", "--output", "cat"])
-    module.exit_json(
-        changed=False,
-        http_status=_http_status(module.params["url"]),
-        active_state=props.get("ActiveState", "unknown"),
-        n_restarts=int(props.get("NRestarts", "0") or 0),
-        journal=journal.splitlines(),
-    )
+    module.exit_json(changed=False, journal=journal.splitlines(), **look)
 
 
 if __name__ == "__main__":

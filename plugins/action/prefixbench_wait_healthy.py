@@ -24,7 +24,9 @@ ARGUMENT_SPEC = {
     "unit": {"type": "str", "required": True},
     "url": {"type": "str", "required": True},
     "timeout": {"type": "int", "default": 1800},
-    "interval": {"type": "int", "default": 5},
+    # Seconds of waiting one probe covers on the host (it returns at once when the
+    # server answers or the unit stops starting): few round trips, quick detection.
+    "interval": {"type": "int", "default": 15},
     "progress_every": {"type": "int", "default": 30},
     "journal_lines": {"type": "int", "default": 200},
     "log_file": {"type": "path", "required": False},
@@ -40,10 +42,11 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
 
     def _probe(self, args: dict[str, Any], task_vars: dict[str, Any],
-               lines: int = 1) -> dict[str, Any]:
+               lines: int = 1, wait: int = 0) -> dict[str, Any]:
         out = self._execute_module(
             module_name="prefixbench_probe",
-            module_args={"unit": args["unit"], "url": args["url"], "journal_lines": lines},
+            module_args={"unit": args["unit"], "url": args["url"], "journal_lines": lines,
+                         "wait": wait},
             task_vars=task_vars)
         if out.get("failed"):
             raise AnsibleActionFail(f"probing {args['unit']} failed: {out.get('msg')}")
@@ -96,5 +99,5 @@ class ActionModule(ActionBase):
             if now - last_progress >= args["progress_every"]:
                 display.display(health.progress_line(host, args["unit"], elapsed, probe))
                 last_progress = now
-            time.sleep(args["interval"])
-            raw = self._probe(args, task_vars)
+            left = args["timeout"] - (time.monotonic() - start)
+            raw = self._probe(args, task_vars, wait=max(1, min(args["interval"], int(left) + 1)))
