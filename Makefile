@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status sim-verify tiny-model bench-overhead bench-cachesim bench-whatif lock clean
+.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status sim-verify tiny-model bench-overhead bench-scale bench-cachesim bench-whatif lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ tiny-model: venv  ## Build the simulated fleet's tiny model into DIR (no torch, 
 # Benchmarks of the bundle itself: they print figures, they are not tests.
 bench-overhead: venv  ## The bundle's own cost: ARGS="run results/<run_id>" or ARGS="plugin HOST -n 3" (simulated fleet)
 	$(BIN)/python -m prefixbench.perf.overhead_cli $(ARGS)
+
+bench-scale: venv  ## Controller CPU per host and per bench at several fleet sizes; ARGS="-i inventories/sim --hosts 1,2,4"
+	$(BIN)/python -m prefixbench.perf.scale $(ARGS)
 
 bench-cachesim: venv  ## The prefix-cache model's speed (prompts/s on one core); ARGS="--prompts 200000"
 	$(BIN)/python -m prefixbench.perf.cachesim_speed $(ARGS)
