@@ -1,5 +1,5 @@
 """The product never imports the simulated fleet: ``prefixbench.sim`` is test and demo
-tooling, reached only by an explicit ``prefixbench sim`` or a benchmark script."""
+tooling, reached only by scripts/simfleet, the tests or a benchmark of prefixbench.perf."""
 
 from __future__ import annotations
 
