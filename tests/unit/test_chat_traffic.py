@@ -1,9 +1,10 @@
 """Multi-turn chat traffic (prefixbench.bench.chat_traffic): seeded, growing histories,
 think time as interleaving, the distributions; its structural estimate
-(prefixbench.predict.chat_estimate) against the what-if replay."""
+(prefixbench.predict.chat_estimate) against the what-if replay; the chat-traffic command."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import re
@@ -15,6 +16,8 @@ from tiny_tokenizer import write_tokenizer
 
 from prefixbench.bench import chat_traffic as ct
 from prefixbench.bench.workloads import Workload
+from prefixbench.frontend import cli
+from prefixbench.frontend.cli_chat import tokenizer_words
 from prefixbench.predict import chat_estimate as ce
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
@@ -191,3 +194,95 @@ def test_the_structural_estimate_is_the_replay_when_its_assumptions_hold(
     # A KV capacity that evicts breaks the first assumption: the replay counts fewer hits.
     tight = replayed(path, tok_dir, 16, capacity=60)
     assert tight.evicted_blocks > 0 and tight.hit_tokens < est.hit_tokens
+
+
+def test_the_tokenizers_words_leave_out_special_tokens_and_template_markers(
+        tmp_path: Path) -> None:
+    words = tokenizer_words(tk.load(write_tokenizer(tmp_path / "tok")))
+    assert words[:2] == ["t4", "t5"] and "t2047" in words and len(words) == 2048 - 8
+    assert not {"t10", "t11", "t12", "t13", "<s>", "</s>", "<unk>"} & set(words)
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["chat-traffic", *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def field(text: str, label: str) -> str:
+    found = re.search(rf"^{label}: +(.*)$", text, re.MULTILINE)
+    assert found, (label, text)
+    return found.group(1)
+
+
+def test_the_command_writes_the_file_and_prints_both_ratios(tmp_path: Path) -> None:
+    tok = write_tokenizer(tmp_path / "tok")
+    path = tmp_path / "out" / "chat.jsonl"
+    code, out, err = run(str(path), "--users", "8", "--turns", "uniform:2:5",
+                         "--tokenizer", str(tok), "--block-size", "16")
+    assert (code, err) == (0, "")
+    lines = path.read_text().splitlines()
+    assert f"8 users, 2-5 turns each, {len(lines)} requests" in field(out, "traffic")
+    assert all(json.loads(line)["messages"][0]["role"] == "system" for line in lines)
+    predicted = field(out, "predicted ratio").split()[0]
+    structural = field(out, "structural").split()[0]
+    assert predicted == structural and float(predicted.rstrip("%")) > 50
+    assert field(out, "difference") == "+0.00 pp (replay - structural)"
+    assert "why:" not in out
+    assert "disable_shuffle: true" in field(out, "workload")
+    assert field(out, "vocabulary") == f"2,040 words of the tokenizer {tok}"
+    # The same arguments write the same bytes.
+    again = tmp_path / "again.jsonl"
+    assert run(str(again), "--users", "8", "--turns", "uniform:2:5", "--tokenizer",
+               str(tok), "--block-size", "16")[0] == 0
+    assert again.read_bytes() == path.read_bytes()
+    # A capacity that evicts: the two differ, and the command says why.
+    code, out, _ = run(str(path), "--users", "8", "--turns", "uniform:2:5", "--tokenizer",
+                       str(tok), "--block-size", "16", "--capacity-blocks", "80")
+    assert code == 0 and "blocks evicted" in field(out, "predicted ratio")
+    assert field(out, "why").startswith("the replay evicts")
+    # It is the replay of the file in file order (with eviction, order matters).
+    in_order = replayed(path, tok, 16, capacity=80).ratio
+    assert in_order is not None
+    assert field(out, "predicted ratio").startswith(f"{in_order:.2%} ")
+    # No tokenizer: built-in words, the estimate in words, no replay.
+    code, out, _ = run(str(path), "--users", "3")
+    assert code == 0 and field(out, "vocabulary").startswith("the built-in list")
+    assert "words counted as tokens" in field(out, "structural")
+    assert field(out, "predicted ratio").startswith("not computed")
+
+
+def test_the_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    tok = write_tokenizer(tmp_path / "tok")
+    out = str(tmp_path / "c.jsonl")
+    for argv, message in (
+            ([out, "--turns", "uniform:6:2"], "--turns 'uniform:6:2': uniform needs A <= B"),
+            ([out, "--think", "zipf:1"], "--think 'zipf:1': unknown distribution 'zipf'"),
+            ([out, "--user-words", "0"], "--user-words '0': values must be >= 1"),
+            ([out, "--users", "0"], "users must be 1 to 100,000, got 0"),
+            ([out, "--system-words", "-5"], "system words must be 0 to"),
+            ([out, "--block-size", "0"], "--block-size and --capacity-blocks must be >= 1"),
+            ([out, "--capacity-blocks", "10"], "needs --tokenizer DIR"),
+            ([out, "--tokenizer", str(tmp_path / "none")], "no such file or directory"),
+            ([str(tmp_path), "--tokenizer", str(tok)], "cannot write"),
+            ([out, "--tokenizer", str(tok), "--block-size", "16", "--capacity-blocks", "2"],
+             "does not fit")):
+        code, _, err = run(*argv)
+        assert code == 2, argv
+        assert err.startswith("prefixbench chat-traffic: error: ") and message in err, err
+        assert err.count("\n") == 1
+
+
+def test_a_template_that_rewrites_the_history_is_told_apart(tmp_path: Path) -> None:
+    # A header that depends on the number of messages (as a date or a turn counter would):
+    # no turn's prompt is a prefix of the next one's, so the history is never hit.
+    tok = write_tokenizer(tmp_path / "tok")
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ 't' ~ (4 + messages | length) }} " + config["chat_template"]
+    (tok / "tokenizer_config.json").write_text(json.dumps(config))
+    code, out, _ = run(str(tmp_path / "c.jsonl"), "--users", "4", "--turns", "3",
+                       "--tokenizer", str(tok), "--block-size", "16")
+    assert code == 0
+    predicted = float(field(out, "predicted ratio").split("%")[0])
+    assert predicted < float(field(out, "structural").split("%")[0]) - 20
+    assert field(out, "why").startswith("no eviction: the rendered turns are not prefix")
