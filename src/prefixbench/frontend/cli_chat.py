@@ -47,7 +47,7 @@ def add_parser(sub: Any, epilog: str) -> None:
         "uniform:A:B, geometric:MEAN, poisson:MEAN. With --tokenizer, print the what-if "
         "replay's predicted hit ratio beside the structural estimate.")
     p.add_argument("out", type=Path, metavar="OUT.jsonl", help="the file to write")
-    p.add_argument("--users", type=int, default=8, help="conversations (default 8)")
+    p.add_argument("--users", type=int, default=8, metavar="N", help="conversations (default 8)")
     p.add_argument("--turns", default="uniform:2:6", metavar="DIST",
                    help="turns per user (default uniform:2:6)")
     p.add_argument("--system-words", type=int, default=400, metavar="N",
@@ -60,11 +60,12 @@ def add_parser(sub: Any, epilog: str) -> None:
     p.add_argument("--think", default="uniform:0:4", metavar="DIST",
                    help="requests of other users between a user's turns (default "
                    "uniform:0:4)")
-    p.add_argument("--seed", type=int, default=0, help="the generator's seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, metavar="S",
+                   help="the generator's seed (default 0)")
     p.add_argument("--tokenizer", type=Path, metavar="DIR",
                    help="the server's tokenizer directory (tokenizer.json and its chat "
                    "template): words from its vocabulary, and the what-if replay")
-    p.add_argument("--block-size", type=int, default=128,
+    p.add_argument("--block-size", type=int, default=128, metavar="B",
                    help="KV block size of the server (default 128)")
     p.add_argument("--capacity-blocks", type=int, metavar="N",
                    help="usable KV capacity for the replay (num_gpu_blocks - 1); default "
