@@ -1,6 +1,8 @@
 """Your own traffic on the simulated fleet: a chat application's prompts (plain prompts and
 growing chat conversations) replayed through vLLM's custom dataset on both servers, and
-the what-if analyzer's prediction checked against the measured hit ratio (within 1 pp)."""
+the what-if analyzer's prediction checked against the measured hit ratio (within 1 pp);
+in the same run, the product's multi-turn chat traffic (prefixbench chat-traffic) sent in
+file order, checked the same way."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.custom_prompts import write_chat_traffic
+from helpers.custom_prompts import write_chat_traffic, write_multi_turn_chat
 
 from prefixbench.sim.testing import SimFleetHandle
 from prefixbench.sim.testing import run_playbook as playbook
@@ -25,11 +27,16 @@ def test_custom_prompts_prediction_within_one_point(
     host = sim_fleet.hosts[0]
     prompts = tmp_path / "chat-traffic.jsonl"
     lines = write_chat_traffic(prompts)
+    turns = tmp_path / "multi-turn.jsonl"
+    turn_lines = write_multi_turn_chat(turns)
     run_dir = repo_root / "results" / RUN_ID
     shutil.rmtree(run_dir, ignore_errors=True)
     workloads = [{"name": "chat_traffic", "dataset_name": "custom",
                   "dataset_path": str(prompts), "custom_output_len": 8,
-                  "max_concurrency": 1}]
+                  "max_concurrency": 1},
+                 {"name": "chat_turns", "dataset_name": "custom",
+                  "dataset_path": str(turns), "custom_output_len": -1,
+                  "max_concurrency": 1, "disable_shuffle": True}]
     proc, seconds = playbook(
         repo_root, ansible_env, "benchmark.yml", "--skip-tags", "provision",
         "--limit", host.name, "-e", json.dumps({"prefixbench_workloads": workloads}),
@@ -56,6 +63,12 @@ def test_custom_prompts_prediction_within_one_point(
           f"diff {row['predicted_diff_pp']:+.3f} pp")
     assert measured > 0.3, "the shared system prompts should be served from the cache"
     assert abs(row["predicted_diff_pp"]) <= 1.0
+    turn_row = rows[("cached", "chat_turns")]
+    assert len((run_dir / "prompts" / "chat_turns.jsonl").read_text().splitlines()) == turn_lines
+    print(f"chat_turns ({turn_lines} lines): measured {turn_row['hit_ratio_queries']:.4%}, "
+          f"predicted {turn_row['predicted']:.4%}, diff {turn_row['predicted_diff_pp']:+.3f} pp")
+    assert turn_row["hit_ratio_queries"] > 0.5, "the histories should be served from the cache"
+    assert abs(turn_row["predicted_diff_pp"]) <= 1.0
     # Without prefix caching the server queries nothing (hits/queries is undefined) and
     # every prompt token is computed.
     baseline = rows[("baseline", "chat_traffic")]
