@@ -1,15 +1,18 @@
 """``make bench-scale ARGS="..."``: the controller's cost per host and per bench, at
 several fleet sizes (a benchmark that prints figures, not a test).
 
-For each count N of ``--hosts`` it runs ``ansible-playbook benchmark.yml`` on the first N
-hosts of the inventory's ``neuron_fleet`` group, hosts already provisioned and deployed
-(``--skip-tags provision,deploy``), with one tiny workload (two benches per host: one
-per configuration), a fresh run id each time, and reads the controller's CPU time (user
-+ system of ansible-playbook and every process it waited for, as ``/usr/bin/time``
-counts it) and the wall time. A flat CPU per host means the controller scales with the
-fleet; CPU per bench is what each bench costs the controller, all phases included.
+For each count N of ``--hosts`` and each count K of ``--workloads`` it runs
+``ansible-playbook benchmark.yml`` on the first N hosts of the inventory's
+``neuron_fleet`` group, hosts already provisioned and deployed (``--skip-tags
+provision,deploy``), with K tiny workloads (2K benches per host: one per configuration),
+a fresh run id each time, and reads the controller's CPU time (user + system of
+ansible-playbook and every process it waited for, as ``/usr/bin/time`` counts it) and
+the wall time. A flat CPU per host means the controller scales with the fleet. With two
+values of K the marginal CPU of one bench follows (the difference over the extra
+benches): what each bench costs the controller, apart from the run's fixed per-host
+part (preflight, run directory, compile cache, fingerprint, report).
 
-    make bench-scale ARGS="-i inventories/sim --hosts 1,2,4"
+    make bench-scale ARGS="-i inventories/sim --hosts 1,2,4 --workloads 1,3"
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from prefixbench.measure.layout import RunLayout
 
 ROOT = Path(__file__).resolve().parents[3]
 
-#: One workload small enough that the controller's share of the run shows.
-TINY = {"prefixbench_workloads": [{
-    "name": "tiny", "prefix_repetition_prefix_len": 1024,
-    "prefix_repetition_suffix_len": 256, "prefix_repetition_num_prefixes": 2,
-    "prefix_repetition_output_len": 4, "num_prompts": 4, "max_concurrency": 1}],
-    "prefixbench_repetitions": 1, "prefixbench_fail_on": ["failed_bench"]}
+def tiny(workloads: int) -> dict[str, object]:
+    """``workloads`` workloads small enough that the controller's share of a run shows."""
+    return {"prefixbench_workloads": [{
+        "name": f"tiny{k}", "prefix_repetition_prefix_len": 1024,
+        "prefix_repetition_suffix_len": 256, "prefix_repetition_num_prefixes": 2,
+        "prefix_repetition_output_len": 4, "num_prompts": 4, "max_concurrency": 1}
+        for k in range(1, workloads + 1)],
+        "prefixbench_repetitions": 1, "prefixbench_fail_on": ["failed_bench"]}
 
 
 @dataclass(frozen=True)
@@ -56,11 +61,12 @@ class Point:
         return self.cpu_s / self.benches if self.benches else float("nan")
 
     def line(self) -> str:
-        return (f"{self.hosts:>5}  {self.benches:>7}  {self.wall_s:>7.1f}  {self.cpu_s:>7.1f}"
-                f"  {self.cpu_per_host:>8.1f}  {self.cpu_per_bench:>9.2f}")
+        return (f"{self.hosts:>5}  {self.benches // self.hosts:>8}  {self.benches:>7}  "
+                f"{self.wall_s:>7.1f}  {self.cpu_s:>7.1f}  {self.cpu_per_host:>8.1f}  "
+                f"{self.cpu_per_bench:>9.2f}")
 
 
-HEADER = "hosts  benches   wall s   CPU s  CPU/host  CPU/bench"
+HEADER = "hosts  per host  benches   wall s   CPU s  CPU/host  CPU/bench"
 
 
 def fleet_hosts(inventory: str, env: dict[str, str]) -> list[str]:
@@ -107,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-i", "--inventory", default="inventories/sim")
     parser.add_argument("--hosts", default="1,2,4", help="fleet sizes, e.g. 1,2,4")
+    parser.add_argument("--workloads", default="1,3",
+                        help="tiny workloads per run, e.g. 1,3 (two values: the marginal "
+                        "CPU of a bench)")
     parser.add_argument("--results", type=Path,
                         help="results directory (default: a temporary one)")
     args = parser.parse_args(argv)
@@ -119,20 +128,32 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{max(counts)} needed (scripts/simfleet up {max(counts)}, then provision "
               "and deploy them)", file=sys.stderr)
         return 2
+    sizes = [int(k) for k in args.workloads.split(",")]
     with tempfile.TemporaryDirectory(prefix="pb-scale-") as tmp:
-        extra = Path(tmp) / "tiny.json"
-        extra.write_text(json.dumps(TINY))
         results = args.results or Path(tmp) / "results"
         print(HEADER, flush=True)
-        points = []
+        points: dict[tuple[int, int], Point] = {}
         for n in counts:
-            points.append(run_point(args.inventory, hosts[:n], results, env, extra))
-            print(points[-1].line(), flush=True)
-    per_host = [p.cpu_per_host for p in points]
-    print(f"CPU per host from {counts[0]} to {counts[-1]} hosts: "
-          f"{per_host[-1] / per_host[0]:.2f}x (1.00 = flat)")
+            for k in sizes:
+                extra = Path(tmp) / f"tiny{k}.json"
+                extra.write_text(json.dumps(tiny(k)))
+                points[n, k] = run_point(args.inventory, hosts[:n], results, env, extra)
+                print(points[n, k].line(), flush=True)
+    for k in sizes:
+        first, last = points[counts[0], k], points[counts[-1], k]
+        print(f"{2 * k} benches per host: CPU per host from {counts[0]} to {counts[-1]} "
+              f"hosts {first.cpu_per_host:.1f} -> {last.cpu_per_host:.1f} s "
+              f"({last.cpu_per_host / first.cpu_per_host:.2f}x; 1.00 = flat)")
+    if len(sizes) >= 2:
+        lo, hi = sizes[0], sizes[-1]
+        for n in counts:
+            extra_benches = points[n, hi].benches - points[n, lo].benches
+            if extra_benches > 0:
+                marginal = (points[n, hi].cpu_s - points[n, lo].cpu_s) / extra_benches
+                fixed = points[n, lo].cpu_per_host - marginal * 2 * lo
+                print(f"{n} host(s): marginal controller CPU per bench {marginal:.2f} s; "
+                      f"fixed per host {fixed:.1f} s")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
