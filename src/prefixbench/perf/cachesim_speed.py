@@ -17,21 +17,15 @@ import random
 import time
 from array import array
 
+from prefixbench.perf.stream_args import add_stream_arguments
 from prefixbench.predict.cachesim import PrefixCacheSim, Tokens
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=1_000_000)
-    ap.add_argument("--prefix-len", type=int, default=3072)
-    ap.add_argument("--suffix-len", type=int, default=1024)
-    ap.add_argument("--num-prefixes", type=int, default=5)
-    ap.add_argument("--block-size", type=int, default=128)
-    ap.add_argument("--capacity-blocks", type=int, default=8192,
-                    help="KV capacity in blocks (0 = unbounded; memory grows with prompts)")
+    add_stream_arguments(ap)
     ap.add_argument("--tokens", choices=("array", "tuple"), default="array",
                     help="prompt representation: array('I') of ids or tuple of ints")
-    ap.add_argument("--chunk", type=int, default=1000, help="prompts built per batch")
     args = ap.parse_args()
 
     rnd = random.Random(0)  # noqa: S311 - benchmark data, not secrets

@@ -33,6 +33,7 @@ from pathlib import Path
 from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
 from prefixbench.bench.workloads import Workload
 from prefixbench.measure.ratios import block_aligned_expected
+from prefixbench.perf.stream_args import add_stream_arguments
 from prefixbench.predict import replay, whatif
 from prefixbench.predict.cachesim import PrefixCacheSim
 
@@ -161,14 +162,7 @@ def custom(args: argparse.Namespace) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=1_000_000)
-    ap.add_argument("--prefix-len", type=int, default=3072)
-    ap.add_argument("--suffix-len", type=int, default=1024)
-    ap.add_argument("--num-prefixes", type=int, default=5)
-    ap.add_argument("--block-size", type=int, default=128)
-    ap.add_argument("--capacity-blocks", type=int, default=8192,
-                    help="KV capacity in blocks (0 = unbounded; memory grows with prompts)")
-    ap.add_argument("--chunk", type=int, default=1000)
+    add_stream_arguments(ap)
     ap.add_argument("--seed", type=int, default=1000)
     ap.add_argument("--custom-prompts", type=int, default=20_000)
     ap.add_argument("--system-len", type=int, default=1536)
