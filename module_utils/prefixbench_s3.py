@@ -205,6 +205,11 @@ def is_transient(exc: BaseException) -> bool:
                          "IncompleteReadError", "ProtocolError", "HTTPClientError"})
 
 
+def not_found(exc: BaseException) -> bool:
+    """True when the object (or its bucket's key) does not exist."""
+    return _error_code(exc) in ("NoSuchKey", "NotFound", "404")
+
+
 def precondition_failed(exc: BaseException) -> bool:
     """True when a conditional request failed: the object is no longer the one listed."""
     return _error_code(exc) in ("PreconditionFailed", "412")

@@ -192,11 +192,19 @@ def prefixbench_compile_key(fingerprint: Mapping[str, Any], venv_versions: str,
 
 
 def prefixbench_compile_role(host: str, hosts: Sequence[str], keys: Sequence[str | None],
-                             in_store: Sequence[bool], local: Sequence[bool]) -> str:
-    """``host``'s part in sharing one configuration's graphs: restore, leader, follower
-    or off (prefixbench.servers.compile_cache.roles)."""
+                             in_store: Sequence[bool], local: Sequence[bool], *,
+                             cold: str = "wait") -> str:
+    """``host``'s part in sharing one configuration's graphs: restore, leader, follower,
+    self or off (prefixbench.servers.compile_cache.roles)."""
     return compile_cache.roles(hosts, keys, [bool(x) for x in in_store],
-                               [bool(x) for x in local])[host]
+                               [bool(x) for x in local], cold)[host]
+
+
+def prefixbench_compile_store(settings: Mapping[str, Any], default_dir: str,
+                              host_python: str = "/usr/bin/python3") -> dict[str, Any]:
+    """Where the shared graphs live and how the hosts reach them
+    (prefixbench.servers.compile_cache.store_of)."""
+    return compile_cache.store_of(settings, default_dir, host_python)
 
 
 class FilterModule:
@@ -216,6 +224,7 @@ class FilterModule:
             "prefixbench_unit_name": prefixbench_unit_name,
             "prefixbench_compile_key": prefixbench_compile_key,
             "prefixbench_compile_role": prefixbench_compile_role,
+            "prefixbench_compile_store": prefixbench_compile_store,
             "prefixbench_pip_args": prefixbench_pip_args,
             "prefixbench_pip_plan": prefixbench_pip_plan,
             "prefixbench_gate": prefixbench_gate,

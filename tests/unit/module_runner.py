@@ -24,9 +24,12 @@ def run_module(name: str, args: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
     """Run ``library/<name>.py`` with ``args``; return its result (failed ones too)."""
     pytest.importorskip("ansible")
     from ansible.module_utils import basic  # noqa: PLC0415
+    from ansible.module_utils.common import warnings  # noqa: PLC0415
     from ansible.module_utils.common.text.converters import to_bytes  # noqa: PLC0415
 
     monkeypatch.syspath_prepend(str(ROOT / "module_utils"))
+    # Each run reports its own warnings, as each module run on a host does.
+    monkeypatch.setattr(warnings, "_global_warnings", {})
     for util in utils:
         monkeypatch.setitem(sys.modules, f"ansible.module_utils.{util}",
                             importlib.import_module(util))

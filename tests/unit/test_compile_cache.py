@@ -18,6 +18,9 @@ from prefixbench.servers import compile_cache, server
 sys.path.insert(0, str(module_runner.ROOT / "module_utils"))
 import prefixbench_compile_cache as cc
 
+#: What the module imports (its S3 store's utils too).
+CC_UTILS = ("prefixbench_s3", "prefixbench_compile_cache", "prefixbench_compile_store_s3")
+
 FINGERPRINT: dict[str, Any] = {
     "host": "sim-1", "collected_at": "2026-12-01T00:00:00Z", "platform": "cpu",
     "family": "trn2", "neuron_packages": {"aws-neuronx-runtime-lib": "2.29.45.0"},
@@ -91,6 +94,15 @@ def test_one_leader_per_missing_key_preferring_a_host_that_has_it() -> None:
     assert roles == {"h1": "leader", "h2": "follower", "h3": "follower"}
     with pytest.raises(ValueError, match="same length"):
         compile_cache.roles(hosts, ["k1"], [False], [False])
+
+
+def test_with_the_compile_policy_nobody_waits_and_one_host_publishes() -> None:
+    hosts = ["h1", "h2", "h3", "h4"]
+    roles = compile_cache.roles(hosts, ["k1", "k1", "k2", "k1"], [False, False, True, False],
+                                [False] * 4, cold="compile")
+    assert roles == {"h1": "leader", "h2": "self", "h3": "restore", "h4": "self"}
+    with pytest.raises(ValueError, match="cold policy"):
+        compile_cache.roles(hosts, ["k1"] * 4, [False] * 4, [False] * 4, cold="maybe")
 
 
 def make_cache(root: Path) -> Path:
@@ -212,12 +224,12 @@ def test_the_module_warns_once_and_goes_on_for_a_corrupt_archive(
         "prefixbench_compile_cache",
         {"state": "restore", "path": str(tmp_path / "h" / "inductor"),
          "archive": str(store / "ck-1.tar.gz"), "sha256": manifest["sha256"], "key": "ck-1"},
-        monkeypatch, capsys, utils=("prefixbench_compile_cache",))
+        monkeypatch, capsys, utils=CC_UTILS)
     assert not out.get("failed") and out["changed"] is False and out["restored"] == 0
     assert len(out["warnings"]) == 1
     assert "the server compiles instead" in json.dumps(out["warnings"][0])
     found = module_runner.run_module(
         "prefixbench_compile_cache", {"state": "lookup", "store": str(store), "key": "ck-1"},
-        monkeypatch, capsys, utils=("prefixbench_compile_cache",))
+        monkeypatch, capsys, utils=CC_UTILS)
     assert found["manifest"] is None  # the size no longer matches the manifest
     assert json.loads((store / "ck-1.json").read_text())["key"] == "ck-1"

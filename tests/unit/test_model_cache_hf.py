@@ -110,7 +110,7 @@ def test_no_secret_is_ever_in_a_task_environment_or_an_unguarded_task() -> None:
     from prefixbench.config import settings  # noqa: PLC0415
 
     secret = re.compile(r"(?<![.\w])(" + "|".join(sorted(settings.SECRETS)) + r")\b")
-    no_log_modules = ("prefixbench_s3_sync",)
+    no_log_modules = ("prefixbench_s3_sync", "prefixbench_compile_cache")
     users = []
     for path in sorted([*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("playbooks/**/*.yml")]):
         data = yaml.safe_load(path.read_text())
@@ -128,14 +128,16 @@ def test_no_secret_is_ever_in_a_task_environment_or_an_unguarded_task() -> None:
                 assert task.get("no_log") is True or any(m in task for m in no_log_modules), \
                     name
     # The places that hold a secret: the Hub token file, the units' environment file,
-    # the S3 sync's arguments.
+    # the S3 sync's arguments, the S3 compile store's.
     assert any("hf.yml: Put the Hub token there" in u for u in users), users
     assert any("vllm_service/tasks/main.yml: Write the servers' private" in u
                for u in users), users
     assert any("s3.yml" in u for u in users), users
+    assert any("compile_restore.yml" in u for u in users), users
 
 
-def test_the_s3_keys_are_no_log_in_the_module_spec() -> None:
-    spec = (ROOT / "library/prefixbench_s3_sync.py").read_text()
+@pytest.mark.parametrize("module", ["prefixbench_s3_sync", "prefixbench_compile_cache"])
+def test_the_s3_keys_are_no_log_in_the_module_spec(module: str) -> None:
+    spec = (ROOT / f"library/{module}.py").read_text()
     assert '"access_key_id": {"type": "str", "default": "", "no_log": True}' in spec
     assert '"secret_access_key": {"type": "str", "default": "", "no_log": True}' in spec

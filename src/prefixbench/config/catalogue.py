@@ -84,9 +84,31 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("prefixbench_compile_cache", "bool", "Share compiled graphs across the fleet "
             "and across runs: per key (versions, unit, model), one host compiles and "
             "publishes to the store, the others restore before their server starts.", True),
-    Setting("prefixbench_compile_cache_store", "str", "Controller directory of the shared "
-            "compile cache. Empty: .compile-cache in the results directory.", "",
-            pattern=r"^$|^[^\0]+$"),
+    Setting("prefixbench_compile_cache_store", "str", "Store of the shared compile cache: "
+            "a directory on the controller, or s3://bucket/prefix, which the hosts publish "
+            "to and fetch from themselves with boto3 (no archive through the controller). "
+            "Empty: .compile-cache in the results directory.", "",
+            pattern=r"^$|^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[\w.=+-]+)*/?$|^(?!s3:)[^\0]+$"),
+    Setting("prefixbench_compile_cache_cold", "str", "A key the store lacks: wait (one "
+            "host compiles and publishes, the others of its key wait, then restore: one "
+            "compile per key per fleet) or compile (every host compiles at once and the "
+            "first publishes: the first run's wall shorter by a publish, a restore and a "
+            "start, at the price of a compile per host).", "wait",
+            choices=("wait", "compile")),
+    Setting("prefixbench_compile_cache_s3_region", "str", "Region of an s3:// compile "
+            "store's bucket; empty: boto3's default on the host.", "",
+            pattern=r"^$|^[a-z]{2}(-[a-z]+)+-\d+$"),
+    Setting("prefixbench_compile_cache_s3_endpoint_url", "str", "Endpoint of an "
+            "S3-compatible compile store; empty: AWS S3.", "", pattern=r"^$|^https?://\S+$"),
+    Setting("prefixbench_compile_cache_s3_python", "str", "Python on the host that imports "
+            "boto3 for an s3:// compile store. Empty: model_cache_s3_venv's when "
+            "model_cache_s3_boto3 is venv, else the host's interpreter (boto3 is installed "
+            "the way model_cache_s3_boto3 says).", "", pattern=r"^$|^/[\w./-]*$"),
+    Setting("prefixbench_compile_cache_s3_access_key_id", "str", "Access key id for an "
+            "s3:// compile store; empty: the host's boto3 credential chain (the instance "
+            "profile on EC2).", "", secret=True),
+    Setting("prefixbench_compile_cache_s3_secret_access_key", "str", "Secret key of that "
+            "access key (keep it in Ansible Vault).", "", secret=True),
     Setting("prefixbench_configurations", "list_str", "Server configurations to run, in "
             "order.", ["baseline", "cached"], choices=("baseline", "cached")),
     Setting("prefixbench_repetitions", "int", "Trials of every workload on every "

@@ -346,3 +346,18 @@ def model_s3_mirror(s: Mapping[str, Any]) -> Iterator[str]:
             != bool(s.get("model_cache_s3_secret_access_key")):
         yield ("model_cache_s3_access_key_id and model_cache_s3_secret_access_key go "
                "together: set both, or neither to use the host's credentials")
+
+
+@catalogue.rule
+def compile_store_s3(s: Mapping[str, Any]) -> Iterator[str]:
+    """An s3:// compile store names a valid bucket; its keys come in pairs."""
+    store = str(s.get("prefixbench_compile_cache_store", ""))
+    if store.startswith("s3://"):
+        problem = s3_bucket_problem(store[len("s3://"):].partition("/")[0])
+        if problem:
+            yield f"prefixbench_compile_cache_store: bucket {problem}"
+    if bool(s.get("prefixbench_compile_cache_s3_access_key_id")) \
+            != bool(s.get("prefixbench_compile_cache_s3_secret_access_key")):
+        yield ("prefixbench_compile_cache_s3_access_key_id and "
+               "prefixbench_compile_cache_s3_secret_access_key go together: set both, or "
+               "neither to use the host's credentials")

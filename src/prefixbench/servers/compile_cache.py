@@ -2,7 +2,9 @@
 
 A server start compiles its model's graphs (minutes to an hour on Neuron) unless its
 compile cache already holds them. The bundle shares that cache across the fleet and
-across runs through a store on the controller (``prefixbench_compile_cache_store``):
+across runs through a store (``prefixbench_compile_cache_store``): a directory on the
+controller, through which the archives pass, or ``s3://bucket/prefix``, which the hosts
+publish to and fetch from themselves (:func:`store_of`):
 
 * :func:`key_material` / :func:`compile_key`: everything that changes the compiled
   graphs of one configuration on one host: the platform and (on Neuron) the instance
@@ -19,8 +21,16 @@ across runs through a store on the controller (``prefixbench_compile_cache_store
   (the store has the key), ``leader`` (the first host needing a key the store lacks:
   it compiles and publishes; a host whose own cache already holds the key is preferred,
   as its start compiles nothing), ``follower`` (waits for its leader's publish, then
-  restores) or ``off``. So a fleet compiles each key once, and a rerun, or a fresh host
-  on the next run, compiles nothing.
+  restores), ``self`` (with ``prefixbench_compile_cache_cold: compile``: compiles at
+  the same time as the leader, publishes nothing) or ``off``. So a fleet compiles each
+  key once, and a rerun, or a fresh host on the next run, compiles nothing.
+
+  Which cold policy costs less: a follower's first run is longer than its leader's by
+  the publish, its own restore and its own start, and its instance is billed while it
+  waits; compiling on every host at once costs a compile per host instead, on CPUs the
+  instances are paying for anyway. On separate instances (a real fleet) ``compile``
+  gives the shorter and cheaper first run; ``wait`` spares the hosts' CPUs (hosts that
+  share CPUs, as the simulated fleet's do, compile no faster side by side).
 
 The archives themselves (pack, restore, publish, lookup) are in
 ``module_utils/prefixbench_compile_cache.py``, run by the ``prefixbench_compile_cache``
@@ -42,6 +52,7 @@ __all__ = [
     "compile_key",
     "key_material",
     "roles",
+    "store_of",
 ]
 
 #: Bumped when the material changes shape, so old store entries are never matched.
@@ -60,6 +71,27 @@ def cache_dir(settings: Mapping[str, Any]) -> str:
         raise ValueError(f"no compile cache known for platform {platform!r}")
     root = str(settings["vllm_service_cache_root"]).rstrip("/")
     return f"{root}/{COMPILE_CACHE_SUBDIRS[platform]}"
+
+
+def store_of(settings: Mapping[str, Any], default_dir: str, host_python: str
+             ) -> dict[str, Any]:
+    """Where the shared graphs live and how the hosts reach them.
+
+    ``store`` is the setting, or ``default_dir`` (the run's results directory's
+    ``.compile-cache``) when it is empty; ``s3`` says whether the hosts talk to it
+    themselves, with ``python`` (a Python on the host that imports boto3: the setting,
+    else the model_cache role's boto3 virtualenv when that is how boto3 gets installed,
+    else ``host_python``), ``region`` and ``endpoint_url``."""
+    store = str(settings.get("prefixbench_compile_cache_store") or default_dir)
+    remote = store.startswith("s3://")
+    python = str(settings.get("prefixbench_compile_cache_s3_python") or "")
+    if not python:
+        python = (f"{str(settings.get('model_cache_s3_venv', '')).rstrip('/')}/bin/python"
+                  if settings.get("model_cache_s3_boto3") == "venv" else host_python)
+    return {"store": store, "s3": remote, "python": python if remote else None,
+            "region": str(settings.get("prefixbench_compile_cache_s3_region") or ""),
+            "endpoint_url": str(settings.get("prefixbench_compile_cache_s3_endpoint_url")
+                                or "")}
 
 
 def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any],
@@ -104,12 +136,18 @@ def compile_key(material: Mapping[str, Any]) -> str:
     return "ck-" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+COLD_POLICIES: Final = ("wait", "compile")
+
+
 def roles(hosts: Sequence[str], keys: Sequence[str | None], in_store: Sequence[bool],
-          local: Sequence[bool]) -> dict[str, Role]:
+          local: Sequence[bool], cold: str = "wait") -> dict[str, Role]:
     """Each host's part in sharing one configuration's graphs (see the module's
-    docstring); the lists are in play order, ``None`` keys are hosts not sharing."""
+    docstring); the lists are in play order, ``None`` keys are hosts not sharing, ``cold``
+    what the other hosts of a key the store lacks do (:data:`COLD_POLICIES`)."""
     if not len(hosts) == len(keys) == len(in_store) == len(local):
         raise ValueError("hosts, keys, in_store and local must have the same length")
+    if cold not in COLD_POLICIES:
+        raise ValueError(f"cold policy {cold!r} is not one of {', '.join(COLD_POLICIES)}")
     out: dict[str, Role] = {}
     leaders: dict[str, str] = {}
     # Hosts whose cache already holds the key lead first: their start compiles nothing.
@@ -124,5 +162,6 @@ def roles(hosts: Sequence[str], keys: Sequence[str | None], in_store: Sequence[b
         elif stored:
             out[host] = "restore"
         else:
-            out[host] = "leader" if leaders[key] == host else "follower"
+            out[host] = "leader" if leaders[key] == host else (
+                "self" if cold == "compile" else "follower")
     return out

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import signal
 import subprocess
@@ -63,8 +64,10 @@ def fleet_session(fleet: Fleet, count: int = FLEET_SIZE) -> Iterator[SimFleetHan
 
     SIGTERM is turned into KeyboardInterrupt for the duration, and ``down`` is also
     registered with :mod:`atexit` in case the interpreter is leaving without unwinding.
+    With ``PREFIXBENCH_SIM_KEEP=1`` the fleet is left up (a maintainer's loop over one
+    integration test on provisioned hosts; ``make sim-down`` ends it).
     """
-    done = False
+    done = os.environ.get("PREFIXBENCH_SIM_KEEP") == "1"
 
     def teardown() -> None:
         nonlocal done
