@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status sim-verify tiny-model bench-overhead bench-scale bench-cachesim bench-whatif lock clean
+.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status sim-verify tiny-model bench-overhead bench-scale bench-compile bench-cachesim bench-whatif lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ bench-overhead: venv  ## The bundle's own cost: ARGS="run results/<run_id>" or A
 
 bench-scale: venv  ## Controller CPU per host and per bench at several fleet sizes; ARGS="-i inventories/sim --hosts 1,2,4"
 	$(BIN)/python -m prefixbench.perf.scale $(ARGS)
+
+bench-compile: venv  ## Compilations per run and time to healthy, cold vs fetched vs warm; ARGS="-i inventories/sim --empty-host-caches"
+	$(BIN)/python -m prefixbench.perf.compile_bench $(ARGS)
 
 bench-cachesim: venv  ## The prefix-cache model's speed (prompts/s on one core); ARGS="--prompts 200000"
 	$(BIN)/python -m prefixbench.perf.cachesim_speed $(ARGS)

@@ -10,7 +10,7 @@ import pytest
 from prefixbench.measure.atomic import write_json_atomic
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import BenchmarkRecord, ResultKey
-from prefixbench.perf.overhead import run_overhead
+from prefixbench.perf.overhead import SETUP, run_overhead
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 
@@ -44,3 +44,36 @@ def test_unfinished_run_is_refused(tmp_path: Path) -> None:
     write_json_atomic(tmp_path / "r2" / "run.json", {"run_id": "r2", "started_at": "x"})
     with pytest.raises(ValueError, match="has not ended"):
         run_overhead(tmp_path / "r2")
+
+
+def test_the_breakdown_of_a_hosts_wall_adds_up_and_names_the_waits(tmp_path: Path) -> None:
+    layout = RunLayout(tmp_path, "r3")
+    duration = json.loads((FIXTURE / "cached_high_overlap.json").read_text())["duration"]
+    # 09:00:00 run start; baseline server launched 09:01:00, healthy 09:01:30; benches
+    # 09:02:00-09:03:00 and 09:03:10-09:04:00; cached launched 09:04:20, healthy 09:04:40;
+    # one bench 09:04:50-09:06:00; run end 09:06:30.
+    plan = {"baseline": ("09:01:30", 30.0, [("09:02:00", "09:03:00"), ("09:03:10", "09:04:00")]),
+            "cached": ("09:04:40", 20.0, [("09:04:50", "09:06:00")])}
+    for conf, (healthy, elapsed, windows) in plan.items():
+        for k, (start, end) in enumerate(windows):
+            rec = record("h", conf, f"w{k}")
+            layout.write_result(BenchmarkRecord(
+                key=rec.key, seed=1, bundle_version="0", bench=rec.bench,
+                started_at=f"2026-11-29T{start}+00:00", ended_at=f"2026-11-29T{end}+00:00"))
+        write_json_atomic(tmp_path / "r3" / "h" / conf / "startup.json",
+                          {"elapsed_s": elapsed, "healthy_at": f"2026-11-29T{healthy}Z"})
+    write_json_atomic(tmp_path / "r3" / "run.json",
+                      {"run_id": "r3", "started_at": "2026-11-29T09:00:00+00:00",
+                       "ended_at": "2026-11-29T09:06:30+00:00"})
+    result = run_overhead(tmp_path / "r3")
+    seg = dict(result.segments)
+    assert sum(seg.values()) == pytest.approx(390)
+    assert seg[SETUP] == 60
+    assert seg["server start-ups (essential)"] == 50
+    assert seg["healthy -> first bench (waiting for the other hosts' start or publish)"] \
+        == 30 + 10
+    assert seg["between benches (controller tasks)"] == 10
+    assert seg["between configurations (stop, compile-cache steps)"] == 20
+    assert seg["benches' own durations (essential)"] == pytest.approx(3 * duration)
+    assert seg["after the last bench (stop, report)"] == 30
+    assert "where h's wall went:" in result.lines()

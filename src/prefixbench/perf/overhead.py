@@ -4,6 +4,14 @@
 The work a host cannot avoid is its benches' own durations (what ``vllm bench serve``
 reports) plus its servers' start-ups (compilation, loading). Hosts run in parallel, so
 the run's wall time is compared with the slowest host's essential time.
+
+:func:`breakdown` says where the rest went, on one host's timeline (the run's start and
+end, each server's start and health, each bench's record times and own duration): before
+the first server start; each start-up; from healthy to the first bench (waiting for
+other hosts: a compile leader's publish, the slowest host's start); around each bench
+(the bench client's own start, the metrics, the result's trip; the wait for the other
+hosts' bench of the same step); between configurations; after the last bench (report).
+The segments add up to the wall time.
 """
 
 from __future__ import annotations
@@ -42,12 +50,17 @@ class RunOverhead:
     def ratio(self) -> float:
         return self.wall_seconds / self.slowest.essential if self.slowest.essential else 0.0
 
+    segments: tuple[tuple[str, float], ...] = ()
+
     def lines(self) -> list[str]:
         out = [f"run {self.run_id}: wall {self.wall_seconds:.0f} s"]
         for h in sorted(self.hosts, key=lambda h: h.host):
             out.append(f"  {h.host}: {h.benches} benches {h.bench_seconds:.0f} s + server "
                        f"start-ups {h.startup_seconds:.0f} s = {h.essential:.0f} s")
         out.append(f"wall / slowest host's (benches + start-ups) = {self.ratio:.2f}")
+        if self.segments:
+            out.append(f"where {self.slowest.host}'s wall went:")
+            out += [f"  {seconds:7.1f} s  {label}" for label, seconds in self.segments]
         return out
 
 
@@ -72,4 +85,63 @@ def run_overhead(run_dir: Path) -> RunOverhead:
         hosts.append(HostTime(host, len(durations), sum(durations), float(sum(startups))))
     if not hosts:
         raise ValueError(f"{run_dir}: no results")
-    return RunOverhead(run_id=meta["run_id"], wall_seconds=wall, hosts=tuple(hosts))
+    slowest = max(hosts, key=lambda h: h.essential).host
+    return RunOverhead(run_id=meta["run_id"], wall_seconds=wall, hosts=tuple(hosts),
+                       segments=tuple(breakdown(run_dir, slowest)))
+
+
+#: The first segment: everything before the host's first server start.
+SETUP = ("before the first server start (preflight, deploy, fingerprint; a follower: its "
+         "leader's compile)")
+
+
+def breakdown(run_dir: Path, host: str) -> list[tuple[str, float]]:
+    """Where ``host``'s wall time went, in order (see the module's docstring). Empty when
+    the records lack the times it needs (a run written before they were kept)."""
+    layout = RunLayout.of(run_dir)
+    meta = json.loads(layout.meta_path.read_text())
+    begin, end = _parse(meta["started_at"]), _parse(meta["ended_at"])
+    starts: dict[str, tuple[dt.datetime, float]] = {}
+    for conf, path in layout.server_records(host, STARTUP).items():
+        data = json.loads(path.read_text())
+        if "healthy_at" not in data:
+            return []
+        starts[conf] = (_parse(data["healthy_at"]), float(data["elapsed_s"]))
+    benches: dict[str, list[tuple[dt.datetime, dt.datetime, float]]] = {}
+    for record in layout.load_results():
+        if record.key.host == host:
+            try:
+                window = (_parse(record.started_at), _parse(record.ended_at))
+            except ValueError:
+                return []
+            benches.setdefault(record.key.configuration, []).append(
+                (*window, float(record.bench["duration"])))
+    order = sorted((c for c in benches if c in starts), key=lambda c: starts[c][0])
+    if not order:
+        return []
+    totals: dict[str, float] = {}
+
+    def add(label: str, seconds: float) -> None:
+        totals[label] = totals.get(label, 0.0) + seconds
+
+    cursor = begin
+    for index, conf in enumerate(order):
+        healthy, elapsed = starts[conf]
+        launched = healthy - dt.timedelta(seconds=elapsed)
+        add(SETUP if index == 0 else "between configurations (stop, compile-cache steps)",
+            (launched - cursor).total_seconds())
+        add("server start-ups (essential)", elapsed)
+        runs = sorted(benches[conf])
+        add("healthy -> first bench (waiting for the other hosts' start or publish)",
+            (runs[0][0] - healthy).total_seconds())
+        previous = None
+        for started, ended, duration in runs:
+            if previous is not None:
+                add("between benches (controller tasks)", (started - previous).total_seconds())
+            add("benches' own durations (essential)", duration)
+            add("around each bench (client start, metrics, result; other hosts' bench)",
+                (ended - started).total_seconds() - duration)
+            previous = ended
+        cursor = previous or healthy
+    add("after the last bench (stop, report)", (end - cursor).total_seconds())
+    return list(totals.items())
