@@ -17,6 +17,11 @@ description:
     the temp dir, and returns all of it. On a failed step it returns what it has, the
     step that failed and the unit's journal tail.
   - One module round trip per bench instead of one per step (about eight).
+  - Around the bench it also reads the machine's CPU counters (C(/proc/stat)), the CPU
+    of the server's process tree (from the unit's C(MainPID), C(/proc/<pid>/stat)) and
+    the bench client's (getrusage of the children it waited for), so the controller
+    can tell how much of the machine others used meanwhile
+    (prefixbench.measure.hostload).
 options:
   unit:
     description: systemd unit of the server under test.
@@ -112,8 +117,16 @@ journal:
   description: The unit's journal tail, when a step failed.
   type: str
   returned: always
+cpu:
+  description: C(stat_before), C(stat_after) (the C(/proc/stat) text), C(clk_tck),
+    C(ncpu), C(server_ticks_before), C(server_ticks_after) and C(client_cpu_s); empty
+    when the bench did not run.
+  type: dict
+  returned: always
 """
 
+import os
+import resource
 import shutil
 import tempfile
 import urllib.error
@@ -134,6 +147,39 @@ def _get(url: str) -> str:
         return str(answer.read().decode("utf-8", errors="replace"))
 
 
+def _read(path: str | Path) -> str:
+    return Path(path).read_text(encoding="ascii", errors="replace")
+
+
+def tree_ticks(root: int) -> int | None:
+    """CPU clock ticks of process ``root`` and every live descendant (utime, stime and
+    the reaped children's cutime, cstime: proc(5)); None when ``root`` is gone."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = _read(entry / "stat")
+        except OSError:  # gone meanwhile
+            continue
+        # after "(name) ": state ppid ... utime stime cutime cstime (fields 14-17, proc(5))
+        fields = text[text.rfind(")") + 2:].split()
+        parents[int(entry.name)] = int(fields[1])
+        ticks[int(entry.name)] = sum(int(v) for v in fields[11:15])
+    if root not in ticks:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 class _Bench:
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module
@@ -142,7 +188,7 @@ class _Bench:
             "changed": False, "step": "", "error": "", "service_before": {},
             "service_after": {}, "metrics_before": "", "metrics_after": "", "rc": None,
             "stdout_tail": "", "stderr_tail": "", "bench_json": "", "journal": "",
-            "workdir": ""}
+            "workdir": "", "cpu": {}}
 
     def _service(self) -> dict[str, str]:
         rc, out, err = self.module.run_command(
@@ -152,6 +198,16 @@ class _Bench:
             raise OSError(f"systemctl show {self.p['unit']} failed: {err.strip()}")
         return {k.strip(): v.strip() for k, sep, v in
                 (line.partition("=") for line in out.splitlines()) if sep}
+
+    @staticmethod
+    def _cpu(when: str, main_pid: int) -> dict[str, Any]:
+        """The machine's and the server tree's CPU counters now (empty when unreadable)."""
+        try:
+            return {f"stat_{when}": _read("/proc/stat").split("\n", 1)[0],
+                    f"server_ticks_{when}": tree_ticks(main_pid) if main_pid > 0 else None,
+                    "clk_tck": os.sysconf("SC_CLK_TCK"), "ncpu": os.cpu_count() or 0}
+        except (OSError, ValueError):
+            return {}
 
     def _metrics(self) -> str:
         try:
@@ -189,7 +245,15 @@ class _Bench:
             except OSError as exc:
                 return self._fail("dataset", f"cannot place the prompts in {work}: {exc}")
         argv = [a.replace(RESULT_DIR_PLACEHOLDER, work) for a in self.p["argv"]]
+        main_pid = int(self.out["service_before"].get("MainPID") or 0)
+        cpu = self._cpu("before", main_pid)
+        client0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         rc, out, err = self.module.run_command(argv)
+        client1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.update(self._cpu("after", main_pid))
+        cpu["client_cpu_s"] = (client1.ru_utime - client0.ru_utime
+                               + client1.ru_stime - client0.ru_stime)
+        self.out["cpu"] = cpu
         self.out.update(rc=rc, stdout_tail=out[-4000:], stderr_tail=err[-4000:])
         if rc != 0:
             why = "timed out" if rc in (124, 137) else f"exited {rc}"

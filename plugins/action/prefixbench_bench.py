@@ -18,6 +18,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from prefixbench.bench import benchrun
+from prefixbench.measure import hostload
 from prefixbench.measure.layout import RunLayout
 from prefixbench.servers import server
 
@@ -135,7 +136,8 @@ class ActionModule(ActionBase):
                 req, metrics_before=str(ran["metrics_before"]),
                 metrics_after=str(ran["metrics_after"]), bench_json=str(ran["bench_json"]),
                 started_at=started, ended_at=benchrun.now_iso(),
-                extra={"argv": argv, "stdout_tail": str(ran.get("stdout_tail", ""))},
+                extra={"argv": argv, "stdout_tail": str(ran.get("stdout_tail", "")),
+                       "host_load": hostload.host_load(ran.get("cpu") or {})},
                 prepared=prepared, run_dir=run_dir)
         except (_HostError, ValueError) as exc:
             return self._failed(result, layout, req, started=started, error=str(exc),

@@ -106,6 +106,11 @@ def test_one_round_trip_brings_back_everything_a_record_needs(
     assert not Path(out["workdir"]).exists() and not staged.exists()  # nothing left
     # What the action makes of it: the record of the bench, as before the round trip.
     assert benchrun.service_restart(out["service_before"], out["service_after"]) is None
+    # The machine's CPU counters around the bench, and the client's CPU.
+    cpu = out["cpu"]
+    assert cpu["stat_before"].startswith("cpu ") and cpu["stat_after"].startswith("cpu ")
+    assert cpu["clk_tck"] > 0 and cpu["ncpu"] >= 1 and cpu["client_cpu_s"] >= 0
+    assert {"server_ticks_before", "server_ticks_after"} <= set(cpu)
 
 
 def test_a_failed_bench_returns_its_step_stderr_and_the_journal(
@@ -141,3 +146,42 @@ def test_a_restart_and_an_unreachable_server_are_seen(
 def test_the_placeholder_is_the_same_on_both_sides() -> None:
     text = (ROOT / "library" / "prefixbench_bench_host.py").read_text()
     assert f'RESULT_DIR_PLACEHOLDER = "{benchrun.RESULT_DIR_PLACEHOLDER}"' in text
+
+
+GRANDCHILD = """
+import os, time
+t = time.process_time()
+while time.process_time() - t < 0.6:
+    pass
+os.write(1, b"x")
+input()
+"""
+
+
+def test_the_server_tree_counts_every_descendant(tmp_path: Path) -> None:
+    """tree_ticks of this process grows by what a busy, still living grandchild burnt."""
+    import importlib.util  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("bench_host",
+                                                  ROOT / "library/prefixbench_bench_host.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    script = tmp_path / "burn.py"
+    script.write_text(GRANDCHILD)
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, "
+                               f"{str(script)!r}])"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.read(1) == b"x"
+        tck = os.sysconf("SC_CLK_TCK")
+        ticks = mod.tree_ticks(os.getpid())
+        mine = (os.times().user + os.times().system) * tck
+        assert ticks - mine >= 0.5 * tck, (ticks, mine)
+        assert mod.tree_ticks(2**22 + 12345) is None
+    finally:
+        child.communicate(b"\n", timeout=30)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from prefixbench.measure.stats import median as _median
 from prefixbench.measure.stats import percentile
@@ -131,7 +131,14 @@ def bench_summary(views: Sequence[RecordView]) -> BenchSummary:
         prediction_note="; ".join(prediction_notes) or None,
         ttft_by_rep=tuple(v.ttft_aligned for v in views if v.ttft_aligned),
         expected_served=_median_or_none([v.expected_served for v in views]),
-        junction_lost_blocks=_sum(v.junction_lost_blocks for v in views))
+        junction_lost_blocks=_sum(v.junction_lost_blocks for v in views),
+        other_load=agg([_other_share(v.record.extra) for v in views]))
+
+
+def _other_share(extra: Mapping[str, Any]) -> float | None:
+    """The record's ``host_load.other_share`` (prefixbench.measure.hostload), if any."""
+    load = extra.get("host_load")
+    return as_float(load.get("other_share")) if isinstance(load, Mapping) else None
 
 
 # -- tables --------------------------------------------------------------------------------

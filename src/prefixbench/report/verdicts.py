@@ -14,6 +14,12 @@ by what the workload is, never by its name); a criterion no workload serves is
 
 The hit-rate criterion compares counters, not timings: it is exact, not sampled, and
 keeps its fixed tolerance. RUNBOOK.md states every threshold as this module applies it.
+
+A pairing holds the prompts equal, not the machine: when the rest of the machine was
+busier during one configuration's runs than the other's (the share of its CPU that
+neither the server nor the bench client used, prefixbench.measure.hostload, differing by
+more than ``Thresholds.other_load_max_diff``), a timing PASS or FAIL says as much about
+that load as about caching, and becomes INCONCLUSIVE, saying so (:func:`unequal_load`).
 """
 
 from __future__ import annotations
@@ -279,7 +285,31 @@ def _all_reps_below(base: BenchSummary, cached: BenchSummary, t: Thresholds) -> 
     return max(c.values) < t.sustained_throughput_min_ratio * min(b.values)
 
 
+def unequal_load(verdict: Verdict, host: RoleView, role_name: str, t: Thresholds
+                 ) -> Verdict:
+    """``verdict`` as INCONCLUSIVE when the machine's other load differed between the two
+    configurations' runs of its workload by more than the threshold (module docstring);
+    the load shares go into its numbers whenever both are known."""
+    base, cached = host.role(BASELINE, role_name), host.role(CACHED, role_name)
+    if base is None or cached is None or base.other_load is None \
+            or cached.other_load is None:
+        return verdict
+    b, c = base.other_load.median, cached.other_load.median
+    numbers = {**verdict.numbers, "baseline_other_load": b, "cached_other_load": c}
+    if abs(c - b) <= t.other_load_max_diff or verdict.status not in (PASS, FAIL):
+        return Verdict(verdict.name, verdict.criterion, verdict.threshold, verdict.status,
+                       verdict.detail, numbers)
+    return Verdict(verdict.name, verdict.criterion, verdict.threshold, INCONCLUSIVE,
+                   f"{verdict.detail}; not decided ({verdict.status} on these figures): "
+                   f"others used {b:.0%} of the machine's CPU during the baseline runs "
+                   f"and {c:.0%} during the cached ones (more than "
+                   f"{t.other_load_max_diff:.0%} apart), so the timings compare two "
+                   f"different machines; rerun this host when it is otherwise idle",
+                   numbers)
+
+
 def verdicts(host: RoleView, t: Thresholds) -> tuple[Verdict, ...]:
     """The four criteria, in the tutorial's order."""
-    return (lower_ttft(host, t), no_regression(host, t), hit_rate(host, t),
-            sustained(host, t))
+    return (unequal_load(lower_ttft(host, t), host, HIGH_OVERLAP, t),
+            unequal_load(no_regression(host, t), host, NO_OVERLAP, t), hit_rate(host, t),
+            unequal_load(sustained(host, t), host, SUSTAINED, t))

@@ -69,6 +69,10 @@ class Thresholds:
     sustained_throughput_min_ratio: float = 0.95
     #: Confidence of every timing interval (paired two-stage bootstrap).
     confidence: float = 0.95
+    #: A timing verdict is no verdict when the share of the machine's CPU that others
+    #: used (prefixbench.measure.hostload) differs by more than this between the two
+    #: configurations' runs of its workload: PASS or FAIL becomes INCONCLUSIVE.
+    other_load_max_diff: float = 0.15
     #: Common issue "hits but no TTFT gain": high-overlap TTFT reduction below this.
     no_gain_max_reduction: float = 0.10
     #: Fleet outliers: |robust z| above this ...
