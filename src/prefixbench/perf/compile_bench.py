@@ -122,12 +122,13 @@ def report(runs: Mapping[str, list[Start]]) -> list[str]:
     lines = [f"{len(keys)} compile key(s) across {len({s.host for s in runs['cold']})} "
              "host(s)", "", "run     starts  compiled  target  restored  warm"]
     for name, starts in runs.items():
+        # at most one per key on the cold run (configurations may share graphs), then none
         target = len(keys) if name == "cold" else 0
         compiled = sum(s.compiled for s in starts)
-        lines.append(f"{name:<6}  {len(starts):>6}  {compiled:>8}  {target:>6}  "
+        lines.append(f"{name:<6}  {len(starts):>6}  {compiled:>8}  {'<=' + str(target):>6}  "
                      f"{sum(s.kind in ('fetched', 'follower') for s in starts):>8}  "
                      f"{sum(s.kind == 'warm' for s in starts):>4}"
-                     + ("" if compiled == target else "   <- off target"))
+                     + ("" if compiled <= target else "   <- off target"))
     every = [s for starts in runs.values() for s in starts]
     lines += ["", "time to healthy (median s; restore included)   n   restore  start  total"]
     for kind, label in (("compiled", "cold compile"), ("follower", "follower, leader's copy"),

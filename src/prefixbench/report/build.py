@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from prefixbench.bench import criteria
-from prefixbench.report import verdicts
+from prefixbench.report import shortfall, verdicts
 from prefixbench.report.aggregate import HostView, bench_summary, step7_of, step9_of
 from prefixbench.report.economics import host_time
 from prefixbench.report.fleet import fleet_summary
@@ -64,7 +64,8 @@ def build_summary(
             step9=step9_of(list(benches.values())), verdicts=verdicts.verdicts(hv, t),
             issues=tuple(common_issues(hv, host_failures, t)),
             fingerprint=data.fingerprints.get(host), failures=tuple(host_failures),
-            roles=roles))
+            roles=roles, shortfalls={b.workload: causes for b in benches.values()
+                                     if (causes := shortfall.explain(b))}))
     return Summary(
         run_id=data.run_id, run=data.run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),

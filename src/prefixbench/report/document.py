@@ -19,6 +19,7 @@ from prefixbench.report.tables import (
     fleet_table,
     groups_table,
     issues_table,
+    shortfall_lines,
     step7_lines,
     step7_table,
     step8_lines,
@@ -115,6 +116,9 @@ def blocks(s: Summary) -> list[Block]:
                 Heading(3, "Step 8: sustained load (cached, concurrency 1 vs 4)"),
                 step8_table(h), Bullets(tuple(step8_lines(h))),
                 Heading(3, "Step 9: cache hit rate"), step9_table(h),
+                *((Para("Why measured differs from the tutorial's formula, cause by cause "
+                        "(percentage points of hit ratio):"),
+                   Bullets(tuple(shortfall_lines(h)))) if h.shortfalls else ()),
                 Heading(3, "Cold vs warm requests"),
                 Para("Cold = first request to use its prefix (reconstructed from the seed); "
                      "a cold request pays the full prefill, so it sets the tail of a cached "

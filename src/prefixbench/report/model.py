@@ -19,6 +19,7 @@ from prefixbench.hosts.fingerprint import Fingerprint
 from prefixbench.report.bench_model import BenchSummary, Step7, Step9Row, agg_dict, finite
 from prefixbench.report.economics import HostTime
 from prefixbench.report.fleet_model import FleetSummary
+from prefixbench.report.shortfall import Cause
 from prefixbench.report.vocab import (
     CACHED,
     FAIL,
@@ -109,6 +110,9 @@ class HostSummary:
     roles: Mapping[str, str] = field(default_factory=dict)
     #: Bench wall, server start-ups, instance-hours and cost (prefixbench.report.economics).
     time: HostTime | None = None
+    #: Cached workload -> why its hit ratio differs from the formula
+    #: (prefixbench.report.shortfall); workloads without a difference are left out.
+    shortfalls: Mapping[str, tuple[Cause, ...]] = field(default_factory=dict)
 
     def bench(self, configuration: str, workload: str) -> BenchSummary | None:
         for b in self.benches:
@@ -161,6 +165,8 @@ class HostSummary:
             "failures": [f.to_dict() for f in self.failures],
             "roles": dict(self.roles),
             "time": None if self.time is None else self.time.to_dict(),
+            "shortfalls": {w: [c.to_dict() for c in causes]
+                           for w, causes in self.shortfalls.items()},
         }
 
 

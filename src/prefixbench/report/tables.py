@@ -23,6 +23,7 @@ __all__ = [
     "fmt",
     "groups_table",
     "issues_table",
+    "shortfall_lines",
     "step7_lines",
     "step7_table",
     "step8_lines",
@@ -116,6 +117,21 @@ def step9_table(h: HostSummary) -> Table:
                   "expected (tutorial formula)", "by_source - expected",
                   "predicted (what-if)", "measured - predicted", "prediction note"),
                  tuple(rows), (1, 2, 3, 4, 5, 6, 7, 8))
+
+
+def shortfall_lines(h: HostSummary) -> list[str]:
+    """One line per cached workload whose hit ratio differs from the formula: each cause
+    and its points (prefixbench.report.shortfall)."""
+    out = []
+    for r in h.step9:
+        causes = h.shortfalls.get(r.workload) if r.configuration == CACHED else None
+        if not causes:
+            continue
+        head = (f"{r.workload}: formula {_pct(r.expected_tutorial)}, measured "
+                f"{_pct(r.hit_ratio_queries)}")
+        out.append(head + "; " + "; ".join(f"{c.points:+.2f} pp {c.code.replace('_', ' ')}: "
+                                           f"{c.text}" for c in causes))
+    return out
 
 
 def verdict_table(h: HostSummary) -> Table:

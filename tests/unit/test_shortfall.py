@@ -1,0 +1,73 @@
+"""Why a cached run's hit ratio differs from the tutorial's formula, cause by cause
+(prefixbench.report.shortfall), on the recorded fixtures and one crafted bench per cause."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_runs import make_run
+
+from prefixbench.report.bench_model import Agg, BenchSummary
+from prefixbench.report.build import build_summary
+from prefixbench.report.document import blocks, markdown_of
+from prefixbench.report.shortfall import explain
+
+
+@pytest.fixture
+def cached(tmp_path: Path) -> BenchSummary:
+    """The recorded cached high-overlap bench (formula = block-aligned = measured)."""
+    bench = build_summary(make_run(tmp_path)).host("host-a").bench("cached", "high_overlap")
+    assert bench is not None
+    return bench
+
+
+def crafted(b: BenchSummary, measured: float, **fields: Any) -> BenchSummary:
+    return dataclasses.replace(b, hit_ratio_queries=Agg((measured,)),
+                               **{"expected_served": None, "evictions_sampled": None,
+                                  "preemptions": None, "max_concurrency": 1, **fields})
+
+
+def codes(b: BenchSummary) -> list[tuple[str, float]]:
+    return [(c.code, round(c.points, 2)) for c in explain(b)]
+
+
+def test_a_run_that_meets_its_formula_has_no_cause(cached: BenchSummary) -> None:
+    assert explain(cached) == ()
+    assert explain(dataclasses.replace(cached, configuration="baseline")) == ()
+
+
+def test_one_label_per_cause(cached: BenchSummary) -> None:
+    assert codes(crafted(cached, 0.675, expected_tutorial=0.70,
+                         expected_block_aligned=0.675)) == [("partial_block", -2.5)]
+    assert codes(crafted(cached, 0.0, expected_tutorial=0.30, expected_block_aligned=0.0)
+                 ) == [("short_prefix", -30.0)]
+    assert codes(crafted(cached, 0.6469, expected_block_aligned=0.675,
+                         expected_served=0.6469, junction_lost_blocks=45.0)) \
+        == [("junction", -2.81)]
+    assert codes(crafted(cached, 0.60, expected_block_aligned=0.675, expected_served=0.60,
+                         junction_lost_blocks=0.0)) == [("tokens", -7.5)]
+    assert codes(crafted(cached, 0.55, evictions_sampled=12.0)) == [("eviction", -12.5)]
+    assert codes(crafted(cached, 0.62, max_concurrency=4)) == [("race", -5.5)]
+    assert codes(crafted(cached, 0.62)) == [("unexplained", -5.5)]
+    assert codes(crafted(cached, 0.70)) == [("extra_hits", 2.5)]
+    # Causes add up from the formula to the measurement.
+    both = crafted(cached, 0.60, expected_tutorial=0.70, expected_block_aligned=0.675,
+                   expected_served=0.6469, junction_lost_blocks=45.0, max_concurrency=4)
+    assert codes(both) == [("partial_block", -2.5), ("junction", -2.81), ("race", -4.69)]
+    assert sum(c.points for c in explain(both)) == pytest.approx((0.60 - 0.70) * 100)
+
+
+def test_the_report_names_the_causes_it_found(tmp_path: Path) -> None:
+    s = build_summary(make_run(tmp_path))
+    h = s.host("host-a")
+    # Recorded with seed 0 on every workload: the no-overlap and sustained runs reused
+    # the high-overlap run's prompts.
+    assert {w: [c.code for c in cs] for w, cs in h.shortfalls.items()} == \
+        {"no_overlap": ["extra_hits"], "sustained_c4": ["extra_hits"]}
+    assert h.to_dict()["shortfalls"]["no_overlap"][0]["points"] == pytest.approx(3.875)
+    text = markdown_of(blocks(s))
+    assert "Why measured differs from the tutorial's formula" in text
+    assert "no_overlap: formula 0.00%, measured 3.88%; +3.88 pp extra hits" in text
