@@ -14,8 +14,11 @@ A store ``s3://bucket/prefix`` holds, per key:
 S3 makes an object visible only once its upload is whole, so publishing uploads the
 archive first and the manifest last: a key is in the store once its manifest is, and the
 archive the manifest names is then complete. The manifest is written with
-``If-None-Match: *`` (S3 conditional writes): the first publisher of a key wins and a
-later one is told so. A store that ignores the condition leaves the last manifest, which
+``If-None-Match: *`` (Amazon S3 User Guide, "How to prevent object overwrites with
+conditional writes", userguide/conditional-writes.html: the PUT fails with 412
+Precondition Failed when the key exists, and one of two racing PUTs with 409
+ConditionalRequestConflict): the first publisher of a key wins and a later one is told
+so. A store that ignores the condition leaves the last manifest, which
 still names a whole archive of the same key.
 
 Fetching downloads the manifest's archive beside the cache under a temporary name; the
@@ -124,7 +127,7 @@ def publish(client: Any, archive: str, sha256: str, store: str, key: str, *,
                           ContentType="application/json",
                           Body=(json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     except Exception as exc:  # noqa: BLE001
-        if s3.precondition_failed(exc):  # another host published the key first
+        if s3.precondition_failed(exc) or s3.conflict(exc):  # another host published first
             won = lookup(client, store, key)
             if won is not None:
                 return False, won

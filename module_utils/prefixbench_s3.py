@@ -210,6 +210,11 @@ def not_found(exc: BaseException) -> bool:
     return _error_code(exc) in ("NoSuchKey", "NotFound", "404")
 
 
+def conflict(exc: BaseException) -> bool:
+    """True when a conditional write raced another one on the same key (S3's 409)."""
+    return _error_code(exc) in ("ConditionalRequestConflict", "409")
+
+
 def precondition_failed(exc: BaseException) -> bool:
     """True when a conditional request failed: the object is no longer the one listed."""
     return _error_code(exc) in ("PreconditionFailed", "412")

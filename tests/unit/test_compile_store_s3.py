@@ -215,3 +215,32 @@ def test_s3_store_keys_come_in_pairs() -> None:
     assert any("go together" in e for e in result.problems), result.problems
     fine = pb_settings.validate({**BASE, "prefixbench_compile_cache_store": STORE})
     assert not [e for e in fine.problems if "compile_cache" in e], fine.problems
+
+
+def test_a_racing_conditional_write_is_a_lost_race_not_an_error(
+        client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3 answers one of two simultaneous If-None-Match writes with 409: that host then
+    reports the winner's manifest, as for a 412."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415
+
+    first, info1 = packed(tmp_path, "a", b"graph-a")
+    second, info2 = packed(tmp_path, "b", b"graph-b")
+    s3store.publish(client, str(first), info1["sha256"], STORE, "ck-1", details={"host": "a"})
+    real_put, real_lookup = client.put_object, s3store.lookup
+    calls: list[int] = []
+
+    def racing_put(**kwargs: Any) -> Any:
+        if kwargs.get("IfNoneMatch"):
+            raise ClientError({"Error": {"Code": "ConditionalRequestConflict"},
+                               "ResponseMetadata": {"HTTPStatusCode": 409}}, "PutObject")
+        return real_put(**kwargs)
+
+    def stale_then_real(*args: Any) -> dict[str, Any] | None:
+        calls.append(1)
+        return None if len(calls) == 1 else real_lookup(*args)
+
+    monkeypatch.setattr(client, "put_object", racing_put)
+    monkeypatch.setattr(s3store, "lookup", stale_then_real)
+    done, manifest = s3store.publish(client, str(second), info2["sha256"], STORE, "ck-1",
+                                     details={"host": "b"})
+    assert not done and manifest["host"] == "a"
