@@ -169,6 +169,12 @@ def prefixbench_host_problems(name: str, host: str, facts: Mapping[str, Any],
                                    bool(allow_upgrade))
 
 
+def prefixbench_sweeping(settings: Mapping[str, Any]) -> bool:
+    """Whether the settings run a sweep (segment sizes or KV capacities)."""
+    return bool(settings.get("prefixbench_sweep_segment_sizes")
+                or settings.get("prefixbench_sweep_kv_blocks"))
+
+
 def prefixbench_sweep_points(settings: Mapping[str, Any], run_dir: str) -> list[dict[str, Any]]:
     """The segment-size sweep's points: name, size, run directory and settings."""
     return [point.as_dict(run_dir) for point in sweep.points(settings)]
@@ -219,6 +225,7 @@ class FilterModule:
             "prefixbench_bench_items": prefixbench_bench_items,
             "prefixbench_pending_items": prefixbench_pending_items,
             "prefixbench_sweep_points": prefixbench_sweep_points,
+            "prefixbench_sweeping": prefixbench_sweeping,
             "prefixbench_fingerprint": prefixbench_fingerprint,
             "prefixbench_run_files": prefixbench_run_files,
             "prefixbench_unit_name": prefixbench_unit_name,

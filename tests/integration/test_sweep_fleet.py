@@ -104,3 +104,56 @@ def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, sim_artifacts: 
     # Afterwards the host runs the inventory's units again (1024 in the sim inventory).
     unit = sim_fleet.sh(host, "cat /etc/systemd/system/vllm-cached.service")
     assert "--max-num-batched-tokens 1024" in unit
+
+
+CAPACITY_RUN_ID = "integration-capacity"
+
+
+def test_capacity_sweep_measures_the_predicted_curve(
+        sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Path,
+        ansible_env: dict[str, str]) -> None:
+    """The cached server at three KV sizes: the hit ratio each measures is the one the
+    cache model predicts for the capacity the server reported, within 2 points, and
+    eviction shows (the smallest capacity hits least)."""
+    host = sim_fleet.hosts[0]
+    run_dir = repo_root / "results" / CAPACITY_RUN_ID
+    shutil.rmtree(run_dir, ignore_errors=True)
+    proc, seconds = playbook(
+        repo_root, ansible_env, "benchmark.yml", "--skip-tags", "provision",
+        "--limit", host.name, "-e", "@tests/integration/vars/capacity.yml",
+        "-e", f"prefixbench_run_id={CAPACITY_RUN_ID}", timeout=2400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-8000:]
+    print(f"capacity sweep of 3 KV sizes on 1 host: {seconds:.0f} s")
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["kind"] == "capacity_sweep", summary.get("kind")
+    assert [p["kv_blocks"] for p in summary["points"]] == [16, 26, 64]
+    rows = {r["point_blocks"]: r for r in summary["rows"]}
+    assert sorted(rows) == [16, 26, 64], summary["rows"]
+    for blocks, row in rows.items():
+        # vLLM on CPU counts the null block in num_gpu_blocks: usable = override - 1.
+        assert row["capacity_blocks"] == blocks - 1, row
+        assert row["method"] == "served", row
+        assert row["status"] == "PASS", row
+        assert abs(row["diff_pp"]) <= 2.0, row
+        print(f"kv{blocks}: measured {row['measured']:.4f} predicted {row['predicted']:.4f} "
+              f"({row['diff_pp']:+.2f} pp)")
+        # Only the cached server ran at each point.
+        point = run_dir / "sweep" / f"kv{blocks}" / host.name
+        assert (point / "cached" / "high_overlap" / "rep1.json").is_file()
+        assert not (point / "baseline").exists()
+    assert rows[16]["measured"] < rows[26]["measured"] < rows[64]["measured"], rows
+    assert summary["status"] == "PASS", summary["rows"]
+    (curve,) = summary["curves"]
+    assert curve["workload"] == "high_overlap" and curve["block_size"] == 128
+    assert curve["working_set_blocks"] is not None and curve["working_set_blocks"] > 25
+    assert curve["unbounded_ratio"] == pytest.approx(rows[64]["predicted"], abs=1e-9)
+    html = (run_dir / "report.html").read_text()
+    assert "Hit ratio against KV capacity: high_overlap" in html
+    assert "working set (blocks)" in html
+    assert "KV-capacity sweep, overall PASS" in out, out[-3000:]
+
+    # Afterwards the host runs the inventory's units again, without the override.
+    unit = sim_fleet.sh(host, "cat /etc/systemd/system/vllm-cached.service")
+    assert "--num-gpu-blocks-override" not in unit

@@ -106,13 +106,15 @@ def make_run(
     ttfts: bool = True,
     renames: Mapping[str, str] | None = None,
     extras: Callable[[str, str, str, int], dict[str, Any]] | None = None,
+    expected: Callable[[str, str, str, int], dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``root/run_id`` with every host running the fixture benches.
 
     ``transform(host, configuration, workload, rep, bench)`` may alter a bench result;
     ``ttfts`` adds per-request TTFTs (:func:`with_ttfts`); ``renames`` gives workloads
     other names (the criteria must not depend on them); ``extras(host, configuration,
-    workload, rep)`` gives a record's ``extra``. A bench named in ``benches``
+    workload, rep)`` gives a record's ``extra`` and ``expected(...)`` keys added to its
+    ``expected``. A bench named in ``benches``
     without a recorded fixture (``baseline/sustained_c4``) is built by ``transform``
     from the cached one.
     """
@@ -146,6 +148,8 @@ def make_run(
                     started_at="2026-11-29T08:00:00+00:00",
                     ended_at="2026-11-29T08:01:00+00:00", bench=bench,
                     workload=w.to_dict(), metrics_delta=d.to_dict(),
-                    expected=w.expected_ratios(BLOCK_SIZE), measured=d.measured(),
+                    expected={**w.expected_ratios(BLOCK_SIZE),
+                              **(expected(host, conf, wl, rep) if expected else {})},
+                    measured=d.measured(),
                     extra=extras(host, conf, wl, rep) if extras else {}))
     return layout.run_dir

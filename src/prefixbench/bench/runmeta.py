@@ -37,7 +37,8 @@ def run_meta(run_id: str, settings: Mapping[str, Any], hosts: Sequence[str],
         "workloads": [w.to_dict() for w in experiment.workloads_of(settings)],
         "repetitions": int(settings.get("prefixbench_repetitions", 1)),
         "base_seed": int(settings.get("prefixbench_base_seed", 1000)),
-        "sweep_segment_sizes": [p.segment_size for p in sweep.points(settings)],
+        "sweep_segment_sizes": [p.value for p in sweep.points(settings) if p.dial == sweep.SEG],
+        "sweep_kv_blocks": [p.value for p in sweep.points(settings) if p.dial == sweep.KV],
         "price_per_instance_hour": {
             str(k): float(v) for k, v in
             (settings.get("prefixbench_price_per_instance_hour") or {}).items()},

@@ -140,6 +140,11 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "baseline/cached server pair per kv_segment_size_buckets value, each with the "
             "matching num_batched_tokens_buckets and max-num-batched-tokens. Empty: no "
             "sweep, the inventory's server settings.", [], choices=SEGMENT_SIZES),
+    Setting("prefixbench_sweep_kv_blocks", "list_int", "KV-capacity sweep: one cached "
+            "server per value, started with --num-gpu-blocks-override set to it, to "
+            "measure the hit ratio against KV capacity next to the prediction (the "
+            "capacity curve). Empty: no capacity sweep. Not with a segment-size sweep.",
+            [], minimum=2, maximum=100000000),
     Setting("prefixbench_workloads", "list_dict", "Benchmark workloads; each key mirrors a "
             "`vllm bench serve` flag in snake_case. Empty: the tutorial's three.", []),
     Setting("prefixbench_model_fit", "str", "Preflight check that the model's weights fit "
@@ -283,6 +288,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             maximum=1048576),
     Setting("vllm_service_max_num_batched_tokens", "int", "--max-num-batched-tokens.",
             1024, minimum=16, maximum=1048576),
+    Setting("vllm_service_num_gpu_blocks_override", "int", "--num-gpu-blocks-override: "
+            "the KV cache's size in blocks instead of the size vLLM derives from memory "
+            "(vllm-neuron adds its null block to it). 0: not set.", 0, minimum=0,
+            maximum=100000000),
     Setting("vllm_service_hf_overrides", "dict", "--hf-overrides (JSON); the tutorial "
             "clears quantization_config for gpt-oss on Trn2.",
             {"quantization_config": {}}),

@@ -27,9 +27,13 @@ class HostPlan:
     sweep: tuple[int, ...] = ()
     #: The model-weights fit check's line (empty where it does not apply).
     fit: str = ""
+    #: KV capacities (blocks) of a capacity sweep: one cached server each.
+    kv_sweep: tuple[int, ...] = ()
 
     @property
     def benches(self) -> int:
+        if self.kv_sweep:
+            return len(self.kv_sweep) * len(self.workloads) * self.repetitions
         pairs = max(1, len(self.sweep))
         return pairs * len(self.configurations) * len(self.workloads) * self.repetitions
 
@@ -50,6 +54,7 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         repetitions=int(settings.get("prefixbench_repetitions", 1)),
         sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_segment_sizes") or ()),
         fit=modelfit.fit_line(settings) or "",
+        kv_sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_kv_blocks") or ()),
     )
 
 
@@ -86,9 +91,13 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
     for p in sorted(plans, key=lambda p: p.host):
         sweep = (f"segment sizes [{', '.join(str(v) for v in p.sweep)}] x "
                  if p.sweep else "")
+        configurations = ' -> '.join(p.configurations)
+        if p.kv_sweep:
+            sweep = f"KV blocks [{', '.join(str(v) for v in p.kv_sweep)}] x "
+            configurations = "cached"
         lines.append(
             f"{p.host} ({p.instance_type}, {p.platform}): {sweep}"
-            f"{' -> '.join(p.configurations)} x [{', '.join(p.workloads)}] "
+            f"{configurations} x [{', '.join(p.workloads)}] "
             f"x {p.repetitions} rep = {p.benches} benches")
         if p.fit:
             lines.append(f"  {p.fit}")

@@ -281,9 +281,39 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
                    f"(the tutorial uses 3072 = 3 segments)")
 
 
+#: vLLM's KV block size on the cpu platform when none is given (vllm/platforms/cpu.py,
+#: check_and_update_config: ``cache_config.block_size = 128``).
+CPU_BLOCK_SIZE: Final = 128
+
+
+@catalogue.rule
+def kv_blocks_hold_a_request(s: Mapping[str, Any]) -> Iterator[str]:
+    """A KV-block override leaves room for one request at max_model_len.
+
+    vLLM checks at start-up that the pool, sized to the override, holds one request at
+    ``max_model_len`` and refuses to start otherwise (vllm/v1/core/kv_cache_utils.py,
+    get_kv_cache_configs: the override replaces the profiled memory before
+    _check_enough_kv_cache_memory, less the null block). The block size is known here on
+    the cpu platform only; on Neuron the server's start-up says it.
+    """
+    override = int(s.get("vllm_service_num_gpu_blocks_override") or 0)
+    if override == 1:
+        yield ("vllm_service_num_gpu_blocks_override 1 leaves no usable block (block 0 is "
+               "the null block): use 0 (not set) or at least 2")
+        return
+    if not override or s.get("prefixbench_platform") != "cpu":
+        return
+    needed = -(-int(s["vllm_service_max_model_len"]) // CPU_BLOCK_SIZE) + 1
+    if override < needed:
+        yield (f"vllm_service_num_gpu_blocks_override {override} cannot hold one request "
+               f"at max_model_len {s['vllm_service_max_model_len']} (block "
+               f"{CPU_BLOCK_SIZE} on cpu: needs {needed} with the null block), so vLLM "
+               f"would refuse to start: raise it or lower vllm_service_max_model_len")
+
+
 @catalogue.rule
 def sweep_points_valid(s: Mapping[str, Any]) -> Iterator[str]:
-    """Every point of a segment-size sweep passes the rules above with its own settings."""
+    """Every point of a sweep passes the rules above with its own settings."""
     try:
         points = sweep.points(s)
     except ValueError as exc:

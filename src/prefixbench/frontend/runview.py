@@ -298,6 +298,14 @@ def summary_lines(summary: Mapping[str, Any]) -> tuple[list[str], bool]:
     """The verdicts of ``summary.json`` (one line per host) and whether any failed."""
     lines: list[str] = []
     failed = False
+    if summary.get("kind") == "capacity_sweep":
+        for point in summary.get("points") or []:
+            if not isinstance(point, Mapping):
+                continue
+            bad = [str(v) for v in point.get("failed_verdicts") or []]
+            failed = failed or bool(bad)
+            lines.append(f"  kv{point.get('kv_blocks')}: {point.get('status')}"
+                         + (f" (FAIL {', '.join(bad)})" if bad else ""))
     if summary.get("kind") == "sweep":
         for point in summary.get("points") or []:
             if not isinstance(point, Mapping):

@@ -21,11 +21,11 @@ from prefixbench.bench.prefix_repetition import generate_prompts
 from prefixbench.bench.workloads import Workload
 from prefixbench.measure.ratios import block_aligned_expected, block_aligned_hit_tokens
 from prefixbench.predict.cachesim import PrefixCacheSim
-from prefixbench.predict.replay import concurrency_note, replay_requests
+from prefixbench.predict.replay import Prediction, concurrency_note, replay_curve, replay_requests
 from prefixbench.predict.tokenizer import Tokenizer
 from prefixbench.predict.tokenizer import load as load_tokenizer
 
-__all__ = ["ServedExpectation", "served_expectation"]
+__all__ = ["ServedExpectation", "served_curve", "served_expectation"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,66 @@ def _formula_hits_per_request(
     return out
 
 
+@dataclass(frozen=True)
+class _Sent:
+    """The prompts of one prefix_repetition bench as the server encodes them."""
+
+    tokenizer: Tokenizer
+    specs: list[Any]
+    #: The measured prompts, server-encoded, in send order.
+    served: list[array[int]]
+    #: (prefix, suffix) index of every request, pre-requests included.
+    keys: list[tuple[int, int]]
+    #: Every request's tokens, pre-requests included.
+    prompts: list[array[int]]
+    pre: int
+
+
+def _sent(w: Workload, tokenizer_dir: Path | str | Tokenizer,
+          pre_requests: int | None) -> _Sent:
+    if w.is_custom:
+        raise ValueError(f"workload {w.name}: served_expectation models prefix_repetition "
+                         f"only; use predict() for custom prompts")
+    pre = w.pre_requests if pre_requests is None else pre_requests
+    if pre < 0:
+        raise ValueError(f"pre_requests must be >= 0, got {pre}")
+    tok = tokenizer_dir if isinstance(tokenizer_dir, Tokenizer) else load_tokenizer(
+        Path(tokenizer_dir))
+    seed = w.seed if w.seed is not None else 0
+    specs = generate_prompts(seed, w.num_prompts, w.prefix_repetition_num_prefixes,
+                             prefix_len=w.prefix_repetition_prefix_len,
+                             suffix_len=w.prefix_repetition_suffix_len,
+                             vocab_size=tok.base_vocab_size,
+                             shuffle=not w.disable_shuffle, roundtrip=tok.roundtrip)
+    served = [array("I", ids) for ids in tok.encode_batch([tok.decode(p.tokens)
+                                                           for p in specs])]
+    keys = [(p.prefix_index, p.suffix_index) for p in specs]
+    return _Sent(tokenizer=tok, specs=list(specs), served=served,
+                 keys=[keys[0]] * pre + keys, prompts=[served[0]] * pre + served, pre=pre)
+
+
+def served_curve(
+    workload: Workload,
+    tokenizer_dir: Path | str | Tokenizer,
+    block_size: int,
+    capacities: Sequence[int],
+) -> tuple[list[Prediction], Prediction]:
+    """The hit ratio of one bench of ``workload`` at each of ``capacities`` (usable
+    blocks, ascending) and unbounded, with the prompts its server really sees (as
+    :func:`served_expectation`, one pass for every capacity). Returns the bounded
+    predictions and the unbounded one, whose ``cached_blocks`` is the working set."""
+    if block_size <= 0 or any(c <= 0 for c in capacities):
+        raise ValueError(f"block_size ({block_size}) and capacities ({list(capacities)}) "
+                         f"must be positive")
+    sent = _sent(workload, tokenizer_dir, None)
+    caps: list[int | None] = [*sorted(set(capacities)), None]
+    preds = replay_curve(sent.prompts,
+                         [workload.prefix_repetition_output_len] * len(sent.prompts),
+                         block_size=block_size, capacities=caps, method="served",
+                         note=concurrency_note(workload))
+    return preds[:-1], preds[-1]
+
+
 def served_expectation(
     workload: Workload,
     tokenizer_dir: Path | str | Tokenizer,
@@ -131,32 +191,18 @@ def served_expectation(
     :class:`~prefixbench.predict.tokenizer.TokenizerError` for an unusable tokenizer.
     """
     w = workload
-    if w.is_custom:
-        raise ValueError(f"workload {w.name}: served_expectation models prefix_repetition "
-                         f"only; use predict() for custom prompts")
     if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
         raise ValueError(f"block_size ({block_size}) and capacity_blocks "
                          f"({capacity_blocks}) must be positive")
-    pre = w.pre_requests if pre_requests is None else pre_requests
-    if pre < 0:
-        raise ValueError(f"pre_requests must be >= 0, got {pre}")
-    tok = tokenizer_dir if isinstance(tokenizer_dir, Tokenizer) else load_tokenizer(
-        Path(tokenizer_dir))
-    seed = w.seed if w.seed is not None else 0
+    sent = _sent(w, tokenizer_dir, pre_requests)
+    tok, specs, served, keys, prompts, pre = (sent.tokenizer, sent.specs, sent.served,
+                                              sent.keys, sent.prompts, sent.pre)
     prefix_len, suffix_len = w.prefix_repetition_prefix_len, w.prefix_repetition_suffix_len
     num_prefixes = w.prefix_repetition_num_prefixes
     vocab = tok.base_vocab_size
-    specs = generate_prompts(seed, w.num_prompts, num_prefixes, prefix_len=prefix_len,
-                             suffix_len=suffix_len, vocab_size=vocab,
-                             shuffle=not w.disable_shuffle, roundtrip=tok.roundtrip)
-    served = [array("I", ids) for ids in tok.encode_batch([tok.decode(p.tokens)
-                                                           for p in specs])]
     bos, eos = tok.special_tokens_added()
     resplits = sum(1 for p, ids in zip(specs, served, strict=True)
                    if ids[bos:len(ids) - eos].tolist() != list(p.tokens))
-    keys = [(p.prefix_index, p.suffix_index) for p in specs]
-    keys = [keys[0]] * pre + keys
-    prompts = [served[0]] * pre + served
     formula = block_aligned_expected(w.num_prompts, num_prefixes, prefix_len, suffix_len,
                                      block_size, pre_requests=pre, bos_tokens=bos)
     expected = _formula_hits_per_request(keys, bos + prefix_len + suffix_len, prefix_len,

@@ -29,6 +29,7 @@ from prefixbench.frontend.runview import (
 from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.records import json_safe
 from prefixbench.report.build import build_summary
+from prefixbench.report.capacity import capacity_lines, is_capacity_sweep, report_capacity
 from prefixbench.report.compare import (
     Comparison,
     ToleranceError,
@@ -101,6 +102,8 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except _UsageError as exc:
         return _fail(prog, str(exc), err)
+    if is_capacity_sweep(args.run_dir):
+        return _report_capacity(prog, args, out, err)
     if is_sweep(args.run_dir):
         return _report_sweep(prog, args, out, err)
     try:
@@ -155,6 +158,21 @@ def _report_sweep(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO)
     if args.upload and not _upload(prog, args, out, err):
         return EXIT_UPLOAD
     return EXIT_FAILED if sweep.failed_verdicts else EXIT_OK
+
+
+def _report_capacity(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        curve, paths = report_capacity(args.run_dir)
+    except (ReportInputError, OSError) as exc:
+        return _fail(prog, str(exc), err)
+    for line in capacity_lines(curve):
+        print(line, file=out)
+    for p in paths:
+        print(f"wrote {p}", file=out)
+    print(f"overall: {curve.status}", file=out)
+    if args.upload and not _upload(prog, args, out, err):
+        return EXIT_UPLOAD
+    return EXIT_FAILED if curve.failed_verdicts else EXIT_OK
 
 
 def _print_comparison(c: Comparison, out: TextIO) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixbench.report.build import build_summary
+from prefixbench.report.capacity import capacity_lines, is_capacity_sweep, report_capacity
 from prefixbench.report.junit import write_junit
 from prefixbench.report.model import FailureInfo
 from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
@@ -16,6 +17,17 @@ from prefixbench.report.write import FORMATS, write_outputs
 def report_run(run_dir: Path, junit: str = "") -> dict[str, Any]:
     """Build the summary of ``run_dir``, write all outputs (and JUnit XML to ``junit``,
     relative to the run directory, when given), return what to show."""
+    if is_capacity_sweep(run_dir):
+        curve, written_curve = report_capacity(run_dir)
+        return {
+            "status": curve.status,
+            "failed_verdicts": curve.failed_verdicts,
+            "inconclusive_verdicts": [f"kv{r.point_blocks} {r.host}: capacity_curve "
+                                      f"{r.workload}" for r in curve.rows
+                                      if r.status == INCONCLUSIVE],
+            "written": [str(p) for p in written_curve],
+            "lines": [*capacity_lines(curve), f"report: {run_dir / FORMATS['html']}"],
+        }
     if is_sweep(run_dir):
         sweep, paths = report_sweep(run_dir)
         return {

@@ -10,7 +10,8 @@ from prefixbench.measure.stats import percentile
 from prefixbench.report.model import HostSummary, Summary
 from prefixbench.report.vocab import CACHED
 
-__all__ = ["distribution_plot", "grouped_bars", "hit_ratio_plot", "host_bars", "nice_ticks"]
+__all__ = ["distribution_plot", "grouped_bars", "hit_ratio_plot", "host_bars", "line_plot",
+           "nice_ticks"]
 
 COLORS = {"baseline": "#8c959f", "cached": "#2f6fde", "queries": "#2f6fde",
           "by_source": "#54aeff", "cold": "#d1242f", "warm": "#2f6fde"}
@@ -213,4 +214,87 @@ def distribution_plot(h: HostSummary) -> str:
                        f'fill="{color}" fill-opacity="{0.9 if c else 0.55}"/>')
     out.append(f'<text x="{left + plot_w / 2}" y="{bottom + 32}" text-anchor="middle">'
                f'{what} (ms)</text></svg>')
+    return "".join(out)
+
+
+#: Colors of successive series of a line plot.
+LINE_COLORS = ("#2f6fde", "#bf8700", "#1a7f37", "#8250df", "#cf222e", "#57606a")
+
+
+def line_plot(
+    title: str,
+    lines: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+    dots: Sequence[tuple[str, Sequence[tuple[float, float]]]] = (),
+    *,
+    x_label: str,
+    y_label: str,
+    vlines: Sequence[tuple[float, str]] = (),
+    fraction: bool = False,
+) -> str:
+    """Lines (``(name, [(x, y), ...])``, drawn through their points in x order), dots
+    (measured points, one color per series after the lines'), and vertical markers
+    ``(x, label)``. The x axis starts at 0; ``fraction`` shows y in percent."""
+    left, top, bottom, right = 70, 34, 50, 260
+    plot_w, plot_h = 460, 240
+    width, height = left + plot_w + right, top + plot_h + bottom
+    xs = [x for _n, pts in (*lines, *dots) for x, _y in pts] + [x for x, _l in vlines]
+    ys = [y for _n, pts in (*lines, *dots) for _x, y in pts]
+    xticks = nice_ticks(max(xs, default=1.0))
+    yticks = nice_ticks(max(ys, default=1.0) * 1.05)
+    xmax, ymax = xticks[-1] or 1.0, yticks[-1] or 1.0
+
+    def px(v: float) -> float:
+        return left + plot_w * v / xmax
+
+    def py(v: float) -> float:
+        return top + plot_h - plot_h * v / ymax
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}" {_FONT}>',
+           f'<text x="{left}" y="18" font-size="14" font-weight="600">{_e(title)}</text>']
+    for t in yticks:
+        label = f"{t * 100:.0f}%" if fraction else f"{t:g}"
+        out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{_num(py(t))}" '
+                   f'y2="{_num(py(t))}" stroke="#e5e8ec"/>'
+                   f'<text x="{left - 6}" y="{_num(py(t) + 4)}" text-anchor="end">{label}</text>')
+    for t in xticks:
+        out.append(f'<text x="{_num(px(t))}" y="{top + plot_h + 16}" '
+                   f'text-anchor="middle">{t:g}</text>')
+    out.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h + 36}" '
+               f'text-anchor="middle">{_e(x_label)}</text>')
+    uy = top + plot_h / 2
+    out.append(f'<text x="{left - 50}" y="{uy}" transform="rotate(-90 {left - 50} {uy})" '
+               f'text-anchor="middle">{_e(y_label)}</text>')
+    out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" '
+               f'y2="{top + plot_h}" stroke="#57606a"/>')
+    legend: list[tuple[str, str, str]] = []
+    for x, label in vlines:
+        out.append(f'<line x1="{_num(px(x))}" x2="{_num(px(x))}" y1="{top}" '
+                   f'y2="{top + plot_h}" stroke="#8c959f" stroke-dasharray="4 3">'
+                   f'<title>{_e(label)}: {x:g}</title></line>')
+        legend.append((label, "#8c959f", "dash"))
+    for i, (name, pts) in enumerate(lines):
+        color = LINE_COLORS[i % len(LINE_COLORS)]
+        path = " ".join(f"{_num(px(x))},{_num(py(y))}" for x, y in sorted(pts))
+        if path:
+            out.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
+                       f'stroke-width="2"><title>{_e(name)}</title></polyline>')
+        legend.append((name, color, "line"))
+    for i, (name, pts) in enumerate(dots):
+        color = LINE_COLORS[(len(lines) + i) % len(LINE_COLORS)]
+        for x, y in pts:
+            out.append(f'<circle cx="{_num(px(x))}" cy="{_num(py(y))}" r="4.5" '
+                       f'fill="{color}"><title>{_e(name)}: {x:g}, {y:.4g}</title></circle>')
+        legend.append((name, color, "dot"))
+    for i, (label, color, kind) in enumerate(legend):
+        ly = top + 8 + i * 18
+        lx = left + plot_w + 16
+        if kind == "dot":
+            out.append(f'<circle cx="{lx + 6}" cy="{ly - 3}" r="4.5" fill="{color}"/>')
+        else:
+            dash = ' stroke-dasharray="4 3"' if kind == "dash" else ""
+            out.append(f'<line x1="{lx}" x2="{lx + 12}" y1="{ly - 3}" y2="{ly - 3}" '
+                       f'stroke="{color}" stroke-width="2"{dash}/>')
+        out.append(f'<text x="{lx + 18}" y="{ly + 1}">{_e(label)}</text>')
+    out.append("</svg>")
     return "".join(out)

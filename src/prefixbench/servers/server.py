@@ -75,6 +75,12 @@ def serve_argv(settings: Mapping[str, Any], configuration: Configuration,
         "--max-model-len", str(s["vllm_service_max_model_len"]),
         "--max-num-batched-tokens", str(s["vllm_service_max_num_batched_tokens"]),
     ]
+    if s.get("vllm_service_num_gpu_blocks_override"):
+        # vLLM sizes the KV pool to this many blocks (vllm/v1/core/kv_cache_utils.py,
+        # may_override_num_blocks); vllm-neuron adds one for its null block and sizes
+        # NxDI's pa_num_blocks to match (vllm-project/vllm-neuron, vllm_neuron/platform.py
+        # and worker/neuronx_distributed_model_loader.py, release-0.2.x).
+        argv += ["--num-gpu-blocks-override", str(s["vllm_service_num_gpu_blocks_override"])]
     if configuration == "baseline":
         argv.append("--no-enable-prefix-caching")
     if s.get("vllm_service_hf_overrides"):

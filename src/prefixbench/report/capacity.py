@@ -1,0 +1,403 @@
+"""The report of a KV-capacity sweep: hit ratio against KV capacity, measured and predicted.
+
+A capacity sweep (``prefixbench_sweep_kv_blocks``, :mod:`prefixbench.servers.sweep`) runs the
+cached server once per capacity, each started with ``--num-gpu-blocks-override``; every
+point is a run of its own under ``<run>/sweep/kv<blocks>/``. Each bench's record already
+carries the prediction at the capacity its server *reported* (``vllm:cache_config_info``
+``num_gpu_blocks``, less the null block): for prefix_repetition the prompts the server
+really sees, replayed with eviction (:func:`prefixbench.predict.served.served_expectation`),
+for your prompts the what-if replay (:func:`prefixbench.report.records.record_prediction`).
+
+Per point, host and workload this report sets the measured hit ratio beside that
+prediction, and judges it: ``capacity_curve`` PASS when they are within
+:attr:`CapacityThresholds.max_diff` (2 points), FAIL otherwise, INCONCLUSIVE when there
+is no prediction or the workload runs at a concurrency above 1 (the replay runs one
+request at a time; concurrent requests hold more blocks at once, so evictions differ).
+It also draws, per workload, the predicted curve over a range of capacities with the
+measured points on it, and marks the working set: the distinct full blocks the workload
+caches, from where it fits.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from prefixbench.bench.workloads import Workload
+from prefixbench.measure.atomic import write_text_atomic
+from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.records import json_safe
+from prefixbench.predict.kvcapacity import usable_blocks
+from prefixbench.report.build import build_summary
+from prefixbench.report.document import Block, Bullets, Heading, Para, Plot, html_of, markdown_of
+from prefixbench.report.load import ReportInputError, load_run
+from prefixbench.report.model import Summary
+from prefixbench.report.plots import line_plot
+from prefixbench.report.records import as_float, record_view
+from prefixbench.report.tables import Table, fmt
+from prefixbench.report.vocab import FAIL, INCONCLUSIVE, PASS, Status, overall_status
+from prefixbench.report.write import FORMATS, write_outputs
+from prefixbench.servers.sweep import KV, dial_of, point_dirs, point_value, tokenizer_dir
+
+__all__ = ["CapacityCurveView", "CapacityRow", "CapacitySummary", "CapacityThresholds",
+           "build_capacity", "capacity_lines", "is_capacity_sweep", "judge",
+           "report_capacity"]
+
+CAPACITY_SCHEMA_VERSION: Final = 1
+#: Capacities the predicted curve is drawn at, besides the measured ones.
+CURVE_STEPS: Final = 24
+
+
+@dataclass(frozen=True)
+class CapacityThresholds:
+    #: Measured hit ratio within this (absolute, 0.02 = 2 points) of the prediction.
+    max_diff: float = 0.02
+
+
+def is_capacity_sweep(run_dir: str | Path) -> bool:
+    """Whether the run directory holds the points of a KV-capacity sweep."""
+    try:
+        return dial_of(run_dir) == KV
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    """One (point, host, workload, repetition): measured against predicted hit ratio."""
+
+    point_blocks: int
+    host: str
+    workload: str
+    repetition: int
+    #: Usable blocks of the server as it reported itself (num_gpu_blocks - 1).
+    capacity_blocks: int | None
+    measured: float | None
+    predicted: float | None
+    #: Where the prediction comes from ("served": the server's own tokens; "what-if").
+    method: str | None
+    evictions: float | None
+    status: Status
+    detail: str
+
+    @property
+    def diff_pp(self) -> float | None:
+        if self.measured is None or self.predicted is None:
+            return None
+        return (self.measured - self.predicted) * 100
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"point_blocks": self.point_blocks, "host": self.host,
+                "workload": self.workload, "repetition": self.repetition,
+                "capacity_blocks": self.capacity_blocks, "measured": self.measured,
+                "predicted": self.predicted, "method": self.method,
+                "diff_pp": self.diff_pp, "evictions": self.evictions,
+                "status": self.status, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class CapacityCurveView:
+    """The predicted curve of one workload, and where its working set fits."""
+
+    workload: str
+    block_size: int
+    points: tuple[tuple[int, float], ...]
+    unbounded_ratio: float | None
+    working_set_blocks: int | None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workload": self.workload, "block_size": self.block_size,
+                "points": [list(p) for p in self.points],
+                "unbounded_ratio": self.unbounded_ratio,
+                "working_set_blocks": self.working_set_blocks, "note": self.note}
+
+
+@dataclass(frozen=True)
+class CapacityPoint:
+    blocks: int
+    run_dir: Path
+    summary: Summary
+
+
+@dataclass(frozen=True)
+class CapacitySummary:
+    """Everything the capacity-sweep report shows."""
+
+    run_id: str
+    run: dict[str, Any]
+    generated_at: str
+    points: tuple[CapacityPoint, ...]
+    rows: tuple[CapacityRow, ...]
+    curves: tuple[CapacityCurveView, ...]
+    max_diff: float
+
+    @property
+    def status(self) -> Status:
+        return overall_status(r.status for r in self.rows) if self.rows else INCONCLUSIVE
+
+    @property
+    def failed_verdicts(self) -> list[str]:
+        return [f"kv{r.point_blocks} {r.host}: capacity_curve {r.workload} rep{r.repetition}"
+                for r in self.rows if r.status == FAIL]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": CAPACITY_SCHEMA_VERSION, "kind": "capacity_sweep",
+                "run_id": self.run_id, "run": self.run, "generated_at": self.generated_at,
+                "status": self.status, "max_diff": self.max_diff,
+                "points": [{"kv_blocks": p.blocks, "run_dir": p.run_dir.name,
+                            "status": overall_status(r.status for r in self.rows
+                                                     if r.point_blocks == p.blocks),
+                            "failed_verdicts": [v for v in self.failed_verdicts
+                                                if v.startswith(f"kv{p.blocks} ")]}
+                           for p in self.points],
+                "rows": [r.to_dict() for r in self.rows],
+                "curves": [c.to_dict() for c in self.curves]}
+
+
+def judge(measured: float | None, predicted: float | None, *, concurrency: int | None,
+          note: str | None, max_diff: float) -> tuple[Status, str]:
+    """The capacity-curve verdict of one bench, and why."""
+    if measured is None:
+        return INCONCLUSIVE, "no measured hit ratio (the server's counters are missing)"
+    if predicted is None:
+        return INCONCLUSIVE, f"no prediction ({note or 'the record has none'})"
+    if concurrency != 1:
+        return INCONCLUSIVE, (f"concurrency {concurrency or 'unbounded'}: the prediction "
+                              f"replays one request at a time, so its evictions are not "
+                              f"the server's")
+    diff = measured - predicted
+    within = abs(diff) <= max_diff + 1e-12
+    return (PASS if within else FAIL), (
+        f"measured {measured:.2%} vs predicted {predicted:.2%} ({diff * 100:+.2f} pp; "
+        f"within {max_diff * 100:g} pp: {'yes' if within else 'no'})")
+
+
+def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityRow],
+                                                                   dict[str, Any]]:
+    """The point's rows, and per workload what its curve needs (workload, block size,
+    prompts file)."""
+    data = load_run(point_dir)
+    known = data.workloads()
+    rows = []
+    shapes: dict[str, Any] = {}
+    for record in data.records:
+        view = record_view(record, known, data.run_dir)
+        if view.prefix_caching_enabled is False:
+            continue
+        labels = (record.metrics_delta or {}).get("cache_config") or {}
+        capacity = usable_blocks(int(n) if (n := as_float(labels.get("num_gpu_blocks")))
+                                 is not None else None)
+        predicted = view.expected_served
+        method: str | None = "served"
+        note: str | None = None
+        if predicted is None and view.predicted is not None:
+            predicted, method, note = view.predicted.ratio, "what-if", view.predicted.note
+        if predicted is None:
+            method = None
+            note = note or str((record.expected or {}).get("served_note") or "")
+        concurrency = view.workload.max_concurrency if view.workload is not None else None
+        status, detail = judge(view.hit_ratio_queries, predicted, concurrency=concurrency,
+                               note=note, max_diff=max_diff)
+        rows.append(CapacityRow(
+            point_blocks=blocks, host=record.key.host, workload=record.key.workload,
+            repetition=record.key.repetition, capacity_blocks=capacity,
+            measured=view.hit_ratio_queries, predicted=predicted, method=method,
+            evictions=view.evictions_sampled, status=status, detail=detail))
+        if view.workload is not None and view.block_size:
+            shapes.setdefault(record.key.workload, (view.workload, view.block_size,
+                                                    RunLayout.of(point_dir)))
+    return rows, shapes
+
+
+def _grid(measured: Sequence[int], working_set: int | None) -> list[int]:
+    top = max([*measured, int((working_set or 0) * 1.25), 2])
+    step = max(1, top // CURVE_STEPS)
+    return sorted({*range(step, top + 1, step), *measured})
+
+
+def _curve(name: str, workload: Workload, block_size: int, layout: RunLayout,
+           measured: Sequence[int]) -> CapacityCurveView:
+    from prefixbench.predict import capacity_curve  # noqa: PLC0415 - tokenizer library
+    from prefixbench.predict.served import served_curve  # noqa: PLC0415
+    from prefixbench.predict.tokenizer import TokenizerError  # noqa: PLC0415
+
+    tok = tokenizer_dir(layout.run_dir)
+    if tok is None:
+        return CapacityCurveView(workload=name, block_size=block_size, points=(),
+                                 unbounded_ratio=None, working_set_blocks=None,
+                                 note="no tokenizer copy in the run directory")
+    try:
+        if workload.is_custom:
+            probe = capacity_curve.predict_curve(
+                workload, block_size=block_size, capacities=[max(measured, default=1)],
+                prompts_file=layout.prompts_path(name), tokenizer_dir=tok)
+            working = probe.working_set_blocks
+            curve = capacity_curve.predict_curve(
+                workload, block_size=block_size, capacities=_grid(measured, working),
+                prompts_file=layout.prompts_path(name), tokenizer_dir=tok)
+            bounded, unbounded = list(curve.points), curve.unbounded
+        else:
+            _, unbounded = served_curve(workload, tok, block_size, [1])
+            bounded, unbounded = served_curve(workload, tok, block_size,
+                                              _grid(measured, unbounded.cached_blocks))
+    except (capacity_curve.CurveError, TokenizerError, ValueError, OSError) as exc:
+        return CapacityCurveView(workload=name, block_size=block_size, points=(),
+                                 unbounded_ratio=None, working_set_blocks=None,
+                                 note=f"no predicted curve: {exc}")
+    pts = tuple((p.capacity_blocks, p.ratio) for p in bounded
+                if p.ratio is not None and p.capacity_blocks is not None)
+    return CapacityCurveView(workload=name, block_size=block_size, points=pts,
+                             unbounded_ratio=unbounded.ratio,
+                             working_set_blocks=unbounded.cached_blocks,
+                             note=unbounded.note)
+
+
+def build_capacity(run_dir: str | Path, *, thresholds: CapacityThresholds | None = None,
+                   now: datetime | None = None) -> CapacitySummary:
+    """Summarise every point of a capacity sweep and set each beside its prediction."""
+    t = thresholds or CapacityThresholds()
+    root = Path(run_dir)
+    dirs = [d for d in point_dirs(root) if (v := point_value(d)) and v[0] == KV]
+    if not dirs:
+        raise ReportInputError(f"{root}: no capacity points (kv<blocks>) under "
+                               f"{root / 'sweep'}")
+    run: dict[str, Any] = {}
+    meta = RunLayout.of(root).meta_path
+    if meta.exists():
+        try:
+            loaded = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReportInputError(f"{meta}: unreadable ({exc})") from exc
+        run = loaded if isinstance(loaded, dict) else {}
+    points, rows = [], []
+    shapes: dict[str, Any] = {}
+    for d in dirs:
+        value = point_value(d)
+        assert value is not None
+        points.append(CapacityPoint(blocks=value[1], run_dir=d,
+                                    summary=build_summary(d, now=now)))
+        point_rows, point_shapes = _rows(value[1], d, t.max_diff)
+        rows += point_rows
+        for name, shape in point_shapes.items():
+            shapes.setdefault(name, shape)
+    curves = []
+    for name, (workload, block_size, layout) in sorted(shapes.items()):
+        measured = sorted({r.capacity_blocks for r in rows
+                           if r.workload == name and r.capacity_blocks is not None})
+        curves.append(_curve(name, workload, block_size, layout, measured))
+    return CapacitySummary(
+        run_id=str(run.get("run_id") or root.name), run=run,
+        generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),
+        points=tuple(points), rows=tuple(sorted(rows, key=lambda r: (
+            r.workload, r.host, r.point_blocks, r.repetition))),
+        curves=tuple(curves), max_diff=t.max_diff)
+
+
+def _pct(x: float | None) -> str:
+    return fmt(None if x is None else x * 100, ".2f", "%")
+
+
+def rows_table(s: CapacitySummary) -> Table:
+    rows = tuple(
+        (r.workload, r.host, str(r.point_blocks), fmt(r.capacity_blocks, ".0f"),
+         _pct(r.measured), _pct(r.predicted), fmt(r.diff_pp, "+.2f"),
+         fmt(r.evictions, ".0f"), r.status)
+        for r in s.rows)
+    return Table(("Workload", "Host", "--num-gpu-blocks-override", "Usable blocks",
+                  "Measured hit ratio", "Predicted", "Diff (pp)", "Evictions (server)",
+                  "Verdict"), rows, numeric=(2, 3, 4, 5, 6, 7))
+
+
+def curve_plot(s: CapacitySummary, curve: CapacityCurveView) -> str:
+    by_host: dict[str, list[tuple[float, float]]] = {}
+    for r in s.rows:
+        if r.workload == curve.workload and r.capacity_blocks is not None \
+                and r.measured is not None:
+            by_host.setdefault(r.host, []).append((float(r.capacity_blocks), r.measured))
+    vlines = []
+    if curve.working_set_blocks:
+        vlines.append((float(curve.working_set_blocks), "working set (blocks)"))
+    return line_plot(
+        f"Hit ratio against KV capacity: {curve.workload}",
+        [("predicted", [(float(x), y) for x, y in curve.points])],
+        [(f"measured, {host}", pts) for host, pts in sorted(by_host.items())],
+        x_label=f"usable KV blocks (block size {curve.block_size})",
+        y_label="hit ratio", vlines=vlines, fraction=True)
+
+
+def capacity_blocks_of(s: CapacitySummary) -> list[Block]:
+    caps = ", ".join(str(p.blocks) for p in s.points)
+    out: list[Block] = [
+        Heading(1, f"KV-capacity sweep: {s.run_id}"),
+        Para(f"Overall: **{s.status}**. Cached server started with "
+             f"--num-gpu-blocks-override {caps}; each bench's measured hit ratio is set "
+             f"beside the prediction at the capacity its server reported "
+             f"(num_gpu_blocks - 1), and passes within {s.max_diff * 100:g} points. "
+             f"Generated {s.generated_at}."),
+        Heading(2, "Measured against predicted, per capacity"), rows_table(s),
+    ]
+    for curve in s.curves:
+        out.append(Heading(2, f"Capacity curve: {curve.workload}"))
+        if curve.points:
+            out.append(Plot(f"capacity curve {curve.workload}", curve_plot(s, curve)))
+        fits = (f"working set {curve.working_set_blocks} blocks (the distinct full blocks "
+                f"it caches); unbounded hit ratio {_pct(curve.unbounded_ratio)}"
+                if curve.working_set_blocks else "working set unknown")
+        out.append(Para(fits + (f". {curve.note}" if curve.note else "")))
+    notes = sorted({f"kv{r.point_blocks} {r.host} {r.workload}: {r.detail}"
+                    for r in s.rows if r.status != PASS})
+    if notes:
+        out += [Heading(2, "Points not passed"), Bullets(tuple(notes))]
+    out.append(Para("Each point's full report: " + ", ".join(
+        f"`sweep/{p.run_dir.name}/report.html`" for p in s.points) + "."))
+    return out
+
+
+def _csv(s: CapacitySummary) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["workload", "host", "point_blocks", "repetition", "capacity_blocks",
+                "measured", "predicted", "diff_pp", "evictions", "status"])
+    for r in s.rows:
+        w.writerow([r.workload, r.host, r.point_blocks, r.repetition, r.capacity_blocks,
+                    r.measured, r.predicted, r.diff_pp, r.evictions, r.status])
+    return buf.getvalue()
+
+
+def report_capacity(run_dir: str | Path) -> tuple[CapacitySummary, list[Path]]:
+    """Report every point in its own directory, then the curve in the run directory."""
+    s = build_capacity(run_dir)
+    root = Path(run_dir)
+    written: list[Path] = []
+    for p in s.points:
+        written += write_outputs(p.summary, p.run_dir, tuple(FORMATS))
+    content = capacity_blocks_of(s)
+    texts = {"json": json.dumps(json_safe(s.to_dict()), indent=2, sort_keys=True,
+                                allow_nan=False) + "\n",
+             "md": markdown_of(content),
+             "html": html_of(content, f"prefixbench capacity sweep {s.run_id}"),
+             "csv": _csv(s)}
+    for fmt_name, name in FORMATS.items():
+        path = root / name
+        write_text_atomic(path, texts[fmt_name])
+        written.append(path)
+    return s, written
+
+
+def capacity_lines(s: CapacitySummary) -> list[str]:
+    """What the playbook and the CLI print."""
+    lines = [f"run {s.run_id}: KV-capacity sweep, overall {s.status}"]
+    lines += [f"kv{r.point_blocks} {r.host} {r.workload} rep{r.repetition}: "
+              f"{r.status:12} {r.detail}" for r in s.rows]
+    for c in s.curves:
+        if c.working_set_blocks:
+            lines.append(f"{c.workload}: working set {c.working_set_blocks} blocks, "
+                         f"unbounded hit ratio {_pct(c.unbounded_ratio)}")
+    return lines
