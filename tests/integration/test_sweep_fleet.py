@@ -149,6 +149,8 @@ def test_capacity_sweep_measures_the_predicted_curve(
     assert curve["workload"] == "high_overlap" and curve["block_size"] == 128
     assert curve["working_set_blocks"] is not None and curve["working_set_blocks"] > 25
     assert curve["unbounded_ratio"] == pytest.approx(rows[64]["predicted"], abs=1e-9)
+    # The unbounded ratio is reached between the middle point and the largest.
+    assert 25 < curve["fits_from"] <= 63, curve
     html = (run_dir / "report.html").read_text()
     assert "Hit ratio against KV capacity: high_overlap" in html
     assert "working set (blocks)" in html

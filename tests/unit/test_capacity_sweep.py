@@ -15,7 +15,12 @@ from prefixbench.bench.workloads import Workload
 from prefixbench.config import plan, rules, settings
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict.served import served_curve, served_expectation
-from prefixbench.report.capacity import build_capacity, is_capacity_sweep, judge
+from prefixbench.report.capacity import (
+    CapacityCurveView,
+    build_capacity,
+    is_capacity_sweep,
+    judge,
+)
 from prefixbench.report.phase import report_run
 from prefixbench.report.sweep import is_sweep
 from prefixbench.servers import server, sweep
@@ -157,3 +162,12 @@ def test_the_report_sets_each_point_beside_its_prediction(tmp_path: Path) -> Non
     csv_rows = (run_dir / "results.csv").read_text().splitlines()
     assert csv_rows[0].startswith("workload,host,point_blocks,")
     assert len(csv_rows) == 3
+
+
+def test_the_curve_says_from_which_capacity_the_full_hit_ratio_is_reached() -> None:
+    curve = CapacityCurveView(workload="w", block_size=128,
+                              points=((30, 0.5), (10, 0.1), (20, 0.5)),
+                              unbounded_ratio=0.5, working_set_blocks=40)
+    assert curve.fits_from == 20
+    assert CapacityCurveView(workload="w", block_size=128, points=((10, 0.1),),
+                             unbounded_ratio=0.5, working_set_blocks=40).fits_from is None

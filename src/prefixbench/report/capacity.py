@@ -112,11 +112,21 @@ class CapacityCurveView:
     working_set_blocks: int | None
     note: str | None = None
 
+    @property
+    def fits_from(self) -> int | None:
+        """The smallest capacity drawn whose predicted ratio is the unbounded one: below
+        the working set when the blocks evicted there are ones never asked for again."""
+        if self.unbounded_ratio is None:
+            return None
+        return next((x for x, y in sorted(self.points)
+                     if abs(y - self.unbounded_ratio) < 1e-12), None)
+
     def to_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "block_size": self.block_size,
                 "points": [list(p) for p in self.points],
                 "unbounded_ratio": self.unbounded_ratio,
-                "working_set_blocks": self.working_set_blocks, "note": self.note}
+                "working_set_blocks": self.working_set_blocks, "fits_from": self.fits_from,
+                "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -324,6 +334,8 @@ def curve_plot(s: CapacitySummary, curve: CapacityCurveView) -> str:
     vlines = []
     if curve.working_set_blocks:
         vlines.append((float(curve.working_set_blocks), "working set (blocks)"))
+    if curve.fits_from is not None and curve.fits_from != curve.working_set_blocks:
+        vlines.append((float(curve.fits_from), "full hit ratio from"))
     return line_plot(
         f"Hit ratio against KV capacity: {curve.workload}",
         [("predicted", [(float(x), y) for x, y in curve.points])],
@@ -350,6 +362,9 @@ def capacity_blocks_of(s: CapacitySummary) -> list[Block]:
         fits = (f"working set {curve.working_set_blocks} blocks (the distinct full blocks "
                 f"it caches); unbounded hit ratio {_pct(curve.unbounded_ratio)}"
                 if curve.working_set_blocks else "working set unknown")
+        if curve.fits_from is not None:
+            fits += (f", reached from {curve.fits_from} usable blocks (of those drawn: "
+                     f"below that, eviction costs hits)")
         out.append(Para(fits + (f". {curve.note}" if curve.note else "")))
     notes = sorted({f"kv{r.point_blocks} {r.host} {r.workload}: {r.detail}"
                     for r in s.rows if r.status != PASS})
@@ -399,5 +414,6 @@ def capacity_lines(s: CapacitySummary) -> list[str]:
     for c in s.curves:
         if c.working_set_blocks:
             lines.append(f"{c.workload}: working set {c.working_set_blocks} blocks, "
-                         f"unbounded hit ratio {_pct(c.unbounded_ratio)}")
+                         f"unbounded hit ratio {_pct(c.unbounded_ratio)} from "
+                         f"{c.fits_from if c.fits_from is not None else '?'} blocks")
     return lines
