@@ -144,6 +144,12 @@ def test_capacity_sweep_measures_the_predicted_curve(
         assert (point / "cached" / "high_overlap" / "rep1.json").is_file()
         assert not (point / "baseline").exists()
     assert rows[16]["measured"] < rows[26]["measured"] < rows[64]["measured"], rows
+    # The point's own report says why its hit ratio is below the formula: eviction, by
+    # what the capacity costs against an unbounded cache; the junction only by its block.
+    small = json.loads((run_dir / "sweep" / "kv16" / "summary.json").read_text())
+    causes = {c["code"]: c["points"] for c in small["hosts"][0]["shortfalls"]["high_overlap"]}
+    assert causes.get("eviction", 0) < -30, causes
+    assert causes.get("junction", 0) > -5, causes
     assert summary["status"] == "PASS", summary["rows"]
     (curve,) = summary["curves"]
     assert curve["workload"] == "high_overlap" and curve["block_size"] == 128

@@ -50,6 +50,11 @@ def test_one_label_per_cause(cached: BenchSummary) -> None:
     assert codes(crafted(cached, 0.60, expected_block_aligned=0.675, expected_served=0.60,
                          junction_lost_blocks=0.0)) == [("tokens", -7.5)]
     assert codes(crafted(cached, 0.55, evictions_sampled=12.0)) == [("eviction", -12.5)]
+    # The capacity-curve point kv16 measured on the simulated fleet: 13.33% measured and
+    # predicted at 15 usable blocks, 59.17% with an unbounded cache, 60.0% block-aligned.
+    assert codes(crafted(cached, 0.1333, expected_tutorial=0.60, expected_block_aligned=0.60,
+                         expected_served=0.1333, expected_served_unbounded=0.5917,
+                         junction_lost_blocks=1.0)) == [("junction", -0.83), ("eviction", -45.84)]
     assert codes(crafted(cached, 0.62, max_concurrency=4)) == [("race", -5.5)]
     assert codes(crafted(cached, 0.62)) == [("unexplained", -5.5)]
     assert codes(crafted(cached, 0.70)) == [("extra_hits", 2.5)]

@@ -208,6 +208,11 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
     out: dict[str, Any] = {
         "served_ratio": served.ratio, "served_hit_tokens": served.hit_tokens,
         "served_query_tokens": served.query_tokens,
+        # The same prompts with an unbounded cache: what the KV capacity itself costs is
+        # served_unbounded_ratio - served_ratio (prefixbench.report.shortfall).
+        "served_unbounded_ratio": (served.unbounded_hit_tokens / served.query_tokens
+                                   if served.query_tokens else 0.0),
+        "served_evicted_blocks": served.evicted_blocks,
         "junction_resplits": served.junction_resplits,
         "junction_lost_blocks": served.lost_blocks,
         "junction_gained_blocks": served.gained_blocks}

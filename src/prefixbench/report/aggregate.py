@@ -132,6 +132,8 @@ def bench_summary(views: Sequence[RecordView]) -> BenchSummary:
         ttft_by_rep=tuple(v.ttft_aligned for v in views if v.ttft_aligned),
         expected_served=_median_or_none([v.expected_served for v in views]),
         junction_lost_blocks=_sum(v.junction_lost_blocks for v in views),
+        expected_served_unbounded=_median_or_none(
+            [v.expected_served_unbounded for v in views]),
         other_load=agg([_other_share(v.record.extra) for v in views]))
 
 

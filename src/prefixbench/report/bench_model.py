@@ -157,6 +157,9 @@ class BenchSummary:
     #: lost where prefix and suffix re-split; ``None`` where it was not made.
     expected_served: float | None = None
     junction_lost_blocks: float | None = None
+    #: The served expectation with an unbounded cache (``None`` in older records): below
+    #: it, ``expected_served`` is what the server's KV capacity lets the prompts hit.
+    expected_served_unbounded: float | None = None
     #: Share of the machine's CPU that others used during each repetition
     #: (prefixbench.measure.hostload); ``None`` when the records do not say.
     other_load: Agg | None = None
@@ -199,6 +202,7 @@ class BenchSummary:
             "prediction_note": self.prediction_note,
             "expected_served": finite(self.expected_served),
             "junction_lost_blocks": finite(self.junction_lost_blocks),
+            "expected_served_unbounded": finite(self.expected_served_unbounded),
         } | ({} if self.other_load is None else {"other_load": agg_dict(self.other_load)})
 
 

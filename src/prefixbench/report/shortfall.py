@@ -14,9 +14,11 @@ reason is visible in the data the run already keeps:
    re-encoded and replayed: a tokenizer that merges across the junction loses the last
    prefix block, ``junction_lost_blocks``; a chat template or other rewriting changes
    what is shared).
-3. **eviction**: the server evicted or preempted (``vllm:`` counters), so cached blocks
-   were gone before their reuse; what the what-if replay with the server's own capacity
-   predicts is shown beside it.
+3. **eviction**: the server's KV capacity is below the working set, so the replay of the
+   served prompts at that capacity (``served_ratio``) hits less than the same replay with
+   an unbounded cache (``served_unbounded_ratio``); or, beyond that expectation, the
+   server evicted or preempted (``vllm:`` counters), so cached blocks were gone before
+   their reuse.
 4. **requests racing on a prefix not yet cached**: above concurrency 1, requests that
    share a prefix arrive before the first of them has finished its prefill, so they
    compute it too (the expectation replays one request at a time).
@@ -71,16 +73,23 @@ def explain(b: BenchSummary, tolerance: float = TOLERANCE) -> tuple[Cause, ...]:
             out.append(Cause("partial_block", (aligned - tutorial) * 100,
                              "the prefix's partial last block is never reused (only whole "
                              f"{b.block_size}-token blocks are)"))
-    if aligned is not None and served is not None and aligned - served > tolerance:
+    unbounded = b.expected_served_unbounded
+    tokens_side = unbounded if unbounded is not None else served
+    if aligned is not None and tokens_side is not None and aligned - tokens_side > tolerance:
         lost = b.junction_lost_blocks
         if lost:
-            out.append(Cause("junction", (served - aligned) * 100,
+            out.append(Cause("junction", (tokens_side - aligned) * 100,
                              f"the tokenizer re-splits the text where prefix and suffix "
                              f"meet: {lost:.0f} prefix block(s) lost over the run"))
         else:
-            out.append(Cause("tokens", (served - aligned) * 100,
+            out.append(Cause("tokens", (tokens_side - aligned) * 100,
                              "the tokens the server sees share less than the token counts "
                              "say (a chat template or other rewriting of the prompts)"))
+    if unbounded is not None and served is not None and unbounded - served > tolerance:
+        out.append(Cause("eviction", (served - unbounded) * 100,
+                         "the KV cache is smaller than the working set: replayed at the "
+                         "server's capacity, the prompts lose cached blocks before their "
+                         "reuse (see the capacity curve: prefixbench_sweep_kv_blocks)"))
     base = served if served is not None else aligned
     if base is None:
         return tuple(out)
