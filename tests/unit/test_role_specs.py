@@ -123,7 +123,8 @@ def test_generated_values_read_back_as_the_catalogue_declares_them(role: Path) -
     """The generator's YAML means what the catalogue says: defaults, types, choices, no_log."""
     kinds = {"str": ("str", None), "int": ("int", None), "bool": ("bool", None),
              "float": ("float", None), "dict": ("dict", None), "list_int": ("list", "int"),
-             "list_str": ("list", "str"), "list_dict": ("list", "dict")}
+             "list_float": ("list", "float"), "list_str": ("list", "str"),
+             "list_dict": ("list", "dict")}
     mine = rolespecs.owned(role.name, catalogue.CATALOGUE, ROLE_NAMES)
     main = specs(role)["main"].get("options") or {}
     for setting in mine:

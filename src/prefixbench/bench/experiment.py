@@ -14,16 +14,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefixbench.bench import goodput
 from prefixbench.bench.seeds import plan_seeds
 from prefixbench.bench.workloads import Workload, load_workloads, tutorial_workloads
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import ResultKey
 
 
-def workloads_of(settings: Mapping[str, Any]) -> list[Workload]:
-    """The workloads a host runs: the inventory's, or the tutorial's three."""
+def base_workloads(settings: Mapping[str, Any]) -> list[Workload]:
+    """The inventory's workloads, or the tutorial's three."""
     declared = settings.get("prefixbench_workloads") or []
     return load_workloads(declared) if declared else tutorial_workloads()
+
+
+def ladder_of(settings: Mapping[str, Any]) -> goodput.Ladder | None:
+    """The run's goodput ladder (:mod:`prefixbench.bench.goodput`), ``None`` when off."""
+    return goodput.ladder_of(settings, base_workloads(settings))
+
+
+def workloads_of(settings: Mapping[str, Any]) -> list[Workload]:
+    """The workloads a host runs: :func:`base_workloads`, then the goodput ladder's rungs
+    when it is on."""
+    base = base_workloads(settings)
+    ladder = goodput.ladder_of(settings, base)
+    return base if ladder is None else [*base, *goodput.rungs(ladder, base)]
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ def run_meta(run_id: str, settings: Mapping[str, Any], hosts: Sequence[str],
         "base_seed": int(settings.get("prefixbench_base_seed", 1000)),
         "sweep_segment_sizes": [p.value for p in sweep.points(settings) if p.dial == sweep.SEG],
         "sweep_kv_blocks": [p.value for p in sweep.points(settings) if p.dial == sweep.KV],
+        "goodput": None if (ladder := experiment.ladder_of(settings)) is None
+        else ladder.to_dict(),
         "price_per_instance_hour": {
             str(k): float(v) for k, v in
             (settings.get("prefixbench_price_per_instance_hour") or {}).items()},

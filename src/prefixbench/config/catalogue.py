@@ -21,7 +21,8 @@ from typing import Any, Final, Literal
 #: report's advice all read them from here.
 SEGMENT_SIZES: Final = (512, 1024, 2048, 4096)
 
-Kind = Literal["str", "int", "bool", "float", "list_int", "list_str", "dict", "list_dict"]
+Kind = Literal["str", "int", "bool", "float", "list_int", "list_float", "list_str", "dict",
+               "list_dict"]
 
 #: Prefixes of the variables this bundle owns. A variable with one of these prefixes that
 #: is not in the catalogue is almost certainly a typo, and is reported as one.
@@ -145,6 +146,17 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "measure the hit ratio against KV capacity next to the prediction (the "
             "capacity curve). Empty: no capacity sweep. Not with a segment-size sweep.",
             [], minimum=2, maximum=100000000),
+    Setting("prefixbench_goodput_ttft_ms", "float", "Benefit at a latency target: the TTFT "
+            "(ms) the goodput percentile must stay under. With goodput rates set, each "
+            "goodput workload also runs once per rate (unbounded concurrency), and the "
+            "report gives the highest rate that meets it, per configuration. 0: off.", 0.0,
+            minimum=0, maximum=3600000),
+    Setting("prefixbench_goodput_percentile", "float", "The TTFT percentile the goodput "
+            "target applies to (90: p90).", 90.0, minimum=1, maximum=100),
+    Setting("prefixbench_goodput_rates", "list_float", "The goodput ladder's request rates "
+            "(requests/s), ascending.", [], minimum=0.001, maximum=100000),
+    Setting("prefixbench_goodput_workloads", "list_str", "Workloads the ladder runs. Empty: "
+            "the ones serving the tutorial's high-overlap and no-overlap criteria.", []),
     Setting("prefixbench_workloads", "list_dict", "Benchmark workloads; each key mirrors a "
             "`vllm bench serve` flag in snake_case. Empty: the tutorial's three.", []),
     Setting("prefixbench_model_fit", "str", "Preflight check that the model's weights fit "

@@ -56,6 +56,7 @@ WIDTH: Final = 100
 _SPEC_TYPES: Final[Mapping[str, tuple[str, str | None]]] = {
     "str": ("str", None), "int": ("int", None), "bool": ("bool", None),
     "float": ("float", None), "dict": ("dict", None), "list_int": ("list", "int"),
+    "list_float": ("list", "float"),
     "list_str": ("list", "str"), "list_dict": ("list", "dict"),
 }
 

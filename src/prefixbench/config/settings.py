@@ -161,6 +161,12 @@ def coerce(setting: Setting, value: Any) -> Any:
             result = [_as_int(v) for v in items]
         except _Invalid as exc:
             raise _Invalid(f"must be a list of integers ({exc})") from None
+    elif setting.kind == "list_float":
+        items = _as_list(value)
+        try:
+            result = [_as_float(v) for v in items]
+        except _Invalid as exc:
+            raise _Invalid(f"must be a list of numbers ({exc})") from None
     elif setting.kind == "list_str":
         result = [_as_str(v) for v in _as_list(value)]
     elif setting.kind == "dict":
@@ -173,8 +179,8 @@ def coerce(setting: Setting, value: Any) -> Any:
 
 
 def _check_bounds(setting: Setting, result: Any) -> None:
-    values = result if isinstance(result, list) and setting.kind in ("list_int", "list_str") \
-        else [result]
+    lists = ("list_int", "list_float", "list_str")
+    values = result if isinstance(result, list) and setting.kind in lists else [result]
     for item in values:
         if setting.choices is not None and item not in setting.choices:
             allowed = ", ".join(str(c) for c in setting.choices)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from prefixbench.bench import criteria
-from prefixbench.report import shortfall, verdicts
+from prefixbench.report import goodput, shortfall, verdicts
 from prefixbench.report.aggregate import HostView, bench_summary, step7_of, step9_of
 from prefixbench.report.economics import host_time
 from prefixbench.report.fleet import fleet_summary
@@ -47,6 +47,7 @@ def build_summary(
     failures = [failure_info(f, p, data.run_dir) for f, p in data.failures]
     failures += data.rejected + dropped_hosts(data)
     roles = dict(criteria.assign(list(known.values())).serving)
+    ladder = goodput.ladder_of_run(data.run)
     hosts: list[HostSummary] = []
     for host in data.hosts:
         benches = {key: bench_summary(vs) for key, vs in sorted(grouped.get(host, {}).items())}
@@ -65,7 +66,8 @@ def build_summary(
             issues=tuple(common_issues(hv, host_failures, t)),
             fingerprint=data.fingerprints.get(host), failures=tuple(host_failures),
             roles=roles, shortfalls={b.workload: causes for b in benches.values()
-                                     if (causes := shortfall.explain(b))}))
+                                     if (causes := shortfall.explain(b))},
+            goodput=goodput.goodput_of(tuple(benches.values()), ladder, roles)))
     return Summary(
         run_id=data.run_id, run=data.run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),

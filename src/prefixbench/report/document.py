@@ -6,9 +6,9 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prefixbench.report import headline, plots
+from prefixbench.report import goodput, headline, plots
 from prefixbench.report.economics import compilations
-from prefixbench.report.model import Summary
+from prefixbench.report.model import HostSummary, Summary
 from prefixbench.report.tables import (
     Table,
     bench_table,
@@ -61,6 +61,21 @@ class Plot:
 
 
 Block = Heading | Para | Bullets | Pre | Table | Plot
+
+
+def _goodput_blocks(h: HostSummary) -> list[Block]:
+    """The goodput ladder's section of one host (nothing without a ladder)."""
+    g = h.goodput
+    if g is None:
+        return []
+    header, rows = goodput.goodput_table_rows(g)
+    return [Heading(3, "Benefit at a latency target (goodput)"),
+            Para(f"Each workload at request rates {', '.join(f'{r:g}' for r in g.ladder.rates)}"
+                 f" req/s, no concurrency cap; a rate is met when the "
+                 f"p{g.ladder.percentile:g} TTFT of its requests is at most "
+                 f"{g.ladder.ttft_ms:g} ms and none failed."),
+            Table(header, tuple(rows), numeric=(1, 2, 3, 4)),
+            Bullets(tuple(goodput.goodput_lines(g)))]
 
 
 def _run_line(s: Summary) -> str:
@@ -119,6 +134,7 @@ def blocks(s: Summary) -> list[Block]:
                 *((Para("Why measured differs from the tutorial's formula, cause by cause "
                         "(percentage points of hit ratio):"),
                    Bullets(tuple(shortfall_lines(h)))) if h.shortfalls else ()),
+                *_goodput_blocks(h),
                 Heading(3, "Cold vs warm requests"),
                 Para("Cold = first request to use its prefix (reconstructed from the seed); "
                      "a cold request pays the full prefill, so it sets the tail of a cached "

@@ -19,6 +19,7 @@ from prefixbench.hosts.fingerprint import Fingerprint
 from prefixbench.report.bench_model import BenchSummary, Step7, Step9Row, agg_dict, finite
 from prefixbench.report.economics import HostTime
 from prefixbench.report.fleet_model import FleetSummary
+from prefixbench.report.goodput import GoodputHost
 from prefixbench.report.shortfall import Cause
 from prefixbench.report.vocab import (
     CACHED,
@@ -113,6 +114,8 @@ class HostSummary:
     #: Cached workload -> why its hit ratio differs from the formula
     #: (prefixbench.report.shortfall); workloads without a difference are left out.
     shortfalls: Mapping[str, tuple[Cause, ...]] = field(default_factory=dict)
+    #: The goodput ladder's answer (prefixbench.report.goodput); ``None`` without a ladder.
+    goodput: GoodputHost | None = None
 
     def bench(self, configuration: str, workload: str) -> BenchSummary | None:
         for b in self.benches:
@@ -167,6 +170,7 @@ class HostSummary:
             "time": None if self.time is None else self.time.to_dict(),
             "shortfalls": {w: [c.to_dict() for c in causes]
                            for w, causes in self.shortfalls.items()},
+            "goodput": None if self.goodput is None else self.goodput.to_dict(),
         }
 
 
