@@ -39,7 +39,7 @@ test-fast: lint  ## Lint and the fast test tier (no fleet)
 	$(BIN)/pytest -m "not integration" -q
 
 test-integration: venv system-deps  ## The integration tier on the simulated fleet (root)
-	$(BIN)/pytest -m integration -q
+	$(BIN)/pytest -m integration -q --durations=0
 
 test: test-fast test-integration  ## Every tier: lint, fast tests, simulated-fleet tests
 
