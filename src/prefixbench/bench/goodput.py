@@ -23,9 +23,13 @@ from typing import Any, Final
 from prefixbench.bench import criteria
 from prefixbench.bench.workloads import Workload, WorkloadError
 
-__all__ = ["Ladder", "ladder_of", "parse_rung", "rung_name", "rungs"]
+__all__ = ["Ladder", "LadderError", "ladder_of", "parse_rung", "rung_name", "rungs"]
 
 _RUNG: Final = re.compile(r"^(?P<base>.+)\.rate(?P<rate>\d+(?:\.\d+)?)$")
+
+
+class LadderError(WorkloadError):
+    """The goodput settings do not make a ladder; the message is one line for the user."""
 
 
 def rung_name(base: str, rate: float) -> str:
@@ -61,16 +65,16 @@ class Ladder:
 
 def ladder_of(settings: Mapping[str, Any], workloads: Sequence[Workload]) -> Ladder | None:
     """The run's ladder, or ``None`` when it is off (no target or no rates). Raises
-    :class:`WorkloadError` for rates out of order or a workload the run does not have."""
+    :class:`LadderError` for rates out of order or a workload the run does not have."""
     target = float(settings.get("prefixbench_goodput_ttft_ms") or 0)
     rates = [float(r) for r in settings.get("prefixbench_goodput_rates") or []]
     if not target and not rates:
         return None
     if not target or not rates:
-        raise WorkloadError("the goodput ladder needs both prefixbench_goodput_ttft_ms and "
+        raise LadderError("the goodput ladder needs both prefixbench_goodput_ttft_ms and "
                             "prefixbench_goodput_rates (or neither)")
     if rates != sorted(set(rates)):
-        raise WorkloadError(f"prefixbench_goodput_rates must be ascending without repeats, "
+        raise LadderError(f"prefixbench_goodput_rates must be ascending without repeats, "
                             f"got {rates}")
     names = [str(n) for n in settings.get("prefixbench_goodput_workloads") or []]
     if not names:
@@ -80,10 +84,10 @@ def ladder_of(settings: Mapping[str, Any], workloads: Sequence[Workload]) -> Lad
     known = {w.name for w in workloads}
     missing = [n for n in names if n not in known]
     if missing:
-        raise WorkloadError(f"prefixbench_goodput_workloads names {missing}, not among the "
+        raise LadderError(f"prefixbench_goodput_workloads names {missing}, not among the "
                             f"run's workloads ({', '.join(sorted(known))})")
     if not names:
-        raise WorkloadError("the goodput ladder has no workload: name some in "
+        raise LadderError("the goodput ladder has no workload: name some in "
                             "prefixbench_goodput_workloads")
     return Ladder(ttft_ms=target, percentile=float(settings.get(
         "prefixbench_goodput_percentile", 90.0)), rates=tuple(rates), workloads=tuple(names))

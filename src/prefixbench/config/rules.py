@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from prefixbench.bench import experiment
+from prefixbench.bench.goodput import LadderError
 from prefixbench.bench.workloads import WorkloadError
 from prefixbench.config import catalogue
 from prefixbench.config.catalogue import SEGMENT_SIZES
@@ -249,6 +250,8 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
     try:
         workloads = experiment.workloads_of(s)
         experiment.bench_items(s)
+    except LadderError:
+        return  # goodput_ladder_valid says what is wrong
     except (WorkloadError, KeyError, TypeError, ValueError) as exc:
         yield f"prefixbench_workloads: {exc}"
         return
@@ -279,6 +282,17 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
             yield (f"workload {w.name}: prefix_repetition_prefix_len {shared} spans no whole "
                    f"{segment}-token segment, so prefix caching has nothing to skip "
                    f"(the tutorial uses 3072 = 3 segments)")
+
+
+@catalogue.rule
+def goodput_ladder_valid(s: Mapping[str, Any]) -> Iterator[str]:
+    """The goodput settings make a ladder of the run's workloads, or are all off."""
+    try:
+        experiment.ladder_of(s)
+    except LadderError as exc:
+        yield str(exc)
+    except (WorkloadError, KeyError, TypeError, ValueError):
+        return  # workloads_fit_the_server reports the workloads themselves
 
 
 #: vLLM's KV block size on the cpu platform when none is given (vllm/platforms/cpu.py,
@@ -321,8 +335,8 @@ def sweep_points_valid(s: Mapping[str, Any]) -> Iterator[str]:
         return
     for point in points:
         for check in catalogue.RULES:
-            if check is sweep_points_valid:
-                continue
+            if check in (sweep_points_valid, goodput_ladder_valid):
+                continue  # the ladder is the run's, the same at every point
             for line in check(point.settings):
                 yield f"sweep point {point.name}: {line}"
 
