@@ -117,6 +117,13 @@ journal:
   description: The unit's journal tail, when a step failed.
   type: str
   returned: always
+client:
+  description: >-
+    How the bench client ran: C(client) is C(warm) (forked from the preloaded client),
+    C(cold) (the launcher found none or was refused; C(why) says) or C(direct) (no
+    launcher in the argv); C(cpu_s) the forked bench's CPU seconds.
+  type: dict
+  returned: always
 cpu:
   description: C(stat_before), C(stat_after) (the C(/proc/stat) text), C(clk_tck),
     C(ncpu), C(server_ticks_before), C(server_ticks_after) and C(client_cpu_s); empty
@@ -125,6 +132,7 @@ cpu:
   returned: always
 """
 
+import json
 import os
 import resource
 import shutil
@@ -138,6 +146,18 @@ from ansible.module_utils.basic import AnsibleModule
 
 #: Replaced by the module's temp dir in the argv.
 RESULT_DIR_PLACEHOLDER = "@@RESULT_DIR@@"
+#: Where the preloaded client's launcher says how it ran the bench (in the temp dir).
+CLIENT_FILE = "prefixbench-client.json"
+
+
+def _client_note(path: Path) -> dict[str, Any]:
+    """The launcher's note (prefixbench.bench.warm_client), or that there was none: the
+    argv ran vLLM's client directly."""
+    try:
+        note = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"client": "direct"}
+    return note if isinstance(note, dict) else {"client": "direct"}
 
 
 def _get(url: str) -> str:
@@ -188,7 +208,7 @@ class _Bench:
             "changed": False, "step": "", "error": "", "service_before": {},
             "service_after": {}, "metrics_before": "", "metrics_after": "", "rc": None,
             "stdout_tail": "", "stderr_tail": "", "bench_json": "", "journal": "",
-            "workdir": "", "cpu": {}}
+            "workdir": "", "cpu": {}, "client": {}}
 
     def _service(self) -> dict[str, str]:
         rc, out, err = self.module.run_command(
@@ -248,11 +268,19 @@ class _Bench:
         main_pid = int(self.out["service_before"].get("MainPID") or 0)
         cpu = self._cpu("before", main_pid)
         client0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        rc, out, err = self.module.run_command(argv)
+        client_file = Path(work) / CLIENT_FILE
+        rc, out, err = self.module.run_command(
+            argv, environ_update={"PREFIXBENCH_CLIENT_FILE": str(client_file)})
         client1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.update(self._cpu("after", main_pid))
         cpu["client_cpu_s"] = (client1.ru_utime - client0.ru_utime
                                + client1.ru_stime - client0.ru_stime)
+        self.out["client"] = _client_note(client_file)
+        # A bench forked by the preloaded client is not this module's child: its CPU
+        # comes back through the launcher's note.
+        forked = self.out["client"].get("cpu_s")
+        if isinstance(forked, (int, float)):  # host Pythons from 3.9
+            cpu["client_cpu_s"] += float(forked)
         self.out["cpu"] = cpu
         self.out.update(rc=rc, stdout_tail=out[-4000:], stderr_tail=err[-4000:])
         if rc != 0:

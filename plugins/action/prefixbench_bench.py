@@ -9,6 +9,7 @@ transferred into the bench's temp dir. Documented in library/prefixbench_bench.p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,11 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from prefixbench.bench import benchrun
+from prefixbench.bench import benchrun, client_launch
 from prefixbench.measure import hostload
+from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.layout import RunLayout
-from prefixbench.servers import server
+from prefixbench.servers import health, server
 
 display = Display()
 
@@ -29,13 +31,26 @@ ARGUMENT_SPEC = {
     "configuration": {"type": "str", "required": True, "choices": ["baseline", "cached"]},
     # The workload crosses the boundary as its name: the package resolves it (and its
     # seed, server address, model, timeout) from the host's validated settings.
-    "workload": {"type": "str", "required": True},
+    "workload": {"type": "str", "default": ""},
     "repetition": {"type": "int", "default": 1},
     "settings": {"type": "dict", "required": True},
     "vllm_executable": {"type": "str", "required": True},
     # Set when the server of this configuration did not start: the bench is not run and
     # a failure marker says why (with the unit's journal tail), so the report shows it.
     "not_started": {"type": "str", "default": ""},
+    # The benches of one server, in order, in one task: [{name, repetition, label}] (the
+    # role's pending items). Instead of workload/repetition; hosts then run their own
+    # benches back to back rather than in step with the slowest host's each bench.
+    "benches": {"type": "list", "elements": "dict", "default": []},
+    # With benches: the server's /health, checked (and waited for, when it restarted)
+    # before each bench; a server that does not come back fails the task, whose rescue
+    # records the benches left as not run.
+    "health_url": {"type": "str", "default": ""},
+    "health_timeout": {"type": "int", "default": 1800},
+    "health_log_file": {"type": "path", "required": False},
+    # Fork each bench from the preloaded client of this server (started by the role with
+    # prefixbench_bench_client); a bench finding none runs the usual way.
+    "preloaded_client": {"type": "bool", "default": False},
 }
 
 
@@ -77,11 +92,74 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         host = str(task_vars.get("inventory_hostname", "?"))
+        if not args.get("benches"):
+            if not args["workload"]:
+                raise AnsibleActionFail(f"{host}: give workload (one bench) or benches")
+            return self._one(dict(result), args, task_vars, host, args["workload"],
+                             repetition=args["repetition"])
+        return self._many(result, args, task_vars, host)
+
+    def _many(self, result: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any],
+              host: str) -> dict[str, Any]:
+        """The benches in order; each result is on the controller before the next starts."""
+        done: list[dict[str, Any]] = []
+        result.update(changed=False, benches=done)
+        for bench in args["benches"]:
+            name, repetition = str(bench.get("name", "")), int(bench.get("repetition", 1))
+            label = str(bench.get("label") or f"{name} rep{repetition}")
+            if (args.get("health_url") and not args.get("not_started")
+                    and not self._play_context.check_mode):
+                outcome = self._healthy(args, task_vars, host)
+                if not outcome.healthy:
+                    result.update(failed=True, msg=(
+                        f"{host}: {args['configuration']}: the server is not healthy before "
+                        f"{label}: {outcome.reason}; last log: "
+                        f"{outcome.last_log_line or '(none)'}"))
+                    return result
+            one = self._one({}, args, task_vars, host, name, repetition=repetition,
+                            label=label)
+            done.append({k: one.get(k) for k in ("status", "path", "msg", "summary", "argv")
+                         if k in one} | {"label": label})
+            if one.get("results_unwritable"):
+                result.update(status="unwritable", results_unwritable=True, msg=one.get("msg"))
+                return result
+        statuses = [b.get("status") for b in done]
+        result["status"] = "failed" if "failed" in statuses else (
+            "done" if "done" in statuses else (statuses[0] if statuses else "skipped"))
+        result["msg"] = "; ".join(f"{b['label']}: {b.get('status')}" for b in done)
+        return result
+
+    def _healthy(self, args: dict[str, Any], task_vars: dict[str, Any],
+                 host: str) -> health.WaitOutcome:
+        """One probe when the server is up; the full wait (progress lines, the journal
+        into ``health_log_file``) when it restarted since the last bench."""
+        unit = server.unit_name(args["configuration"])
+
+        def probe(lines: int, wait: int) -> dict[str, Any]:
+            out = self._module("prefixbench_probe", {
+                "unit": unit, "url": args["health_url"], "journal_lines": lines,
+                "wait": wait}, task_vars)
+            if out.get("failed"):
+                raise AnsibleActionFail(f"probing {unit} failed: {out.get('msg')}")
+            return out
+
+        outcome = health.wait(probe, host=host, unit=unit,
+                              timeout=args.get("health_timeout", 1800),
+                              progress=display.display)
+        if not outcome.healthy and args.get("health_log_file"):
+            write_text_atomic(Path(args["health_log_file"]), "\n".join(outcome.journal) + "\n")
+        return outcome
+
+    def _one(self, result: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any],
+             host: str, workload: str, *, repetition: int, label: str = "") -> dict[str, Any]:
         try:
             req = benchrun.BenchRequest.from_settings(
                 host, args["settings"], configuration=args["configuration"],
-                workload=args["workload"], repetition=args["repetition"],
+                workload=workload, repetition=repetition,
                 vllm_executable=args["vllm_executable"])
+            if args.get("preloaded_client"):
+                req = dataclasses.replace(req, launcher=client_launch.launcher(
+                    req.vllm_executable, req.configuration))
             argv = benchrun.planned_argv(req, req.timeout)
         except (ValueError, KeyError, TypeError) as exc:
             raise AnsibleActionFail(f"{host}: invalid bench request: {exc}") from None
@@ -109,8 +187,9 @@ class ActionModule(ActionBase):
             dataset_path = (f"{benchrun.RESULT_DIR_PLACEHOLDER}/{prepared.remote_name}"
                             if prepared is not None else None)
             argv = req.argv(benchrun.RESULT_DIR_PLACEHOLDER, req.timeout, dataset_path=dataset_path)
-            display.display(f"{host}: {req.configuration} {req.workload.name} "
-                            f"rep{req.repetition}: running vllm bench serve")
+            display.display(f"{host}: {req.configuration} "
+                            f"{label or f'{req.workload.name} rep{req.repetition}'}: "
+                            "running vllm bench serve")
             # One round trip: the host module snapshots, runs and reads back everything.
             ran = self._module("prefixbench_bench_host", {
                 "unit": req.unit, "metrics_url": f"{req.base_url}/metrics",
@@ -137,7 +216,8 @@ class ActionModule(ActionBase):
                 metrics_after=str(ran["metrics_after"]), bench_json=str(ran["bench_json"]),
                 started_at=started, ended_at=benchrun.now_iso(),
                 extra={"argv": argv, "stdout_tail": str(ran.get("stdout_tail", "")),
-                       "host_load": hostload.host_load(ran.get("cpu") or {})},
+                       "host_load": hostload.host_load(ran.get("cpu") or {}),
+                       "client": ran.get("client") or {}},
                 prepared=prepared, run_dir=run_dir)
         except (_HostError, ValueError) as exc:
             return self._failed(result, layout, req, started=started, error=str(exc),

@@ -64,40 +64,24 @@ class ActionModule(ActionBase):
                               f"{args['unit']} at {args['url']}")
             return result
 
-        start = time.monotonic()
-        first = self._probe(args, task_vars)
-        restarts_at_start = int(first.get("n_restarts", 0))
-        last_progress = start
-        raw = first
-        while True:
-            probe = health.Probe(
-                http_status=raw.get("http_status"),
-                active_state=str(raw.get("active_state", "unknown")),
-                n_restarts=int(raw.get("n_restarts", 0)),
-                last_log_line=(raw.get("journal") or [""])[-1])
-            elapsed = time.monotonic() - start
-            decision = health.decide(probe, elapsed, args["timeout"], restarts_at_start)
-            if decision.verdict == "healthy":
-                if args.get("record_file"):
-                    write_json_atomic(Path(args["record_file"]),
-                                      {"unit": args["unit"], "elapsed_s": round(elapsed, 1),
-                                       "healthy_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                   time.gmtime())})
-                result.update(changed=False, elapsed=round(elapsed, 1), msg=decision.reason)
-                return result
-            if decision.verdict == "failed":
-                tail = self._probe(args, task_vars, lines=args["journal_lines"])
-                journal = tail.get("journal") or []
-                if args.get("log_file"):
-                    write_text_atomic(Path(args["log_file"]), "\n".join(journal) + "\n")
-                result.update(failed=True, changed=False, elapsed=round(elapsed, 1),
-                              journal_tail=journal,
-                              msg=f"{host}: {args['unit']}: {decision.reason}; last log: "
-                                  f"{probe.last_log_line.strip() or '(none)'}")
-                return result
-            now = time.monotonic()
-            if now - last_progress >= args["progress_every"]:
-                display.display(health.progress_line(host, args["unit"], elapsed, probe))
-                last_progress = now
-            left = args["timeout"] - (time.monotonic() - start)
-            raw = self._probe(args, task_vars, wait=max(1, min(args["interval"], int(left) + 1)))
+        outcome = health.wait(
+            lambda lines, wait: self._probe(args, task_vars, lines=lines, wait=wait),
+            host=host, unit=args["unit"], timeout=args["timeout"], interval=args["interval"],
+            progress_every=args["progress_every"], journal_lines=args["journal_lines"],
+            progress=display.display)
+        elapsed = round(outcome.elapsed, 1)
+        if outcome.healthy:
+            if args.get("record_file"):
+                write_json_atomic(Path(args["record_file"]),
+                                  {"unit": args["unit"], "elapsed_s": elapsed,
+                                   "healthy_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                               time.gmtime())})
+            result.update(changed=False, elapsed=elapsed, msg=outcome.reason)
+            return result
+        if args.get("log_file"):
+            write_text_atomic(Path(args["log_file"]), "\n".join(outcome.journal) + "\n")
+        result.update(failed=True, changed=False, elapsed=elapsed,
+                      journal_tail=list(outcome.journal),
+                      msg=f"{host}: {args['unit']}: {outcome.reason}; last log: "
+                          f"{outcome.last_log_line or '(none)'}")
+        return result

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench import experiment
+from prefixbench.bench import client_launch, experiment
 from prefixbench.config import plan
 from prefixbench.hosts import collect, provision, releases
 from prefixbench.measure.layout import RunLayout
@@ -144,6 +144,11 @@ def prefixbench_pending_items(settings: Mapping[str, Any], run_dir: str, host: s
             experiment.pending_items(settings, Path(run_dir), host, configuration)]
 
 
+def prefixbench_bench_client(vllm_executable: str, configuration: str) -> dict[str, str]:
+    """The preloaded bench client of a configuration's server: unit, socket, script."""
+    return client_launch.plan(vllm_executable, configuration)
+
+
 def prefixbench_unit_name(configuration: str) -> str:
     """The systemd unit of a configuration (``vllm-<configuration>.service``)."""
     if configuration not in server.CONFIGURATIONS:
@@ -229,6 +234,7 @@ class FilterModule:
             "prefixbench_fingerprint": prefixbench_fingerprint,
             "prefixbench_run_files": prefixbench_run_files,
             "prefixbench_unit_name": prefixbench_unit_name,
+            "prefixbench_bench_client": prefixbench_bench_client,
             "prefixbench_compile_key": prefixbench_compile_key,
             "prefixbench_compile_role": prefixbench_compile_role,
             "prefixbench_compile_store": prefixbench_compile_store,

@@ -14,7 +14,7 @@ from unittest.mock import MagicMock
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench import benchrun, experiment
+from prefixbench.bench import benchrun, client_launch, experiment
 from prefixbench.config import settings
 from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.sim import tinytokenizer
@@ -149,7 +149,7 @@ def _plugin() -> Any:
 
 def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: int = 7,
                 restart: bool = False, extra_args: dict[str, Any] | None = None,
-                fail_step: str = "") -> tuple[dict[str, Any], list[tuple[str, Any]],
+                fail_step: str = "", probe: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, Any]],
                                                 list[tuple[str, str]], Path]:
     """The bench action against a test double of the host: the recorded fixture's bench
     and metrics, adjusted to the 7 prompts of the file; ``restart`` makes systemd report
@@ -185,6 +185,8 @@ def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: i
                     "metrics_after": after, "bench_json": bench}
         if module_name == "ansible.builtin.command":
             return {"rc": 0, "stdout": "journal"}
+        if module_name == "prefixbench_probe":
+            return probe or {}
         return {}
 
     action = module.ActionModule.__new__(module.ActionModule)
@@ -224,6 +226,33 @@ def test_plugin_prepares_transfers_and_runs_a_custom_workload(
     saved = json.loads(Path(result["path"]).read_text())
     assert saved["prompts"]["num_prompts"] == 7
     assert saved["expected"]["predicted_ratio"] is not None
+
+
+HEALTHY = {"http_status": 200, "active_state": "active", "n_restarts": 0, "journal": ["up"]}
+ONE_BENCH = [{"name": "mine", "repetition": 1, "label": "1/1 mine rep1"}]
+
+
+def test_one_task_runs_a_servers_benches_each_after_a_health_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, calls, _, _ = _run_plugin(tmp_path, monkeypatch, probe=HEALTHY, extra_args={
+        "workload": "", "benches": ONE_BENCH, "health_url": "http://127.0.0.1:8000/health",
+        "preloaded_client": True})
+    assert result["status"] == "done", result
+    assert [n for n, _ in calls] == ["prefixbench_probe", "prefixbench_bench_host"]
+    assert [(b["label"], b["status"]) for b in result["benches"]] == [("1/1 mine rep1", "done")]
+    # Through the preloaded client's launcher, which goes just before vllm.
+    argv = calls[1][1]["argv"]
+    vllm = argv.index("bench") - 1
+    assert argv[vllm - 7:vllm] == list(client_launch.launcher(argv[vllm], "cached"))
+
+
+def test_a_server_not_healthy_before_a_bench_fails_the_task_before_it_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    down = {**HEALTHY, "http_status": None, "active_state": "failed", "journal": ["oom"]}
+    result, calls, _, _ = _run_plugin(tmp_path, monkeypatch, probe=down, extra_args={
+        "workload": "", "benches": ONE_BENCH, "health_url": "http://127.0.0.1:8000/health"})
+    assert result["failed"] and "not healthy before 1/1 mine rep1: unit failed" in result["msg"]
+    assert "prefixbench_bench_host" not in [n for n, _ in calls]
 
 
 def test_plugin_fails_a_bench_whose_server_restarted(

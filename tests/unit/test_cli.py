@@ -266,6 +266,13 @@ def test_synthetic_wait_progress_and_elapsed_clock() -> None:
                         res={"elapsed": 3605.2, "msg": "HTTP 200"})) == [
         "[1:01:40] a: healthy after 1:00:05: HTTP 200"]
     assert view.hosts["a"].wait == ""
+    # One task runs all of a server's benches: their own lines carry the progress.
+    assert view.feed(ev("verbose", 3701, stdout="a: cached 2/3 no_overlap rep1: running "
+                                                "vllm bench serve")) == [
+        "[1:01:41] a: workload 2/3: cached no_overlap rep1"]
+    assert view.hosts["a"].workload == (2, 3)
+    done = "a cached no_overlap rep1: median TTFT 40.1 ms, p99 90.0 ms, 400.0 tok/s"
+    assert view.feed(ev("verbose", 3730, stdout=done)) == [f"[1:02:10] {done}"]
 
 
 def test_failure_only_in_report_with_failed_verdicts_is_3() -> None:

@@ -60,6 +60,10 @@ class BenchRequest:
     #: The servers require an API key: the bench reads it on the host from the units'
     #: root-only environment file (never from a task argument).
     api_key: bool = False
+    #: Put before ``vllm`` in the argv: the preloaded client's launcher
+    #: (:func:`prefixbench.bench.client_launch.launcher`), which runs the same argv cold
+    #: when there is no client to fork it from.
+    launcher: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, host: str, settings: Mapping[str, Any], *, configuration: str,
@@ -109,7 +113,7 @@ class BenchRequest:
                       "prefixbench_workload": self.workload.name,
                       "prefixbench_repetition": str(self.repetition),
                       "prefixbench_version": __version__},
-            executable=(self.vllm_executable,), dataset_path=dataset_path)
+            executable=(*self.launcher, self.vllm_executable), dataset_path=dataset_path)
         return ["timeout", "--kill-after=30", str(timeout), *inner]
 
     def with_workload(self, workload: Workload) -> BenchRequest:

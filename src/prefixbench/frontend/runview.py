@@ -53,6 +53,10 @@ PHASES: Final = ("Preflight", "Run", "Provision", "Deploy", "Bench", "Report")
 REPORT_PHASE: Final = "Report"
 
 _WAIT = re.compile(r"^(?P<host>\S+): waiting for (?P<unit>\S+): (?P<elapsed>\d+m\d{2}s)\b")
+#: The bench action's lines: one as each bench of a server starts, one as its result is in.
+_BENCH_START = re.compile(r"^(?P<host>\S+): (?P<configuration>baseline|cached) "
+                          r"(?P<k>\d+)/(?P<n>\d+) (?P<bench>.+): running vllm bench serve$")
+_BENCH_DONE = re.compile(r"^(?P<host>\S+) (?:baseline|cached) \S+ rep\d+: median TTFT ")
 _WORKLOAD = re.compile(r"(?<![\d/])(\d{1,4})\s*/\s*(\d{1,4})(?![\d/])")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_MSG = 240
@@ -257,9 +261,18 @@ class LiveView:
         for raw in _clean(event.get("stdout", "")).splitlines():
             line = raw.strip()
             match = _WAIT.match(line)
+            started = _BENCH_START.match(line)
             if match:
                 self._host(match.group("host")).wait = line
                 lines.append(line)
+            elif started:
+                state = self._host(started.group("host"))
+                state.workload = (int(started.group("k")), int(started.group("n")))
+                lines.append(f"{started.group('host')}: workload "
+                             f"{started.group('k')}/{started.group('n')}: "
+                             f"{started.group('configuration')} {started.group('bench')}")
+            elif _BENCH_DONE.match(line):
+                lines.append(_short(line))
             elif line.startswith(("[ERROR]", "[WARNING]", "ERROR!")):
                 lines.append(_short(line))
         return lines

@@ -7,8 +7,10 @@ for a long time: a wait only gives up on a timeout, a failed unit, or a crash lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final, Literal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
 
 Verdict = Literal["healthy", "waiting", "failed"]
 
@@ -58,3 +60,56 @@ def progress_line(host: str, unit: str, elapsed: float, probe: Probe) -> str:
         last = last[:137] + "..."
     return (f"{host}: waiting for {unit}: {minutes}m{seconds:02d}s, {probe.active_state}, "
             f"{http}; last log: {last or '(none)'}")
+
+
+#: One round trip to the host: ``(journal_lines, wait_seconds) -> the probe module's
+#: result`` (``http_status``, ``active_state``, ``n_restarts``, ``journal``).
+ProbeFn = Callable[[int, int], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class WaitOutcome:
+    """How a wait ended: healthy, or failed with the reason and the journal's tail."""
+
+    healthy: bool
+    elapsed: float
+    reason: str
+    last_log_line: str = ""
+    journal: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _probe_of(raw: Mapping[str, Any]) -> Probe:
+    return Probe(http_status=raw.get("http_status"),
+                 active_state=str(raw.get("active_state", "unknown")),
+                 n_restarts=int(raw.get("n_restarts", 0)),
+                 last_log_line=(raw.get("journal") or [""])[-1])
+
+
+def wait(probe: ProbeFn, *, host: str, unit: str, timeout: float, interval: int = 15,
+         progress_every: float = 30, journal_lines: int = 200,
+         progress: Callable[[str], None] = lambda line: None,
+         clock: Callable[[], float] = time.monotonic) -> WaitOutcome:
+    """Poll until :func:`decide` says healthy or failed. One probe covers up to
+    ``interval`` s of waiting on the host (it returns at once when the server answers or
+    the unit stops starting), so a healthy server costs one round trip; a progress line
+    goes to ``progress`` every ``progress_every`` s."""
+    start = clock()
+    raw = probe(1, 0)
+    restarts_at_start = int(raw.get("n_restarts", 0))
+    last_progress = start
+    while True:
+        observed = _probe_of(raw)
+        elapsed = clock() - start
+        decision = decide(observed, elapsed, timeout, restarts_at_start)
+        if decision.verdict == "healthy":
+            return WaitOutcome(True, elapsed, decision.reason)
+        if decision.verdict == "failed":
+            journal = tuple(str(line) for line in probe(journal_lines, 0).get("journal") or ())
+            return WaitOutcome(False, elapsed, decision.reason,
+                               observed.last_log_line.strip(), journal)
+        now = clock()
+        if now - last_progress >= progress_every:
+            progress(progress_line(host, unit, elapsed, observed))
+            last_progress = now
+        left = timeout - (clock() - start)
+        raw = probe(1, max(1, min(interval, int(left) + 1)))
