@@ -149,6 +149,11 @@ def prefixbench_bench_client(vllm_executable: str, configuration: str) -> dict[s
     return client_launch.plan(vllm_executable, configuration)
 
 
+def prefixbench_bench_client_plan(configuration: str) -> dict[str, str]:
+    """The preloaded bench client's unit and socket alone (stopping needs no venv)."""
+    return client_launch.plan("", configuration)
+
+
 def prefixbench_unit_name(configuration: str) -> str:
     """The systemd unit of a configuration (``vllm-<configuration>.service``)."""
     if configuration not in server.CONFIGURATIONS:
@@ -235,6 +240,7 @@ class FilterModule:
             "prefixbench_run_files": prefixbench_run_files,
             "prefixbench_unit_name": prefixbench_unit_name,
             "prefixbench_bench_client": prefixbench_bench_client,
+            "prefixbench_bench_client_plan": prefixbench_bench_client_plan,
             "prefixbench_compile_key": prefixbench_compile_key,
             "prefixbench_compile_role": prefixbench_compile_role,
             "prefixbench_compile_store": prefixbench_compile_store,

@@ -205,6 +205,9 @@ def test_fault_matrix(sim_fleet: SimFleetHandle, *, sim_artifacts: Path,
     assert f"resume with: prefixbench run --run-id {RUN_ID}" in cli_out, cli_out[-3000:]
     for host in fleet.hosts:
         assert active_units(fleet, host) == [], host.name
+        clients = fleet.sh(host, "systemctl list-units --no-legend --state=active "
+                                 "'prefixbench-bench-client-*' || true").strip()
+        assert clients == "", (host.name, clients)
     assert layout.completed() >= done - {edited_key}
 
     # -- C: the results disk full: one clear line, nothing partial, records intact -----

@@ -149,8 +149,8 @@ def _plugin() -> Any:
 
 def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: int = 7,
                 restart: bool = False, extra_args: dict[str, Any] | None = None,
-                fail_step: str = "", probe: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, Any]],
-                                                list[tuple[str, str]], Path]:
+                fail_step: str = "", probe: dict[str, Any] | None = None
+                ) -> tuple[dict[str, Any], list[tuple[str, Any]], list[tuple[str, str]], Path]:
     """The bench action against a test double of the host: the recorded fixture's bench
     and metrics, adjusted to the 7 prompts of the file; ``restart`` makes systemd report
     a new invocation of the unit after the bench."""

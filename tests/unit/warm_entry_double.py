@@ -11,8 +11,9 @@ from pathlib import Path
 
 def main() -> int:
     args = sys.argv[1:]
+    own_group = os.getpgid(0) == os.getpid()
     print(f"args={args} cwd={Path.cwd()} X={os.environ.get('X')} "
-          f"IMPORTED={os.environ.get('DOUBLE_IMPORTED')} pgid_is_own={os.getpgid(0) == os.getpid()}")
+          f"IMPORTED={os.environ.get('DOUBLE_IMPORTED')} pgid_is_own={own_group}")
     print("to stderr", file=sys.stderr)
     if "sleep" in args:
         Path(args[-1]).write_text(str(os.getpid()))

@@ -271,9 +271,7 @@ class LiveView:
                 lines.append(f"{started.group('host')}: workload "
                              f"{started.group('k')}/{started.group('n')}: "
                              f"{started.group('configuration')} {started.group('bench')}")
-            elif _BENCH_DONE.match(line):
-                lines.append(_short(line))
-            elif line.startswith(("[ERROR]", "[WARNING]", "ERROR!")):
+            elif _BENCH_DONE.match(line) or line.startswith(("[ERROR]", "[WARNING]", "ERROR!")):
                 lines.append(_short(line))
         return lines
 
