@@ -62,6 +62,7 @@ argv:
   returned: always
 """
 
+import os
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
@@ -109,7 +110,25 @@ def main() -> None:
     if rc != 0:
         Path(f"{p['socket']}.starting").unlink(missing_ok=True)
         module.fail_json(msg=f"systemd-run failed ({rc}): {(err or out).strip()}", argv=argv)
+    _mark_pid(module, p["unit"], f"{p['socket']}.starting")
     module.exit_json(changed=True, argv=argv)
+
+
+def _mark_pid(module: AnsibleModule, unit: str, marker: str) -> None:
+    """Put the client's pid into its still-empty marker: a client that dies before it
+    writes the pid itself (a missing script) then sends launchers cold at once."""
+    rc, out, _ = module.run_command(["systemctl", "show", unit, "--property=MainPID",
+                                     "--value"])
+    pid = out.strip()
+    if rc != 0 or not pid.isdigit() or pid == "0":
+        return
+    try:
+        fd = os.open(marker, os.O_WRONLY)  # never re-creates a marker the client removed
+    except OSError:
+        return
+    with os.fdopen(fd, "w") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            handle.write(pid)
 
 
 if __name__ == "__main__":

@@ -115,3 +115,15 @@ def test_the_launcher_goes_before_vllm_in_the_argv() -> None:
         "/run/prefixbench-bench-client-cached.sock", "--")
     with pytest.raises(ValueError, match="unknown configuration"):
         client_launch.unit("neither")
+
+
+def test_a_client_that_died_while_starting_sends_the_bench_cold_at_once(
+        tmp_path: Path) -> None:
+    sock = tmp_path / "client.sock"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(f"{sock}.starting").write_text(dead)
+    start = time.monotonic()
+    proc, note = _launch(sock, tmp_path, "0")
+    assert proc.returncode == 0 and note["client"] == "cold", note
+    assert time.monotonic() - start < 10, "waited for a client that is gone"

@@ -66,6 +66,9 @@ IMPORT_TIME_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "
 ENTRY_POINT = "vllm"
 #: Seconds a launcher waits for a preloaded client that is still importing.
 WAIT_FOR_CLIENT = 120.0
+#: Seconds an empty ``.starting`` marker (a client whose process has not written its pid
+#: yet) is believed.
+EMPTY_MARKER_AGE = 30.0
 #: Seconds between SIGTERM and SIGKILL when a bench is abandoned.
 KILL_AFTER = 10.0
 
@@ -287,12 +290,14 @@ def _cold(argv: list[str], why: str) -> int:
 def _starting(path: str) -> bool:
     """A preloaded client is still importing: ``path.starting`` exists and its pid is
     alive (empty: its unit was just started)."""
+    marker = Path(f"{path}.starting")
     try:
-        text = Path(f"{path}.starting").read_text(encoding="ascii").strip()
+        text = marker.read_text(encoding="ascii").strip()
+        age = time.time() - marker.stat().st_mtime
     except OSError:
         return False
     if not text:
-        return True
+        return age < EMPTY_MARKER_AGE
     try:
         os.kill(int(text), 0)
     except (ValueError, ProcessLookupError):
