@@ -1,7 +1,7 @@
 """The bench client, started once per server instead of once per bench.
 
 Each ``vllm bench serve`` spends 7-8 s importing vLLM, torch and transformers before it
-sends a request (measured on the simulated fleet; more on a big host's slower imports),
+sends a request (measured on the simulated hosts; not measured on a Trainium host),
 six times per host in the tutorial. This file runs on the host, with the vLLM
 virtualenv's Python and the standard library only, in two roles:
 
