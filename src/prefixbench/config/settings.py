@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -144,6 +144,15 @@ def _as_dict(value: Any) -> dict[str, Any]:
     raise _Invalid(f"must be a mapping, got {value!r} ({_type_name(value)})")
 
 
+def _list_of(value: Any, item: Callable[[Any], Any], what: str) -> list[Any]:
+    """``value`` as a list of ``item``-coerced values; the reason names ``what``."""
+    items = _as_list(value)
+    try:
+        return [item(v) for v in items]
+    except _Invalid as exc:
+        raise _Invalid(f"must be a list of {what} ({exc})") from None
+
+
 def coerce(setting: Setting, value: Any) -> Any:
     """Return ``value`` as the setting's type, or raise ``ValueError`` with the reason."""
     result: Any
@@ -156,17 +165,9 @@ def coerce(setting: Setting, value: Any) -> Any:
     elif setting.kind == "str":
         result = _as_str(value)
     elif setting.kind == "list_int":
-        items = _as_list(value)
-        try:
-            result = [_as_int(v) for v in items]
-        except _Invalid as exc:
-            raise _Invalid(f"must be a list of integers ({exc})") from None
+        result = _list_of(value, _as_int, "integers")
     elif setting.kind == "list_float":
-        items = _as_list(value)
-        try:
-            result = [_as_float(v) for v in items]
-        except _Invalid as exc:
-            raise _Invalid(f"must be a list of numbers ({exc})") from None
+        result = _list_of(value, _as_float, "numbers")
     elif setting.kind == "list_str":
         result = [_as_str(v) for v in _as_list(value)]
     elif setting.kind == "dict":
