@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from prefixbench.frontend.runview import (
     EXIT_FAILED,
@@ -145,34 +145,31 @@ def _upload(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> bo
     return True
 
 
-def _report_sweep(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _report_points(build: Callable[[Path], tuple[Any, list[Path]]],
+                   lines: Callable[[Any], Iterable[str]], prog: str,
+                   args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
+    """A sweep's report (segment size or KV capacity): ``build`` writes it, ``lines`` say
+    it; exit 1 on a failed verdict of any point."""
     try:
-        sweep, paths = report_sweep(args.run_dir)
+        report, paths = build(args.run_dir)
     except (ReportInputError, OSError) as exc:
         return _fail(prog, str(exc), err)
-    for line in sweep_lines(sweep):
+    for line in lines(report):
         print(line, file=out)
     for p in paths:
         print(f"wrote {p}", file=out)
-    print(f"overall: {sweep.status}", file=out)
+    print(f"overall: {report.status}", file=out)
     if args.upload and not _upload(prog, args, out, err):
         return EXIT_UPLOAD
-    return EXIT_FAILED if sweep.failed_verdicts else EXIT_OK
+    return EXIT_FAILED if report.failed_verdicts else EXIT_OK
+
+
+def _report_sweep(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _report_points(report_sweep, sweep_lines, prog, args, out=out, err=err)
 
 
 def _report_capacity(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    try:
-        curve, paths = report_capacity(args.run_dir)
-    except (ReportInputError, OSError) as exc:
-        return _fail(prog, str(exc), err)
-    for line in capacity_lines(curve):
-        print(line, file=out)
-    for p in paths:
-        print(f"wrote {p}", file=out)
-    print(f"overall: {curve.status}", file=out)
-    if args.upload and not _upload(prog, args, out, err):
-        return EXIT_UPLOAD
-    return EXIT_FAILED if curve.failed_verdicts else EXIT_OK
+    return _report_points(report_capacity, capacity_lines, prog, args, out=out, err=err)
 
 
 def _print_comparison(c: Comparison, out: TextIO) -> None:
