@@ -171,3 +171,23 @@ def test_the_curve_says_from_which_capacity_the_full_hit_ratio_is_reached() -> N
     assert curve.fits_from == 20
     assert CapacityCurveView(workload="w", block_size=128, points=((10, 0.1),),
                              unbounded_ratio=0.5, working_set_blocks=40).fits_from is None
+
+
+def test_prefixbench_report_on_a_capacity_sweep_fails_on_a_failed_point(
+        tmp_path: Path) -> None:
+    import io  # noqa: PLC0415
+
+    from prefixbench.frontend.runview import EXIT_FAILED, EXIT_OK  # noqa: PLC0415
+    from prefixbench.report.cli import report_main  # noqa: PLC0415
+
+    failing, passing = tmp_path / "f", tmp_path / "p"
+    failing.mkdir()
+    passing.mkdir()
+    out = io.StringIO()
+    assert report_main([str(_capacity_run(failing, {100: 0.665, 400: 0.725}))],
+                       out=out, err=io.StringIO()) == EXIT_FAILED
+    assert "overall: FAIL" in out.getvalue() and "wrote " in out.getvalue()
+    out = io.StringIO()
+    assert report_main([str(_capacity_run(passing, {100: 0.665}))], out=out,
+                       err=io.StringIO()) == EXIT_OK
+    assert "overall: PASS" in out.getvalue()

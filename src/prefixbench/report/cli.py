@@ -149,7 +149,7 @@ def _report_points(build: Callable[[Path], tuple[Any, list[Path]]],
                    lines: Callable[[Any], Iterable[str]], prog: str,
                    args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     """A sweep's report (segment size or KV capacity): ``build`` writes it, ``lines`` say
-    it; exit 1 on a failed verdict of any point."""
+    it; EXIT_FAILED on a failed verdict of any point."""
     try:
         report, paths = build(args.run_dir)
     except (ReportInputError, OSError) as exc:
