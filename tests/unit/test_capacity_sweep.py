@@ -191,3 +191,11 @@ def test_prefixbench_report_on_a_capacity_sweep_fails_on_a_failed_point(
     assert report_main([str(_capacity_run(passing, {100: 0.665}))], out=out,
                        err=io.StringIO()) == EXIT_OK
     assert "overall: PASS" in out.getvalue()
+    # prefixbench run's closing lines: each point by its capacity, the failed one named.
+    from prefixbench.frontend import runview  # noqa: PLC0415
+
+    lines, failed = runview.summary_lines(json.loads(
+        (failing / "run-1" / "summary.json").read_text()))
+    assert failed and lines[0] == "overall: FAIL"
+    assert lines[1:3] == ["  kv100: PASS",
+                          "  kv400: FAIL (FAIL kv400 a: capacity_curve high_overlap rep1)"]

@@ -309,22 +309,18 @@ def summary_lines(summary: Mapping[str, Any]) -> tuple[list[str], bool]:
     """The verdicts of ``summary.json`` (one line per host) and whether any failed."""
     lines: list[str] = []
     failed = False
-    if summary.get("kind") == "capacity_sweep":
-        for point in summary.get("points") or []:
-            if not isinstance(point, Mapping):
-                continue
-            bad = [str(v) for v in point.get("failed_verdicts") or []]
-            failed = failed or bool(bad)
-            lines.append(f"  kv{point.get('kv_blocks')}: {point.get('status')}"
-                         + (f" (FAIL {', '.join(bad)})" if bad else ""))
+    # A sweep's points, named by their dial: kv<blocks> or seg<size>.
+    prefix, field_name = {"capacity_sweep": ("kv", "kv_blocks"),
+                          "sweep": ("seg", "segment_size")}.get(str(summary.get("kind")),
+                                                                ("", ""))
+    for point in (summary.get("points") or []) if prefix else []:
+        if not isinstance(point, Mapping):
+            continue
+        bad = [str(v) for v in point.get("failed_verdicts") or []]
+        failed = failed or bool(bad)
+        lines.append(f"  {prefix}{point.get(field_name)}: {point.get('status')}"
+                     + (f" (FAIL {', '.join(bad)})" if bad else ""))
     if summary.get("kind") == "sweep":
-        for point in summary.get("points") or []:
-            if not isinstance(point, Mapping):
-                continue
-            bad = [str(v) for v in point.get("failed_verdicts") or []]
-            failed = failed or bool(bad)
-            lines.append(f"  seg{point.get('segment_size')}: {point.get('status')}"
-                         + (f" (FAIL {', '.join(bad)})" if bad else ""))
         best = summary.get("best")
         if isinstance(best, Mapping):
             lines.append(f"  best segment size: {best.get('segment_size')}")
