@@ -13,8 +13,13 @@ description:
     exists, else in a throwaway virtualenv made from I(python) and removed afterwards.
   - Returns what pip would install; on a failure, one line that names the clashing
     requirements (from pip's "The conflict is caused by" block).
-  - Changes nothing on the host; supports check mode. The logic that reads pip's output
-    lives in module_utils/prefixbench_pip.py (plain Python, unit-tested).
+  - Changes nothing on the host but its own stamp; supports check mode. When a dry run in
+    I(venv) resolved with nothing to install, a stamp in the venv
+    (C(.prefixbench-resolved.json)) records the question and the venv's installed
+    distributions; the same question about an unchanged venv is then answered from it
+    (C(from_stamp)) without running pip. Check mode reads the stamp, never writes it.
+  - The logic that reads pip's output and keys the stamp lives in
+    module_utils/prefixbench_pip.py (plain Python, unit-tested).
 options:
   venv:
     description: The virtualenv the install will go into.
@@ -75,6 +80,10 @@ ran_in:
   description: The virtualenv the dry run used (I(venv), or "throwaway").
   type: str
   returned: always
+from_stamp:
+  description: Whether the answer came from the venv's stamp (pip did not run).
+  type: bool
+  returned: always
 """
 
 import json
@@ -82,10 +91,69 @@ import os
 import shutil
 import subprocess
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.prefixbench_pip import summarize_failure, would_install
+from ansible.module_utils.prefixbench_pip import (
+    STAMP_NAME,
+    installed_key,
+    request_key,
+    stamp,
+    stamp_answers,
+    summarize_failure,
+    would_install,
+)
+
+#: pip's configuration files (global, user, the venv's own): part of the question.
+_PIP_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "~/.config/pip/pip.conf",
+                "~/.pip/pip.conf")
+
+
+def _requirements_text(source: str) -> str | None:
+    """The requirement file's text ("" for none); None when it cannot be read here."""
+    if not source:
+        return ""
+    try:
+        if "://" in source:
+            with urllib.request.urlopen(source, timeout=15) as response:  # noqa: S310
+                return response.read().decode("utf-8", "replace")
+        return Path(source).read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+def _interpreter(venv: Path) -> str:
+    """The venv's interpreter and pip's configuration, as text."""
+    parts = []
+    for path in (venv / "pyvenv.cfg", venv / "pip.conf", *map(Path, _PIP_CONFIGS)):
+        try:
+            parts.append(f"{path}:{path.expanduser().read_text(errors='replace')}")
+        except OSError:
+            continue
+    parts += sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("PIP_"))
+    return "\n".join(parts)
+
+
+def _installed(venv: Path) -> str:
+    return installed_key([d.name for pattern in ("*.dist-info", "*.egg-info")
+                          for d in venv.glob(f"lib/python*/site-packages/{pattern}")])
+
+
+def _read_stamp(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_stamp(path: Path, content: dict[str, object]) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(content) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a stamp is a shortcut; pip runs next time
 
 
 def main() -> None:
@@ -103,9 +171,16 @@ def main() -> None:
     )
     p = module.params
     venv = Path(p["venv"])
+    in_venv = (venv / "bin" / "python").exists()
+    request = (request_key(p["requirements"], _requirements_text(p["requirements_file"]),
+                           p["pip_args"], _interpreter(venv)) if in_venv else None)
+    stamp_path = venv / STAMP_NAME
+    if in_venv and stamp_answers(_read_stamp(stamp_path), request, _installed(venv)):
+        module.exit_json(changed=False, resolvable=True, would_install=[], conflict="",
+                         ran_in=str(venv), from_stamp=True)
     scratch = Path(tempfile.mkdtemp(prefix="prefixbench-pip-"))
     try:
-        if (venv / "bin" / "python").exists():
+        if in_venv:
             python, ran_in = venv / "bin" / "python", str(venv)
         else:
             made = subprocess.run([p["python"], "-m", "venv", str(scratch / "venv")],
@@ -129,13 +204,16 @@ def main() -> None:
         if proc.returncode != 0:
             conflict = summarize_failure(proc.stdout + "\n" + proc.stderr)
             result = {"resolvable": False, "would_install": [], "conflict": conflict,
-                      "ran_in": ran_in, "stderr": proc.stderr[-4000:]}
+                      "ran_in": ran_in, "from_stamp": False, "stderr": proc.stderr[-4000:]}
             if p["fail_on_conflict"]:
                 module.fail_json(msg=conflict, **result)
             module.exit_json(changed=False, **result)
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
-        module.exit_json(changed=False, resolvable=True, would_install=would_install(report),
-                         conflict="", ran_in=ran_in)
+        wanted = would_install(report)
+        if in_venv and not wanted and request is not None and not module.check_mode:
+            _write_stamp(stamp_path, stamp(request, _installed(venv)))
+        module.exit_json(changed=False, resolvable=True, would_install=wanted,
+                         conflict="", ran_in=ran_in, from_stamp=False)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -65,3 +65,54 @@ def would_install(report: Mapping[str, Any]) -> list[str]:
         if name and version:
             out.append(f"{name}=={version}")
     return sorted(out, key=str.lower)
+
+
+# A converged environment asked again: the answer is already known. When a dry run in the
+# virtualenv itself resolved with nothing to install, the module keeps a stamp of what it
+# asked (requirements, the requirement file's text, pip's options, the venv's interpreter)
+# and of what the venv held (its installed distributions, by name and version). The same
+# question about the same set has the same answer: pip keeps a satisfied distribution
+# where it is. Anything else (another pin, another index, a package added or moved by
+# hand) runs pip again. On the simulated hosts pip's own dry run costs about 5 s.
+
+STAMP_NAME = ".prefixbench-resolved.json"
+STAMP_FORMAT = 1
+
+
+def _digest(parts: list[str]) -> str:
+    import hashlib  # noqa: PLC0415 - only the stamp needs it
+
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def request_key(requirements: list[str], requirements_text: str | None,
+                pip_args: list[str], interpreter: str) -> str | None:
+    """What a dry run is asked, as one digest; None when a part cannot be read (a
+    requirement file that could not be fetched), so that pip runs."""
+    if requirements_text is None:
+        return None
+    return _digest(["request", str(STAMP_FORMAT), *requirements, "--file--",
+                    requirements_text, "--args--", *pip_args, "--python--", interpreter])
+
+
+def installed_key(distributions: list[str]) -> str:
+    """What the venv holds: its ``*.dist-info`` / ``*.egg-info`` folder names (each
+    carries the distribution's name and version), order ignored."""
+    return _digest(["installed", *sorted(distributions)])
+
+
+def stamp(request: str, installed: str) -> dict[str, Any]:
+    """The stamp a dry run with nothing to install leaves in the venv."""
+    return {"format": STAMP_FORMAT, "request": request, "installed": installed}
+
+
+def stamp_answers(saved: Mapping[str, Any] | None, request: str | None,
+                  installed: str) -> bool:
+    """True when ``saved`` answers this question about this venv: nothing to install."""
+    return (request is not None and isinstance(saved, Mapping)
+            and saved.get("format") == STAMP_FORMAT
+            and saved.get("request") == request and saved.get("installed") == installed)

@@ -85,3 +85,69 @@ def test_summaries_of_other_failures() -> None:
     ) == ("pip: Could not find a version that satisfies the requirement nki==0.5.0 "
           "(from versions: none)")
     assert pipcheck.summarize_failure("") == "pip failed: no output"
+
+
+def test_a_converged_venv_is_answered_from_its_stamp_until_anything_changes(
+        tmp_path: Path, wheelhouse: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess  # noqa: PLC0415
+
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("vllm==0.21.0\n")
+    args = {"venv": str(venv), "requirements": ["torch-neuronx==2.11.0.2.16.1"],
+            "requirements_file": str(reqs),
+            "pip_args": ["--no-index", "--find-links", str(wheelhouse)]}
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                    "--disable-pip-version-check", "--no-index", "--find-links",
+                    str(wheelhouse), "-r", str(reqs), "torch-neuronx==2.11.0.2.16.1"],
+                   check=True)
+
+    def ask(check: bool = False, **more: object) -> dict[str, object]:
+        return module_runner.run_module("prefixbench_pip_resolve", {**args, **more},
+                                        monkeypatch, capsys, check=check,
+                                        utils=("prefixbench_pip",))
+
+    # Check mode asks pip and leaves no stamp; a real dry run leaves one.
+    assert ask(check=True)["from_stamp"] is False
+    assert not (venv / pipcheck.STAMP_NAME).exists()
+    first = ask()
+    assert first["resolvable"] is True and first["would_install"] == []
+    assert first["from_stamp"] is False and (venv / pipcheck.STAMP_NAME).exists()
+    assert ask()["from_stamp"] is True
+
+    # Another pin, another requirement file, other pip options: pip runs again.
+    changed = ask(requirements=["torch-neuronx==2.9.0.2.15.32035"])
+    assert changed["from_stamp"] is False and changed["resolvable"] is False
+    reqs.write_text("vllm==0.21.0\ntorch==2.11.0\n")
+    assert ask()["from_stamp"] is False
+    assert ask()["from_stamp"] is True
+    assert ask(pip_args=["--no-index", "--find-links", str(wheelhouse), "--no-deps"]
+               )["from_stamp"] is False
+    assert ask()["from_stamp"] is False  # the stamp now answers the --no-deps question
+    assert ask()["from_stamp"] is True
+
+    # A distribution moved by hand: the venv no longer is what was stamped.
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                    "--disable-pip-version-check", "--no-index", "--find-links",
+                    str(wheelhouse), "--no-deps", "torch==2.9.0"], check=True)
+    moved = ask()
+    assert moved["from_stamp"] is False and moved["would_install"] == ["torch==2.11.0"]
+
+
+def test_the_stamp_keys() -> None:
+    key = pipcheck.request_key(["a==1"], "", ["--no-index"], "py")
+    assert key == pipcheck.request_key(["a==1"], "", ["--no-index"], "py")
+    assert key != pipcheck.request_key(["a==1"], "b==2\n", ["--no-index"], "py")
+    assert key != pipcheck.request_key(["a==1"], "", ["--no-index"], "py2")
+    assert pipcheck.request_key(["a==1"], None, [], "py") is None
+    installed = pipcheck.installed_key(["a-1.dist-info", "b-2.dist-info"])
+    assert installed == pipcheck.installed_key(["b-2.dist-info", "a-1.dist-info"])
+    saved = pipcheck.stamp(key or "", installed)
+    assert pipcheck.stamp_answers(saved, key, installed)
+    assert not pipcheck.stamp_answers(saved, None, installed)
+    assert not pipcheck.stamp_answers(saved, key, pipcheck.installed_key(["a-1.dist-info"]))
+    assert not pipcheck.stamp_answers({**saved, "format": 0}, key, installed)
+    assert not pipcheck.stamp_answers("garbage", key, installed)
