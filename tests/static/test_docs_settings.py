@@ -21,6 +21,7 @@ NOT_SETTINGS = {
       for p in (ROOT / d).glob("*.py")),
     "vllm_env_executable",     # the fact the vllm_env role publishes
     "vllm_service_settings",   # a sweep point's settings, handed to vllm_service
+    "vllm_env_platform_check_later",  # the provision phase tells vllm_env to not wait
 }
 
 
