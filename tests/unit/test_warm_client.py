@@ -127,3 +127,19 @@ def test_a_client_that_died_while_starting_sends_the_bench_cold_at_once(
     proc, note = _launch(sock, tmp_path, "0")
     assert proc.returncode == 0 and note["client"] == "cold", note
     assert time.monotonic() - start < 10, "waited for a client that is gone"
+
+
+def test_a_stopped_client_exits_at_once_without_the_interpreter_shutdown(
+        tmp_path: Path) -> None:
+    sock, mark = tmp_path / "client.sock", tmp_path / "atexit-ran"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": HERE, "DOUBLE_ATEXIT_MARK": str(mark)}
+    proc = subprocess.Popen([sys.executable, SCRIPT, "serve", str(sock),
+                             "warm_entry_double:main"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert not sock.exists() and not mark.exists()
