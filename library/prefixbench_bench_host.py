@@ -59,6 +59,13 @@ options:
     description: Journal lines returned when a step fails.
     type: int
     default: 200
+  health_url:
+    description: >-
+      The server's C(/health) URL: asked first, and when it does not answer 200 nothing
+      runs and the step is C(unhealthy) (the action then waits for the server). Empty:
+      not asked.
+    type: str
+    default: ""
 author: prefixbench
 """
 
@@ -70,7 +77,7 @@ RETURN = r"""
 step:
   description: >-
     The step that failed (service_before, metrics_before, tempdir, dataset, bench,
-    metrics_after, service_after, result), or done.
+    metrics_after, service_after, result), unhealthy (nothing ran), or done.
   type: str
   returned: always
 error:
@@ -235,6 +242,18 @@ class _Bench:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise OSError(f"GET {self.p['metrics_url']} failed: {exc}") from None
 
+    def _answers(self) -> bool:
+        """The server's /health answers 200; else the step is "unhealthy" (the action
+        waits for the server, then asks again)."""
+        try:
+            with urllib.request.urlopen(self.p["health_url"], timeout=10) as answer:  # noqa: S310 - loopback URL from settings
+                if answer.status == 200:
+                    return True
+                raise OSError(f"HTTP {answer.status}")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.out.update(step="unhealthy", error=f"GET {self.p['health_url']}: {exc}")
+            return False
+
     def _fail(self, step: str, error: str) -> dict[str, Any]:
         _, journal, _ = self.module.run_command(
             ["journalctl", "--unit", self.p["unit"], "--lines", str(self.p["journal_lines"]),
@@ -246,6 +265,8 @@ class _Bench:
         step = "service_before"
         try:
             self.out["service_before"] = self._service()
+            if self.p["health_url"] and not self._answers():
+                return self.out  # step "unhealthy": nothing ran
             step = "metrics_before"
             self.out["metrics_before"] = self._metrics()
             step = "tempdir"
@@ -313,6 +334,7 @@ def main() -> None:
                                    "default": ["NRestarts", "InvocationID", "MainPID",
                                                "ActiveState"]},
             "journal_lines": {"type": "int", "default": 200},
+            "health_url": {"type": "str", "default": ""},
         },
         supports_check_mode=False,
     )

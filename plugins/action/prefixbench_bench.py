@@ -107,8 +107,13 @@ class ActionModule(ActionBase):
         for bench in args["benches"]:
             name, repetition = str(bench.get("name", "")), int(bench.get("repetition", 1))
             label = str(bench.get("label") or f"{name} rep{repetition}")
-            if (args.get("health_url") and not args.get("not_started")
-                    and not self._play_context.check_mode):
+            # The host step checks /health itself before anything else (no round trip of
+            # its own); only a server that is not answering gets the full wait here.
+            check = bool(args.get("health_url") and not args.get("not_started")
+                         and not self._play_context.check_mode)
+            one = self._one({}, args, task_vars, host, name, repetition=repetition,
+                            label=label, health_url=args["health_url"] if check else "")
+            if one.get("status") == "unhealthy":
                 outcome = self._healthy(args, task_vars, host)
                 if not outcome.healthy:
                     result.update(failed=True, msg=(
@@ -116,8 +121,8 @@ class ActionModule(ActionBase):
                         f"{label}: {outcome.reason}; last log: "
                         f"{outcome.last_log_line or '(none)'}"))
                     return result
-            one = self._one({}, args, task_vars, host, name, repetition=repetition,
-                            label=label)
+                one = self._one({}, args, task_vars, host, name, repetition=repetition,
+                                label=label)
             done.append({k: one.get(k) for k in ("status", "path", "msg", "summary", "argv")
                          if k in one} | {"label": label})
             if one.get("results_unwritable"):
@@ -131,8 +136,8 @@ class ActionModule(ActionBase):
 
     def _healthy(self, args: dict[str, Any], task_vars: dict[str, Any],
                  host: str) -> health.WaitOutcome:
-        """One probe when the server is up; the full wait (progress lines, the journal
-        into ``health_log_file``) when it restarted since the last bench."""
+        """The full wait for a server that did not answer before a bench (it restarted
+        since the last one): progress lines, the journal into ``health_log_file``."""
         unit = server.unit_name(args["configuration"])
 
         def probe(lines: int, wait: int) -> dict[str, Any]:
@@ -151,7 +156,8 @@ class ActionModule(ActionBase):
         return outcome
 
     def _one(self, result: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any],
-             host: str, workload: str, *, repetition: int, label: str = "") -> dict[str, Any]:
+             host: str, workload: str, *, repetition: int, label: str = "",
+             health_url: str = "") -> dict[str, Any]:
         try:
             req = benchrun.BenchRequest.from_settings(
                 host, args["settings"], configuration=args["configuration"],
@@ -196,9 +202,12 @@ class ActionModule(ActionBase):
                 "argv": server.bench_argv_with_key(argv) if req.api_key else argv,
                 "result_filename": req.result_filename, "dataset_src": staged,
                 "dataset_name": prepared.remote_name if prepared is not None else "",
-                "service_properties": list(benchrun.SERVICE_PROPERTIES)}, task_vars)
+                "service_properties": list(benchrun.SERVICE_PROPERTIES),
+                "health_url": health_url}, task_vars)
             if ran.get("failed"):
                 raise _HostError(f"the bench's host step failed: {ran.get('msg')}")
+            if ran.get("step") == "unhealthy":  # nothing ran; the caller waits, then retries
+                return {**result, "status": "unhealthy", "msg": str(ran.get("error", ""))}
             argv = [a.replace(benchrun.RESULT_DIR_PLACEHOLDER, str(ran.get("workdir", "")))
                     for a in argv]
             result["argv"] = argv

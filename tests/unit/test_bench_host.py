@@ -25,8 +25,14 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
     """Serves the recorded /metrics snapshots in turn (before, then after)."""
 
     bodies: ClassVar[list[str]] = []
+    healthy: ClassVar[bool] = True
 
     def do_GET(self) -> None:
+        if self.path == "/health":
+            self.send_response(200 if self.healthy else 503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         body = (self.bodies.pop(0) if self.bodies else "").encode()
         self.send_response(200 if body else 503)
         self.send_header("Content-Length", str(len(body)))
@@ -39,6 +45,7 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def metrics_url() -> Iterator[str]:
+    _Metrics.healthy = True
     _Metrics.bodies = [(FIXTURES / "metrics_cached_high_overlap_before.txt").read_text(),
                        (FIXTURES / "metrics_cached_high_overlap_after.txt").read_text()]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
@@ -141,6 +148,25 @@ def test_a_restart_and_an_unreachable_server_are_seen(
                       monkeypatch, capsys)
     assert down["step"] == "metrics_before" and "503" in down["error"]
     assert down["rc"] is None  # the bench never ran
+
+
+def test_a_server_not_answering_health_runs_nothing(
+        metrics_url: str, host_tools: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    health = metrics_url.replace("/metrics", "/health")
+    ran = tmp_path / "ran"
+    argv = ["sh", "-c", f'touch {ran}; cp {FIXTURES}/cached_high_overlap.json "$0/out.json"',
+            benchrun.RESULT_DIR_PLACEHOLDER]
+    _Metrics.healthy = False
+    out = run_module("prefixbench_bench_host", _args(metrics_url, argv, health_url=health),
+                     monkeypatch, capsys)
+    assert out["step"] == "unhealthy" and "503" in out["error"], out
+    assert out["rc"] is None and out["metrics_before"] == "" and not ran.exists()
+    assert out["journal"] == ""  # no journal read: the action waits, then asks again
+    _Metrics.healthy = True
+    out = run_module("prefixbench_bench_host", _args(metrics_url, argv, health_url=health),
+                     monkeypatch, capsys)
+    assert out["step"] == "done" and ran.exists(), out
 
 
 def test_the_placeholder_is_the_same_on_both_sides() -> None:

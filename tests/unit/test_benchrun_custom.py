@@ -149,7 +149,8 @@ def _plugin() -> Any:
 
 def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: int = 7,
                 restart: bool = False, extra_args: dict[str, Any] | None = None,
-                fail_step: str = "", probe: dict[str, Any] | None = None
+                fail_step: str = "", probe: dict[str, Any] | None = None,
+                host_unhealthy: bool = False
                 ) -> tuple[dict[str, Any], list[tuple[str, Any]], list[tuple[str, str]], Path]:
     """The bench action against a test double of the host: the recorded fixture's bench
     and metrics, adjusted to the 7 prompts of the file; ``restart`` makes systemd report
@@ -172,6 +173,9 @@ def _run_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, completed: i
                 ) -> dict[str, Any]:
         """A test double of the host: library/prefixbench_bench_host.py's answer."""
         calls.append((module_name, module_args))
+        if (module_name == "prefixbench_bench_host" and host_unhealthy
+                and module_args.get("health_url")):
+            return {"step": "unhealthy", "error": "GET /health: connection refused"}
         if module_name == "prefixbench_bench_host" and fail_step:
             return {"step": fail_step, "error": "vllm bench serve exited 1", "rc": 1,
                     "stderr_tail": "Traceback: boom", "journal": "engine died",
@@ -238,21 +242,39 @@ def test_one_task_runs_a_servers_benches_each_after_a_health_check(
         "workload": "", "benches": ONE_BENCH, "health_url": "http://127.0.0.1:8000/health",
         "preloaded_client": True})
     assert result["status"] == "done", result
-    assert [n for n, _ in calls] == ["prefixbench_probe", "prefixbench_bench_host"]
+    # The host step asks /health itself: one round trip per bench.
+    assert [n for n, _ in calls] == ["prefixbench_bench_host"]
+    assert calls[0][1]["health_url"] == "http://127.0.0.1:8000/health"
     assert [(b["label"], b["status"]) for b in result["benches"]] == [("1/1 mine rep1", "done")]
     # Through the preloaded client's launcher, which goes just before vllm.
-    argv = calls[1][1]["argv"]
+    argv = calls[0][1]["argv"]
     vllm = argv.index("bench") - 1
     assert argv[vllm - 7:vllm] == list(client_launch.launcher(argv[vllm], "cached"))
+
+
+def test_a_server_that_did_not_answer_is_waited_for_and_the_bench_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, calls, _, run_dir = _run_plugin(
+        tmp_path, monkeypatch, probe=HEALTHY, host_unhealthy=True, extra_args={
+            "workload": "", "benches": ONE_BENCH,
+            "health_url": "http://127.0.0.1:8000/health"})
+    assert result["status"] == "done", result
+    assert [n for n, _ in calls] == ["prefixbench_bench_host", "prefixbench_probe",
+                                     "prefixbench_bench_host"]
+    assert calls[2][1]["health_url"] == ""  # just seen healthy
+    assert len(list((run_dir / "h1").rglob("rep1*.json"))) == 1
 
 
 def test_a_server_not_healthy_before_a_bench_fails_the_task_before_it_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     down = {**HEALTHY, "http_status": None, "active_state": "failed", "journal": ["oom"]}
-    result, calls, _, _ = _run_plugin(tmp_path, monkeypatch, probe=down, extra_args={
-        "workload": "", "benches": ONE_BENCH, "health_url": "http://127.0.0.1:8000/health"})
+    result, calls, _, run_dir = _run_plugin(
+        tmp_path, monkeypatch, probe=down, host_unhealthy=True, extra_args={
+            "workload": "", "benches": ONE_BENCH,
+            "health_url": "http://127.0.0.1:8000/health"})
     assert result["failed"] and "not healthy before 1/1 mine rep1: unit failed" in result["msg"]
-    assert "prefixbench_bench_host" not in [n for n, _ in calls]
+    assert [n for n, _ in calls].count("prefixbench_bench_host") == 1
+    assert not list((run_dir / "h1").rglob("rep1*.json"))  # nothing ran, nothing recorded
 
 
 def test_plugin_fails_a_bench_whose_server_restarted(
