@@ -81,6 +81,11 @@ def prefixbench_missing_packages(name: str, packages: Mapping[str, Any]) -> list
     return provision.missing(releases.load_release(name), provision.installed_versions(packages))
 
 
+def prefixbench_not_held(packages: Sequence[str], selections: str) -> list[str]:
+    """The packages dpkg-query's selections do not show held."""
+    return provision.not_held(list(packages), selections)
+
+
 def prefixbench_device_problems(neuron_ls_json: str, instance_type: str) -> list[str]:
     """What neuron-ls sees against what the instance type has."""
     return provision.device_problems(instance_type, neuron_ls_json)
@@ -258,4 +263,5 @@ class FilterModule:
             "prefixbench_host_problems": prefixbench_host_problems,
             "prefixbench_missing_packages": prefixbench_missing_packages,
             "prefixbench_device_problems": prefixbench_device_problems,
+            "prefixbench_not_held": prefixbench_not_held,
         }

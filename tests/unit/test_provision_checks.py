@@ -27,3 +27,16 @@ def test_unsupported_os_and_drift_are_each_one_line() -> None:
 def test_allowed_upgrades_turn_drift_into_work_not_a_problem() -> None:
     pkgs = {"aws-neuronx-runtime-lib": [{"version": "2.32.31.0"}]}
     assert provision.host_problems(REL, "h", DEBIAN, pkgs, allow_upgrade=True) == []
+
+
+def test_only_a_hold_selection_counts_as_held() -> None:
+    # dpkg-query --show --showformat='${Package} ${Status}\n' for four kinds of package
+    selections = ("aws-neuronx-dkms hold ok installed\n"
+                  "aws-neuronx-tools install ok installed\n"
+                  "aws-neuronx-collectives:amd64 hold ok installed\n"
+                  "aws-neuronx-runtime-lib deinstall ok config-files\n")
+    wanted = ["aws-neuronx-dkms", "aws-neuronx-tools", "aws-neuronx-collectives",
+              "aws-neuronx-runtime-lib", "aws-neuronx-oci-hook"]
+    assert provision.not_held(wanted, selections) == [
+        "aws-neuronx-tools", "aws-neuronx-runtime-lib", "aws-neuronx-oci-hook"]
+    assert provision.not_held(wanted[:1], "") == wanted[:1]

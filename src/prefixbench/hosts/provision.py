@@ -64,6 +64,22 @@ def missing(release: Release, installed: Mapping[str, str]) -> list[str]:
     return [name for name in release.known_apt() if name not in installed]
 
 
+def not_held(packages: Sequence[str], selections: str) -> list[str]:
+    """Which of ``packages`` dpkg does not yet hold, in their order.
+
+    ``selections`` is ``dpkg-query --show --showformat='${Package} ${Status}\\n'``'s
+    output: the first word of a Status is the package's selection (install, hold,
+    deinstall, purge; dpkg-query(1)), so only a ``hold`` there is held. A package the
+    query did not list is not held either.
+    """
+    held = set()
+    for line in selections.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[1] == "hold":
+            held.add(words[0].split(":", 1)[0])  # an architecture qualifier is not the name
+    return [name for name in packages if name not in held]
+
+
 def device_problems(instance_type: str, neuron_ls_json: str) -> list[str]:
     """Compare ``neuron-ls -j`` with what the instance type should have."""
     try:
