@@ -14,6 +14,10 @@ description:
     answers 200, the unit is no longer starting (failed, inactive) or restarted, or
     I(wait) seconds passed, then returns the last observation: one round trip covers
     I(wait) seconds of waiting.
+  - Also returns how long ago the unit's main process started, on the host's monotonic
+    clock (systemd's ExecMainStartTimestampMonotonic is CLOCK_MONOTONIC, as is Python's
+    time.monotonic on Linux), so a wait that begins after the start still measures the
+    whole start-up.
   - Changes nothing; used by the prefixbench_wait_healthy action.
 options:
   unit:
@@ -35,7 +39,7 @@ options:
   poll:
     description: Seconds between two looks while waiting.
     type: float
-    default: 1.0
+    default: 0.5
 author: prefixbench
 """
 
@@ -58,6 +62,12 @@ active_state:
 n_restarts:
   description: systemd NRestarts of the unit.
   type: int
+  returned: always
+since_start_s:
+  description: >-
+    Seconds since the unit's main process started, at the last look; null when systemd
+    gives no start time (the unit never ran).
+  type: float
   returned: always
 journal:
   description: The last journal lines of the unit.
@@ -86,13 +96,19 @@ def _http_status(url: str) -> int | None:
 
 def _look(module: AnsibleModule, unit: str, url: str) -> dict[str, Any]:
     rc, out, err = module.run_command(
-        ["systemctl", "show", unit, "--property=ActiveState,NRestarts"])
+        ["systemctl", "show", unit,
+         "--property=ActiveState,NRestarts,ExecMainStartTimestampMonotonic"])
     if rc != 0:
         module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
+    now = time.monotonic()
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    started_us = props.get("ExecMainStartTimestampMonotonic", "0") or "0"
+    since = round(now - int(started_us) / 1e6, 2) if started_us.isdigit() and int(
+        started_us) > 0 else None
     return {"http_status": _http_status(url),
             "active_state": props.get("ActiveState", "unknown"),
-            "n_restarts": int(props.get("NRestarts", "0") or 0)}
+            "n_restarts": int(props.get("NRestarts", "0") or 0),
+            "since_start_s": since}
 
 
 def _settled(look: dict[str, Any], first: dict[str, Any]) -> bool:
@@ -109,7 +125,7 @@ def main() -> None:
             "url": {"type": "str", "required": True},
             "journal_lines": {"type": "int", "default": 1},
             "wait": {"type": "int", "default": 0},
-            "poll": {"type": "float", "default": 1.0},
+            "poll": {"type": "float", "default": 0.5},
         },
         supports_check_mode=True,
     )

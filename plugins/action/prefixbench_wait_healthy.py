@@ -31,6 +31,9 @@ ARGUMENT_SPEC = {
     "journal_lines": {"type": "int", "default": 200},
     "log_file": {"type": "path", "required": False},
     "record_file": {"type": "path", "required": False},
+    # The task before started the unit (other tasks ran since): count the start-up from
+    # the unit's start, not from this wait's.
+    "from_unit_start": {"type": "bool", "default": False},
 }
 
 
@@ -68,7 +71,7 @@ class ActionModule(ActionBase):
             lambda lines, wait: self._probe(args, task_vars, lines=lines, wait=wait),
             host=host, unit=args["unit"], timeout=args["timeout"], interval=args["interval"],
             progress_every=args["progress_every"], journal_lines=args["journal_lines"],
-            progress=display.display)
+            progress=display.display, from_unit_start=args["from_unit_start"])
         elapsed = round(outcome.elapsed, 1)
         if outcome.healthy:
             if args.get("record_file"):

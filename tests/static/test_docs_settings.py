@@ -22,6 +22,7 @@ NOT_SETTINGS = {
     "vllm_env_executable",     # the fact the vllm_env role publishes
     "vllm_service_settings",   # a sweep point's settings, handed to vllm_service
     "vllm_env_platform_check_later",  # the provision phase tells vllm_env to not wait
+    "vllm_service_step",  # prefix_bench tells vllm_service's start to launch or to wait
 }
 
 

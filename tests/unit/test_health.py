@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefixbench.servers.health import Probe, decide, progress_line
+from prefixbench.servers.health import Probe, decide, progress_line, wait
 
 
 def probe(http: int | None = None, state: str = "active", restarts: int = 0,
@@ -38,3 +38,39 @@ def test_progress_line_shows_elapsed_state_and_last_log() -> None:
                     "last log: Compiling graph 3/9")
     long = progress_line("h1", "u", 1, probe(503, line="x" * 500))
     assert long.endswith("...") and len(long) < 250
+
+
+class _Clock:
+    """A test double of the controller's monotonic clock, moved by the probes."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_wait_begun_after_the_start_counts_from_the_units_start() -> None:
+    clock = _Clock()
+    # The unit started 7 s before the wait: the first look answers 503, the second,
+    # 5 s later, 200; the host says then that the unit started 12.3 s ago.
+    looks = iter([{"http_status": 503, "active_state": "active", "since_start_s": 7.0},
+                  {"http_status": 200, "active_state": "active", "since_start_s": 12.3}])
+
+    def probe(lines: int, wait_s: int) -> dict[str, object]:
+        del lines
+        clock.now += wait_s and 5
+        return next(looks)
+
+    got = wait(probe, host="h", unit="u", timeout=1800, clock=clock, from_unit_start=True)
+    assert (got.healthy, got.elapsed, got.reason) == (True, 12.3, "healthy after 12 s")
+    looks = iter([{"http_status": 503, "active_state": "active", "since_start_s": 7.0},
+                  {"http_status": 200, "active_state": "active", "since_start_s": 12.3}])
+    plain = wait(probe, host="h", unit="u", timeout=1800, clock=clock)
+    assert plain.elapsed == 5  # without it: the wait's own time
+    # The timeout counts from the unit's start too: 1801 s in, the first look is past it.
+    looks = iter([{"http_status": None, "active_state": "active", "since_start_s": 1801.0},
+                  {"journal": ["still loading"]}])
+    late = wait(probe, host="h", unit="u", timeout=1800, clock=clock, journal_lines=1,
+                from_unit_start=True)
+    assert not late.healthy and late.reason == "not healthy within 1800 s"

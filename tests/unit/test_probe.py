@@ -49,9 +49,11 @@ def unit_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     state.mkdir()
     (state / "active").write_text("active")
     (state / "restarts").write_text("0")
+    (state / "started_us").write_text("0")
     (bin_dir / "systemctl").write_text(
         f"#!/bin/sh\necho ActiveState=$(cat {state}/active)\n"
-        f"echo NRestarts=$(cat {state}/restarts)\n")
+        f"echo NRestarts=$(cat {state}/restarts)\n"
+        f"echo ExecMainStartTimestampMonotonic=$(cat {state}/started_us)\n")
     (bin_dir / "journalctl").write_text("#!/bin/sh\necho 'INFO: Application startup'\n")
     for tool in ("systemctl", "journalctl"):
         (bin_dir / tool).chmod(0o755)
@@ -100,3 +102,14 @@ def test_a_failed_or_restarted_unit_returns_at_once_and_a_slow_one_at_the_deadli
     out, took = _probe(health_url, monkeypatch, capsys, wait=30)
     flip.join()
     assert out["n_restarts"] == 1 and took < 10  # a restart is news for the controller
+
+
+def test_it_says_how_long_ago_the_unit_started_on_the_hosts_monotonic_clock(
+        health_url: str, unit_state: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _Health.starting = 0
+    out, _ = _probe(health_url, monkeypatch, capsys)
+    assert out["since_start_s"] is None  # 0: systemd has no start time (never ran)
+    (unit_state / "started_us").write_text(str(int((time.monotonic() - 42.0) * 1e6)))
+    out, _ = _probe(health_url, monkeypatch, capsys)
+    assert 42.0 <= out["since_start_s"] < 47.0

@@ -176,6 +176,7 @@ _VaultTolerantLoader.add_constructor(
 UNCATALOGUED = {
     # Parameters the plays pass (include_role vars), never set in an inventory.
     "vllm_service_configuration", "vllm_service_settings", "vllm_service_vllm_executable",
+    "vllm_service_step",
 }
 
 

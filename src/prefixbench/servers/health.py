@@ -85,16 +85,30 @@ def _probe_of(raw: Mapping[str, Any]) -> Probe:
                  last_log_line=(raw.get("journal") or [""])[-1])
 
 
+def _since_start(raw: Mapping[str, Any]) -> float | None:
+    since = raw.get("since_start_s")
+    return float(since) if isinstance(since, int | float) and since >= 0 else None
+
+
 def wait(probe: ProbeFn, *, host: str, unit: str, timeout: float, interval: int = 15,
          progress_every: float = 30, journal_lines: int = 200,
          progress: Callable[[str], None] = lambda line: None,
-         clock: Callable[[], float] = time.monotonic) -> WaitOutcome:
+         clock: Callable[[], float] = time.monotonic,
+         from_unit_start: bool = False) -> WaitOutcome:
     """Poll until :func:`decide` says healthy or failed. One probe covers up to
     ``interval`` s of waiting on the host (it returns at once when the server answers or
     the unit stops starting), so a healthy server costs one round trip; a progress line
-    goes to ``progress`` every ``progress_every`` s."""
+    goes to ``progress`` every ``progress_every`` s.
+
+    With ``from_unit_start`` (the caller started the unit itself, then did other work
+    before waiting) time counts from the start of the unit's main process, which the
+    probe reports on the host's clock (``since_start_s``): the elapsed time, the timeout
+    and a healthy server's start-up are all the server's, not the wait's."""
     start = clock()
     raw = probe(1, 0)
+    since = _since_start(raw) if from_unit_start else None
+    if since is not None:
+        start = min(start, clock() - since)
     restarts_at_start = int(raw.get("n_restarts", 0))
     last_progress = start
     while True:
@@ -102,6 +116,9 @@ def wait(probe: ProbeFn, *, host: str, unit: str, timeout: float, interval: int 
         elapsed = clock() - start
         decision = decide(observed, elapsed, timeout, restarts_at_start)
         if decision.verdict == "healthy":
+            exact = _since_start(raw) if since is not None else None
+            if exact is not None:  # measured on the host at the look that saw it healthy
+                return WaitOutcome(True, exact, f"healthy after {exact:.0f} s")
             return WaitOutcome(True, elapsed, decision.reason)
         if decision.verdict == "failed":
             journal = tuple(str(line) for line in probe(journal_lines, 0).get("journal") or ())
