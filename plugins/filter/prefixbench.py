@@ -63,6 +63,14 @@ def prefixbench_adoptable(probe: Mapping[str, Any], name: str) -> bool:
                                str(probe.get("stdout", "")))
 
 
+def prefixbench_adoption_note(probe: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
+    """Why the DLAMI's virtualenv is or is not adopted (empty when there is none)."""
+    return provision.adoption_note(
+        releases.load_release(str(settings["prefixbench_neuron_release"])),
+        str(settings.get("vllm_env_adopt_venv") or ""), probe.get("rc"),
+        str(probe.get("stdout", "")), str(settings.get("vllm_env_venv") or ""))
+
+
 def prefixbench_os_refusal(name: str, distribution: str, version: str,
                            major_version: str = "") -> str:
     """Empty when the release supports the OS, else the sentence that refuses it."""
@@ -258,6 +266,7 @@ class FilterModule:
             "prefixbench_tiktoken_downloads": prefixbench_tiktoken_downloads,
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,
+            "prefixbench_adoption_note": prefixbench_adoption_note,
             "prefixbench_os_refusal": prefixbench_os_refusal,
             "prefixbench_drift": prefixbench_drift,
             "prefixbench_host_problems": prefixbench_host_problems,

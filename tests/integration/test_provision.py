@@ -82,7 +82,7 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     finally:
         fleet.sh(trn2, "cp /var/tmp/os-release.orig /etc/os-release")
     assert proc.returncode != 0
-    assert "is not supported by Neuron SDK 2.31.0" in proc.stdout
+    assert "is not supported by Neuron SDK 2.31.1" in proc.stdout
     assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values()), proc.stdout
     assert host_states(fleet) == before
 
@@ -121,6 +121,14 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     # venv, its own apt source kept (none added beside it), and apt still works.
     assert f"{dlami_host.name}: adopting {DLAMI_VENV}" in proc.stdout
     assert fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"]) == dlami_freeze
+    # Dressed from AWS's 2.31.1 artifacts: the plugin's build label, tools 2.31.15 and
+    # the apt line as AWS's vLLM 0.21 image writes it (suite jammy, dearmored keyring).
+    assert "vllm-neuron==0.21.0.1.0.0+794754d" in dlami_freeze.split()
+    assert fleet.sh(dlami_host, "dpkg-query -W -f='${Version}' aws-neuronx-tools"
+                    ).startswith("2.31.15.0")
+    assert fleet.sh(dlami_host, "cat /etc/apt/sources.list.d/neuron.list").startswith(
+        "deb [signed-by=/etc/apt/keyrings/neuron.gpg] ") and " jammy main" in fleet.sh(
+        dlami_host, "cat /etc/apt/sources.list.d/neuron.list")
     assert fleet.sh(dlami_host, "test -e /opt/vllm-prefixbench && echo yes || echo no"
                     ).strip() == "no"
     assert own_source_present(fleet) == [h.name for h in fleet.hosts if h != dlami_host]

@@ -251,7 +251,7 @@ curl -fsS --max-time 10 {layout.ARTIFACT_URL}neuron-apt/GPG-PUB-KEY-AMAZON-AWS-N
 echo "deb [signed-by=/etc/apt/keyrings/neuron.gpg] {layout.ARTIFACT_URL}neuron-apt bookworm main" \\
   > /etc/apt/sources.list.d/neuron.list
 apt-get update 2>&1
-DEBIAN_FRONTEND=noninteractive apt-get install -y 'aws-neuronx-tools=2.31.13.0*' 2>&1
+DEBIAN_FRONTEND=noninteractive apt-get install -y 'aws-neuronx-tools=2.31.15.0*' 2>&1
 """
 
 
@@ -264,7 +264,7 @@ def test_apt_install_from_the_simulated_neuron_repo_is_signature_checked(
         assert "NO_PUBKEY" not in out and "not signed" not in out, out
         assert "\nW:" not in out and "\nE:" not in out, out
         version = sim_fleet.ssh(host, ["dpkg-query", "-W", "-f", "${Version}", "aws-neuronx-tools"])
-        assert version.startswith("2.31.13.0")
+        assert version.startswith("2.31.15.0")
         listing = sim_fleet.ssh(host, ["/opt/aws/neuron/bin/neuron-ls", "-j"])
         assert host.instance_type in json.dumps(json.loads(listing))
     # The same repository with a key that did not sign it must be refused by apt.
@@ -287,7 +287,7 @@ def test_apt_install_from_the_simulated_neuron_repo_is_signature_checked(
     )
     assert "NO_PUBKEY" in proc.stdout or "not signed" in proc.stdout, proc.stdout
     policy = sim_fleet.fleet.ssh(host, ["apt-cache", "policy", "aws-neuronx-tools"]).stdout
-    assert "2.31.13.0" not in policy, policy
+    assert "2.31.15.0" not in policy, policy
 
 
 def test_down_leaves_nothing_then_up_restores(sim_fleet: SimFleetHandle) -> None:

@@ -20,7 +20,7 @@ def test_unsupported_os_and_drift_are_each_one_line() -> None:
     pkgs = {"aws-neuronx-runtime-lib": [{"version": "2.32.31.0-abc"}]}
     lines = provision.host_problems(REL, "h", fedora, pkgs, allow_upgrade=False)
     assert len(lines) == 2
-    assert lines[0].startswith("h: Fedora 40 is not supported by Neuron SDK 2.31.0")
+    assert lines[0].startswith("h: Fedora 40 is not supported by Neuron SDK 2.31.1")
     assert lines[1] == "h: aws-neuronx-runtime-lib is 2.32.31.0, Neuron SDK wants 2.33.10.0"
 
 

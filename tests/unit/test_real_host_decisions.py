@@ -110,3 +110,23 @@ def test_teardown_never_removes_a_system_directory_or_an_adopted_venv() -> None:
     brought = {**s, "model_cache_source": "local"}
     assert provision.teardown_paths(brought)["model_cache"] == []
     assert not provision.removable("/opt/../etc/ssh")
+
+
+def test_the_dlamis_plugin_with_its_build_label_is_adopted() -> None:
+    # The 2.31.1 DLAMI's wheel is vllm_neuron-0.21.0.1.0.0+794754d (releasecontent.rst).
+    assert provision.adoptable(REL, 0, "0.21.0.1.0.0+794754d\n")
+    assert provision.adoptable(REL, 0, "0.21.0.1.0.0")
+    assert not provision.adoptable(REL, 0, "0.21.0.1.0.1+794754d")
+    assert not provision.adoptable(REL, 0, "0.24.0.1.1.0")
+    assert not provision.adoptable(REL, 1, "0.21.0.1.0.0+794754d")
+
+
+def test_a_venv_that_is_not_adopted_says_why() -> None:
+    venv, own = REL.dlami["venv"], "/opt/vllm-prefixbench/venv"
+    note = provision.adoption_note(REL, venv, 0, "0.24.0.1.1.0", own)
+    assert note.startswith(f"not adopting {venv}: its vllm-neuron is 0.24.0.1.1.0")
+    assert own in note and "wants 0.21.0.1.0.0" in note
+    assert provision.adoption_note(REL, venv, 0, "0.21.0.1.0.0+794754d", own).startswith(
+        f"adopting {venv} (vllm-neuron 0.21.0.1.0.0+794754d")
+    # No such virtualenv (python not found): nothing to say.
+    assert provision.adoption_note(REL, venv, 2, "", own) == ""

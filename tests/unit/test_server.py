@@ -189,3 +189,31 @@ def test_the_bench_reads_the_key_on_the_host_and_sends_it(tmp_path: Path) -> Non
     out = subprocess.run(argv, capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin"})
     assert out.stdout.split() == ["''", "None"]
+
+
+def test_the_unit_runs_with_the_venvs_bin_on_path_and_awss_open_files_limit() -> None:
+    spec = server.unit_spec(valid(), "cached", "/opt/venv/bin/vllm")
+    path = next(line for line in spec.environment if line.startswith("PATH="))
+    # neuronx-cc, which the plugin runs as a subprocess, lives in the venv's bin.
+    assert path.split("=", 1)[1].split(":")[:2] == ["/opt/venv/bin", "/opt/aws/neuron/bin"]
+    assert spec.limit_nofile == 65536
+
+
+def test_sandbox_levels_each_directive_with_its_reason() -> None:
+    strict = server.sandbox("neuron", level="strict")
+    relaxed = server.sandbox("neuron", level="relaxed")
+    assert server.sandbox("neuron", level="off") == []
+    assert all(d.reason for d in strict)
+    keys = {d.key for d in strict} - {d.key for d in relaxed}
+    # relaxed drops what could cut the Neuron runtime's devices, TCP or system calls.
+    assert {"DevicePolicy", "DeviceAllow", "IPAddressDeny", "SystemCallFilter"} <= keys
+    assert {"ProtectSystem", "NoNewPrivileges"} <= {d.key for d in relaxed}
+    lines = server.unit_spec(valid(vllm_service_sandbox="relaxed"), "cached",
+                             "/v/bin/vllm").hardening
+    assert "ProtectSystem=strict" in lines and "DevicePolicy=closed" not in lines
+    assert server.unit_spec(valid(vllm_service_sandbox="off"), "cached",
+                            "/v/bin/vllm").hardening == ()
+    with pytest.raises(ValueError, match="vllm_service_sandbox must be one of"):
+        server.sandbox("neuron", level="loose")
+    bad = settings.validate({**TUTORIAL, "vllm_service_sandbox": "loose"}, host="h")
+    assert not bad.ok

@@ -39,13 +39,13 @@ needs_gpg = pytest.mark.skipif(
 
 def test_release_231_is_complete_and_pins_with_a_suffix_glob() -> None:
     rel = releases.load_release("2.31")
-    assert rel.release == "2.31.0"
+    assert rel.release == "2.31.1"
     assert rel.unknown() == []
     assert rel.apt_packages["aws-neuronx-runtime-lib"] == "2.33.10.0"
     assert "aws-neuronx-dkms=2.29.0.0*" in rel.apt_pins()
     assert rel.prerequisites_for("6.8.0-1") == ["linux-headers-6.8.0-1"]
     assert rel.pip_packages["vllm-neuron"] == "0.21.0.1.0.0"
-    assert releases.load_release("2.31.0") == rel
+    assert releases.load_release("2.31.1") == rel
 
 
 def test_neighbour_releases_mark_unknown_versions() -> None:
@@ -148,7 +148,7 @@ def test_repo_versions_add_one_simulated_older_version() -> None:
     versions = apt_packages.repo_versions(releases.load_all())
     assert versions["aws-neuronx-runtime-lib"] == {
         "2.32.31.0": False, "2.33.10.0": False, "2.34.10.0": False}
-    assert versions["aws-neuronx-tools"] == {"2.31.13.0": False, "2.32.28.0": False}
+    assert versions["aws-neuronx-tools"] == {"2.31.15.0": False, "2.32.28.0": False}
     assert versions["aws-neuronx-oci-hook"] == {"2.17.30.0": False, "2.16.0.0": True}
     assert apt_packages.simulated_older("2.17.30.0") == "2.16.0.0"
     assert apt_packages.debian_version("aws-neuronx-runtime-lib", "2.33.10.0").startswith(

@@ -117,10 +117,38 @@ def pip_requirements(release: Release) -> list[str]:
     return pins + list(BENCH_CLIENT_REQUIREMENTS)
 
 
+def public_version(version: str) -> str:
+    """A PEP 440 version without its local label: ``0.21.0.1.0.0+794754d`` ->
+    ``0.21.0.1.0.0``. AWS's wheels carry the commit they were built from as a local label
+    (the DLAMI's plugin is ``vllm_neuron-0.21.0.1.0.0+794754d``: aws-neuron-sdk
+    release-notes/releasecontent.rst at v2.31.1); a release pins the public part."""
+    return version.strip().split("+", 1)[0]
+
+
 def adoptable(release: Release, rc: Any, version_output: str) -> bool:
-    """Whether a virtualenv whose vllm-neuron reported ``version_output`` can be adopted."""
+    """Whether a virtualenv whose vllm-neuron reported ``version_output`` can be adopted:
+    its public version is the release's (a local label such as ``+794754d`` is the
+    build's commit, not another version)."""
     wanted = release.pip_packages.get("vllm-neuron")
-    return rc == 0 and wanted is not None and version_output.strip() == wanted
+    return (rc == 0 and wanted is not None
+            and public_version(version_output) == public_version(wanted))
+
+
+def adoption_note(release: Release, venv: str, rc: Any, version_output: str,
+                  own_venv: str) -> str:
+    """One line saying why the DLAMI's virtualenv at ``venv`` is or is not adopted
+    (empty when there is no such virtualenv): never a silent second venv."""
+    if rc != 0 and not version_output.strip():
+        return ""
+    wanted = release.pip_packages.get("vllm-neuron") or "unknown"
+    found = version_output.strip() or "no vllm-neuron"
+    if adoptable(release, rc, version_output):
+        return (f"adopting {venv} (vllm-neuron {found}, Neuron SDK {release.release} wants "
+                f"{wanted}); nothing is installed into it")
+    return (f"not adopting {venv}: its vllm-neuron is {found}, Neuron SDK "
+            f"{release.release} wants {wanted}; building the bundle's own virtualenv at "
+            f"{own_venv} (set vllm_env_adopt_venv: '' to silence this, or pick the "
+            f"release that DLAMI carries with prefixbench_neuron_release)")
 
 
 def pip_index_args(settings: Mapping[str, Any], *, no_deps: bool) -> list[str]:

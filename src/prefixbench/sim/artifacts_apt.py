@@ -70,11 +70,17 @@ from prefixbench.sim._build import (
 from prefixbench.sim.apt_packages import ARCH, COMPONENT, FILE_MODE, DebSpec, all_specs
 
 SUITE: Final = "bookworm"
+#: AWS writes its Neuron apt source with suite ``jammy`` whatever the host's codename
+#: (aws-neuron/deep-learning-containers vllm/inference/0.21.0.1.0.0/Dockerfile.neuronx at
+#: tag 2.31.1, an Ubuntu 24.04 image); the repository serves the same packages under both,
+#: so a host dressed as AWS leaves it (prefixbench.sim.flavours) finds them.
+AWS_SUITE: Final = "jammy"
+SUITES: Final = (SUITE, AWS_SUITE)
 REPO_DIRNAME: Final = "neuron-apt"
 KEY_FILENAME: Final = "GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB"
 KEY_UID: Final = "prefixbench simulated Neuron repository <neuron-sim@prefixbench.invalid>"
 #: Bump when what the packages contain changes in a way the inputs do not show.
-LAYOUT_VERSION: Final = 1
+LAYOUT_VERSION: Final = 2
 
 _DIR_MODE: Final = 0o755
 
@@ -128,14 +134,14 @@ def packages_stanza(spec: DebSpec, deb: Path) -> str:
     return "".join(f"{k}: {v}\n" for k, v in fields) + spec.description_field()
 
 
-def release_file(dist: Path, epoch: int) -> str:
+def release_file(dist: Path, epoch: int, suite: str = SUITE) -> str:
     """``Release`` for ``dist`` (= ``.../dists/<suite>``), hashing every index under it."""
     indexes = sorted(p for p in dist.rglob("*") if p.is_file()
                      and p.name not in {"Release", "InRelease", "Release.gpg"})
     date = email.utils.formatdate(epoch, usegmt=True)
     head = [
         "Origin: prefixbench-sim", "Label: prefixbench simulated Neuron SDK",
-        f"Suite: {SUITE}", f"Codename: {SUITE}", f"Date: {date}",
+        f"Suite: {suite}", f"Codename: {suite}", f"Date: {date}",
         f"Architectures: {ARCH}", f"Components: {COMPONENT}",
         "Description: SIMULATED AWS Neuron repository for the prefixbench test fleet",
     ]
@@ -213,7 +219,11 @@ def verify_repo(repo: Path) -> None:
     """Check ``InRelease`` and ``Release.gpg`` with ``gpgv`` against the exported key, and
     every index against the hashes in ``Release``; raise :class:`BuildError` on a mismatch.
     """
-    dist = repo / "dists" / SUITE
+    for suite in SUITES:
+        _verify_suite(repo, repo / "dists" / suite)
+
+
+def _verify_suite(repo: Path, dist: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="pb-gpgv-") as tmp:
         keyring = Path(tmp) / "neuron.gpg"
         run(["gpg", "--homedir", tmp, "--batch", "--yes", "--dearmor", "--output",
@@ -278,12 +288,13 @@ def build_apt_repo(
                 deb = build_deb(spec, tmp / Path(spec.pool_path).parent)
                 stanzas.append(packages_stanza(spec, deb))
         index = "\n".join(stanzas).encode()
-        bindir = tmp / "dists" / SUITE / COMPONENT / f"binary-{ARCH}"
-        atomic_write(bindir / "Packages", index)
-        atomic_write(bindir / "Packages.gz", gzip.compress(index, 9, mtime=0))
-        dist = tmp / "dists" / SUITE
-        atomic_write(dist / "Release", release_file(dist, source_date_epoch()))
-        key.sign(dist / "Release")
+        for suite in SUITES:
+            dist = tmp / "dists" / suite
+            bindir = dist / COMPONENT / f"binary-{ARCH}"
+            atomic_write(bindir / "Packages", index)
+            atomic_write(bindir / "Packages.gz", gzip.compress(index, 9, mtime=0))
+            atomic_write(dist / "Release", release_file(dist, source_date_epoch(), suite))
+            key.sign(dist / "Release")
         atomic_write(tmp / KEY_FILENAME, key.export_armored())
         verify_repo(tmp)
         write_stamp(tmp / ".inputs.sha256", digest)

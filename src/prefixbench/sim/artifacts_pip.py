@@ -89,10 +89,16 @@ STANDIN_SUMMARY: Final = ("SIMULATED stand-in for the Neuron DLAMI's vllm-neuron
                           "(prefixbench test fleet; no code)")
 
 
+def standin_version(release: releases.Release) -> str | None:
+    """The plugin version a release's DLAMI venv holds: the DLAMI's own wheel version
+    (``dlami.plugin``, with its local label) when the manifest names it, else the
+    release's pin."""
+    return release.dlami.get("plugin") or release.pip_packages.get(STANDIN_NAME)
+
+
 def standin_versions() -> list[str]:
     """The vllm-neuron versions of every release manifest that names one."""
-    return sorted({v for r in releases.load_all()
-                   if (v := r.pip_packages.get(STANDIN_NAME)) is not None})
+    return sorted({v for r in releases.load_all() if (v := standin_version(r)) is not None})
 
 #: The hosts run Debian 12's Python 3.11.
 HOST_PYTHON_MINOR: Final = (3, 11)

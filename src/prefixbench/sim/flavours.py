@@ -4,14 +4,16 @@
     what ``up`` boots: Debian 12 with nothing of Neuron on it (an instance from a plain
     OS image).
 ``dlami``
-    a host set up the way the Neuron DLAMI and AWS's Neuron setup guide leave one:
+    a host set up the way AWS's own vLLM 0.21 image is built (aws-neuron/
+    deep-learning-containers ``vllm/inference/0.21.0.1.0.0/Dockerfile.neuronx`` at tag
+    2.31.1, the published build of the stack the vLLM 0.21 DLAMI carries):
 
-    * the Neuron apt repository listed in ``/etc/apt/sources.list.d/neuron.list`` as a
-      plain ``deb URL CODENAME main`` line, without ``signed-by``, its key trusted
-      system-wide (the guide pipes it into ``apt-key add``; this writes the same key
-      into ``/etc/apt/trusted.gpg.d/``, which is what ``apt-key add`` amounts to and
-      needs no gnupg);
-    * the release's Neuron packages installed at their pins, not held;
+    * the Neuron apt source exactly as that Dockerfile writes it:
+      ``deb [signed-by=/etc/apt/keyrings/neuron.gpg] URL jammy main``, the key dearmored
+      into that keyring; suite ``jammy`` whatever the host's codename (the simulated
+      repository serves it: :data:`prefixbench.sim.artifacts_apt.AWS_SUITE`);
+    * the release's Neuron packages installed at their pins (2.31.1: aws-neuronx-tools
+      2.31.15), not held;
     * a ``neuron`` group, as AWS's security guide creates it to narrow the driver's
       ``/dev/neuron*`` rule to ``GROUP="neuron", MODE="0660"`` (the service user must
       join it);
@@ -19,9 +21,14 @@
       which is also the ``vllm_env_adopt_venv`` default),
       holding the same vLLM build the bare hosts get (vLLM on CPU, from the harness's
       lock) and, as the DLAMI's plugin, a code-free stand-in distribution named
-      ``vllm-neuron`` at the release's version (built by
+      ``vllm-neuron`` at the DLAMI wheel's own version, local label included
+      (``dlami.plugin``: ``0.21.0.1.0.0+794754d``; built by
       :mod:`prefixbench.sim.artifacts_pip`; it exists so that the adoption check, which
       reads that distribution's version, sees what it would see on a DLAMI).
+
+    Not reproduced: the interpreter. AWS's image runs Python 3.13 (the Dockerfile's
+    ``PYTHON_VERSION``) and the DLAMI Ubuntu 24.04's 3.12; the simulated hosts are Debian
+    12 and their vLLM wheelhouse is built for its Python 3.11.
 
 The sources of the DLAMI facts are named in the release manifest
 (``data/neuron_releases/<release>.yml``, ``dlami`` and ``notes``).
@@ -34,7 +41,8 @@ from typing import Final
 
 from prefixbench.hosts import releases
 from prefixbench.sim import layout
-from prefixbench.sim.artifacts_pip import LOCK_NAME
+from prefixbench.sim.artifacts_apt import AWS_SUITE
+from prefixbench.sim.artifacts_pip import LOCK_NAME, standin_version
 from prefixbench.sim.fleet import Fleet
 from prefixbench.sim.layout import SimHost
 from prefixbench.sim.system import SimFleetError
@@ -45,12 +53,12 @@ FLAVOURS: Final = ("bare", "dlami")
 MARKER: Final = "/var/lib/prefixbench-sim/flavour"
 
 
-def dlami_script(release: releases.Release, codename: str = "bookworm",
+def dlami_script(release: releases.Release, suite: str = AWS_SUITE,
                  artifact_url: str = layout.ARTIFACT_URL) -> str:
     """The shell script (run as root inside the host) that makes a bare host a DLAMI one."""
     repo = f"{artifact_url}neuron-apt"
     pins = " ".join(shlex.quote(p) for p in release.apt_pins())
-    plugin = release.pip_packages.get("vllm-neuron")
+    plugin = standin_version(release)
     dlami_venv = release.dlami.get("venv")
     if not plugin or not dlami_venv:
         raise ValueError(f"Neuron SDK {release.release} names no vllm-neuron version or "
@@ -61,11 +69,13 @@ def dlami_script(release: releases.Release, codename: str = "bookworm",
     return f"""set -eu
 if [ -e {MARKER} ]; then cat {MARKER}; exit 0; fi
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
-# AWS's guide: a plain source line, the key trusted system-wide (apt-key add).
+# As AWS's vLLM 0.21 image writes it: a dearmored keyring and suite {suite}.
+mkdir -p /etc/apt/keyrings
 curl -fsS --max-time 30 {repo}/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB \\
-  -o /etc/apt/trusted.gpg.d/neuron.asc
-chmod 0644 /etc/apt/trusted.gpg.d/neuron.asc
-echo "deb {repo} {codename} main" > /etc/apt/sources.list.d/neuron.list
+  | gpg --dearmor --batch --yes -o /etc/apt/keyrings/neuron.gpg
+chmod 0644 /etc/apt/keyrings/neuron.gpg
+echo "deb [signed-by=/etc/apt/keyrings/neuron.gpg] {repo} {suite} main" \\
+  > /etc/apt/sources.list.d/neuron.list
 apt-get update -q
 apt-get install -y -q "linux-headers-$(uname -r)" {pins}
 # The DLAMI's vLLM virtualenv.
