@@ -71,6 +71,11 @@ def prefixbench_adoption_note(probe: Mapping[str, Any], settings: Mapping[str, A
         str(probe.get("stdout", "")), str(settings.get("vllm_env_venv") or ""))
 
 
+def prefixbench_venv_packages(packages: list[str], python_version: str) -> list[str]:
+    """``python3-venv`` as the package of the environment interpreter's own version."""
+    return provision.venv_system_packages(packages, python_version)
+
+
 def prefixbench_os_refusal(name: str, distribution: str, version: str,
                            major_version: str = "") -> str:
     """Empty when the release supports the OS, else the sentence that refuses it."""
@@ -267,6 +272,7 @@ class FilterModule:
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,
             "prefixbench_adoption_note": prefixbench_adoption_note,
+            "prefixbench_venv_packages": prefixbench_venv_packages,
             "prefixbench_os_refusal": prefixbench_os_refusal,
             "prefixbench_drift": prefixbench_drift,
             "prefixbench_host_problems": prefixbench_host_problems,

@@ -130,3 +130,11 @@ def test_a_venv_that_is_not_adopted_says_why() -> None:
         f"adopting {venv} (vllm-neuron 0.21.0.1.0.0+794754d")
     # No such virtualenv (python not found): nothing to say.
     assert provision.adoption_note(REL, venv, 2, "", own) == ""
+
+
+def test_the_venv_package_follows_the_interpreter_that_makes_the_venv() -> None:
+    # Ubuntu 22.04's python3-venv is 3.10's: a 3.11 interpreter needs python3.11-venv.
+    assert provision.venv_system_packages(["python3-venv", "python3-packaging"], "3.11.9") \
+        == ["python3.11-venv", "python3-packaging"]
+    assert provision.venv_system_packages(["python3-venv"], "3.12.3\n") == ["python3.12-venv"]
+    assert provision.venv_system_packages(["python3-venv"], "") == ["python3-venv"]

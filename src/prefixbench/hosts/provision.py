@@ -117,6 +117,20 @@ def pip_requirements(release: Release) -> list[str]:
     return pins + list(BENCH_CLIENT_REQUIREMENTS)
 
 
+def venv_system_packages(packages: Sequence[str], python_version: str) -> list[str]:
+    """The Debian packages of the environment for the interpreter that makes it.
+
+    ``python3-venv`` brings ``venv`` for the distribution's default Python only (3.10 on
+    Ubuntu 22.04): an interpreter of another minor version (``vllm_env_python`` at a
+    3.11 on 22.04) needs its own ``python3.11-venv``. With no version known the list is
+    returned as given.
+    """
+    minor = ".".join(python_version.strip().split(".")[:2])
+    if not minor or minor.count(".") != 1:
+        return list(packages)
+    return [f"python{minor}-venv" if p == "python3-venv" else p for p in packages]
+
+
 def public_version(version: str) -> str:
     """A PEP 440 version without its local label: ``0.21.0.1.0.0+794754d`` ->
     ``0.21.0.1.0.0``. AWS's wheels carry the commit they were built from as a local label
