@@ -47,6 +47,14 @@ options:
     description: Fail with the one-line summary when pip cannot resolve the set.
     type: bool
     default: true
+  gpu_wheels:
+    description:
+      - C(refuse) turns a set that would install CUDA/GPU distributions (nvidia-*,
+        cuda-*, flashinfer*, triton, a torch built for CUDA) into a failure naming them,
+        before anything is installed. C(allow) installs them.
+    type: str
+    choices: [allow, refuse]
+    default: allow
   timeout:
     description: Seconds the dry run may take.
     type: int
@@ -102,6 +110,8 @@ from ansible.module_utils.prefixbench_pip import (
     stamp,
     stamp_answers,
     summarize_failure,
+    gpu_refusal,
+    gpu_wheels,
     would_install,
 )
 
@@ -165,6 +175,7 @@ def main() -> None:
             "requirements_file": {"type": "str", "default": ""},
             "pip_args": {"type": "list", "elements": "str", "default": []},
             "fail_on_conflict": {"type": "bool", "default": True},
+            "gpu_wheels": {"type": "str", "default": "allow", "choices": ["allow", "refuse"]},
             "timeout": {"type": "int", "default": 900},
         },
         supports_check_mode=True,
@@ -210,6 +221,13 @@ def main() -> None:
             module.exit_json(changed=False, **result)
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
         wanted = would_install(report)
+        refusal = gpu_refusal(gpu_wheels(report)) if p["gpu_wheels"] == "refuse" else ""
+        if refusal:
+            result = {"resolvable": False, "would_install": wanted, "conflict": refusal,
+                      "ran_in": ran_in, "from_stamp": False}
+            if p["fail_on_conflict"]:
+                module.fail_json(msg=refusal, **result)
+            module.exit_json(changed=False, **result)
         if in_venv and not wanted and request is not None and not module.check_mode:
             _write_stamp(stamp_path, stamp(request, _installed(venv)))
         module.exit_json(changed=False, resolvable=True, would_install=wanted,

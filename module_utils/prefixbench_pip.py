@@ -67,6 +67,43 @@ def would_install(report: Mapping[str, Any]) -> list[str]:
     return sorted(out, key=str.lower)
 
 
+#: Distributions built for NVIDIA GPUs: a Neuron host cannot use them, and they weigh
+#: gigabytes (vLLM 0.21.0 from PyPI alone pulls the CUDA torch, its nvidia-* libraries,
+#: flashinfer and triton: ``pip install --dry-run --report`` of ``vllm==0.21.0``).
+_GPU_PREFIXES = ("nvidia-", "cuda-", "cupy", "flashinfer")
+_GPU_NAMES = frozenset({"triton", "xformers"})
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def gpu_wheels(report: Mapping[str, Any]) -> list[str]:
+    """``name==version`` of every CUDA/GPU distribution a ``--report`` would install: an
+    ``nvidia-*``, ``cuda-*``, ``cupy*`` or ``flashinfer*`` distribution, triton, xformers,
+    or a build whose local label names CUDA (``torch 2.11.0+cu128``)."""
+    out = []
+    for entry in would_install(report):
+        name, _, version = entry.partition("==")
+        norm = _normal(name)
+        local = version.partition("+")[2].lower()
+        if (norm.startswith(_GPU_PREFIXES) or norm in _GPU_NAMES
+                or re.match(r"^cu\d", local) or re.search(r"-cu\d+$", norm)):
+            out.append(entry)
+    return out
+
+
+def gpu_refusal(found: list[str]) -> str:
+    """One line refusing a pip set that would install ``found`` (empty: nothing to say)."""
+    if not found:
+        return ""
+    shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
+    return (f"the pip set would install {len(found)} CUDA/GPU distributions a Neuron host "
+            f"cannot use ({shown}): point vllm_env_index_url at an index with the "
+            "Neuron/CPU torch build, adopt the DLAMI's venv, or set vllm_env_gpu_wheels: "
+            "allow to install them anyway; nothing was installed")
+
+
 # A converged environment asked again: the answer is already known. When a dry run in the
 # virtualenv itself resolved with nothing to install, the module keeps a stamp of what it
 # asked (requirements, the requirement file's text, pip's options, the venv's interpreter)

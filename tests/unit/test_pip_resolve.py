@@ -151,3 +151,28 @@ def test_the_stamp_keys() -> None:
     assert not pipcheck.stamp_answers(saved, key, pipcheck.installed_key(["a-1.dist-info"]))
     assert not pipcheck.stamp_answers({**saved, "format": 0}, key, installed)
     assert not pipcheck.stamp_answers("garbage", key, installed)
+
+
+def _report(*dists: tuple[str, str]) -> dict[str, object]:
+    return {"install": [{"metadata": {"name": n, "version": v}} for n, v in dists]}
+
+
+def test_gpu_wheels_are_named_and_refused_in_one_line() -> None:
+    # Names and versions vLLM 0.21.0's PyPI metadata requires (pip install --dry-run
+    # --no-deps --report of vllm==0.21.0: torch==2.11.0, flashinfer-python==0.6.8.post1,
+    # nvidia-cutlass-dsl==4.4.2, nvidia-cudnn-frontend), and the CUDA torch's own.
+    report = _report(("vllm", "0.21.0"), ("torch", "2.11.0+cu128"),
+                     ("flashinfer-python", "0.6.8.post1"), ("nvidia-cutlass-dsl", "4.4.2"),
+                     ("nvidia_cublas_cu12", "12.8.4.1"), ("triton", "3.5.0"),
+                     ("numpy", "2.2.6"), ("cuda-bindings", "12.9.4"))
+    found = pipcheck.gpu_wheels(report)
+    assert found == ["cuda-bindings==12.9.4", "flashinfer-python==0.6.8.post1",
+                     "nvidia-cutlass-dsl==4.4.2", "nvidia_cublas_cu12==12.8.4.1",
+                     "torch==2.11.0+cu128", "triton==3.5.0"]
+    line = pipcheck.gpu_refusal(found)
+    assert line.startswith("the pip set would install 6 CUDA/GPU distributions")
+    assert "vllm_env_gpu_wheels: allow" in line and "\n" not in line
+    # The CPU torch and the Neuron packages are not GPU wheels.
+    assert pipcheck.gpu_wheels(_report(("torch", "2.11.0+cpu"), ("neuronx-cc", "2.26.6360.0"),
+                                       ("libtorch-neuronx-lite", "2.11.0.1.0.696"))) == []
+    assert pipcheck.gpu_refusal([]) == ""

@@ -138,3 +138,35 @@ def test_the_venv_package_follows_the_interpreter_that_makes_the_venv() -> None:
         == ["python3.11-venv", "python3-packaging"]
     assert provision.venv_system_packages(["python3-venv"], "3.12.3\n") == ["python3.12-venv"]
     assert provision.venv_system_packages(["python3-venv"], "") == ["python3-venv"]
+
+
+def test_the_plugin_is_installed_from_source_at_the_dlamis_commit() -> None:
+    # AWS's 0.21 image and the plugin's setup guide install vllm-neuron from source; it is
+    # not on PyPI at 0.21.0.1.0.0.
+    reqs = provision.pip_requirements(REL)
+    assert "vllm-neuron @ git+https://github.com/vllm-project/vllm-neuron.git@794754d" \
+        in reqs
+    assert not any(r.startswith("vllm-neuron==") for r in reqs)
+    assert {"vllm==0.21.0", "neuronx-cc==2.26.6360.0", "nki==0.5.0",
+            "libtorch-neuronx-lite==2.11.0.1.0.696"} <= set(reqs)
+
+
+def test_a_source_install_needs_its_public_source(tmp_path: Path) -> None:
+    text = (releases.RELEASES_DIR / "2.31.yml").read_text()
+    broken = text.replace("@794754d", "@main")
+    (tmp_path / "2.31.yml").write_text(broken)
+    with pytest.raises(releases.ReleaseError, match="pip.sources must map"):
+        releases.load_release("2.31", tmp_path)
+
+
+def test_the_neuron_pip_route_refuses_gpu_wheels_and_the_sim_does_not_ask() -> None:
+    neuron = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
+                                              "prefixbench_platform": "neuron"})
+    assert neuron["gpu_wheels"] == "refuse"
+    allowed = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
+                                               "prefixbench_platform": "neuron",
+                                               "vllm_env_gpu_wheels": "allow"})
+    assert allowed["gpu_wheels"] == "allow"
+    cpu = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
+                                           "prefixbench_platform": "cpu"})
+    assert cpu["gpu_wheels"] == "allow"

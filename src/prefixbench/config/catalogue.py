@@ -204,10 +204,15 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "/opt/vllm-prefixbench/venv", pattern=r"^/[\w./-]*$"),
     Setting("vllm_env_python", "str", "Interpreter the virtualenv is made from.",
             "/usr/bin/python3", pattern=r"^/[\w./-]*$"),
-    Setting("vllm_env_index_url", "str", "pip index URL.", "https://pypi.org/simple",
+    Setting("vllm_env_index_url", "str", "pip index URL: the Neuron pip repository, as "
+            "AWS's vLLM 0.21 image installs from it.", "https://pip.repos.neuron.amazonaws.com",
             pattern=r"^(https?|file)://\S+$"),
-    Setting("vllm_env_extra_index_urls", "list_str", "Extra pip index URLs (the Neuron "
-            "pip repository).", ["https://pip.repos.neuron.amazonaws.com"]),
+    Setting("vllm_env_extra_index_urls", "list_str", "Extra pip index URLs (PyPI, as in "
+            "AWS's image).", ["https://pypi.org/simple"]),
+    Setting("vllm_env_gpu_wheels", "str", "On Neuron hosts, refuse a pip set that would "
+            "install CUDA/GPU distributions (nvidia-*, flashinfer, triton, a CUDA torch) "
+            "before anything is installed, or allow them.", "refuse",
+            choices=("refuse", "allow")),
     Setting("vllm_env_trusted_hosts", "list_str", "Hosts pip may fetch from over plain "
             "HTTP (the simulated fleet's index).", []),
     Setting("vllm_env_requirements_url", "str", "A pinned requirements file (URL or host "

@@ -110,10 +110,12 @@ BENCH_CLIENT_REQUIREMENTS: Final = ("pandas==2.3.3",)
 
 
 def pip_requirements(release: Release) -> list[str]:
-    """``name==version`` for every known pip package of the release, and the bench
-    client's own requirements (:data:`BENCH_CLIENT_REQUIREMENTS`)."""
+    """``name==version`` for every known pip package of the release (``name @ URL`` for
+    one the release installs from source, as AWS installs the vLLM 0.21 plugin), and the
+    bench client's own requirements (:data:`BENCH_CLIENT_REQUIREMENTS`)."""
     pins = [f"vllm=={release.vllm}"] if release.vllm else []
-    pins += [f"{n}=={v}" for n, v in release.pip_packages.items() if v is not None]
+    pins += [f"{n} @ {release.pip_sources[n]}" if n in release.pip_sources else f"{n}=={v}"
+             for n, v in release.pip_packages.items() if v is not None]
     return pins + list(BENCH_CLIENT_REQUIREMENTS)
 
 
@@ -185,10 +187,13 @@ def pip_install_plan(release: Release, settings: Mapping[str, Any]) -> dict[str,
     exactly this, so that the check sees what the install would do.
     """
     lock = str(settings.get("vllm_env_requirements_url") or "")
+    neuron = str(settings.get("prefixbench_platform", "neuron")) == "neuron"
+    refuse = neuron and str(settings.get("vllm_env_gpu_wheels") or "refuse") == "refuse"
     return {
         "requirements": [] if lock else pip_requirements(release),
         "requirements_file": lock,
         "pip_args": pip_index_args(settings, no_deps=bool(lock)),
+        "gpu_wheels": "refuse" if refuse else "allow",
     }
 
 

@@ -26,6 +26,7 @@ _VERSION_RE: Final = re.compile(r"^\d+(\.\d+)*$")
 _KNOWN_KEYS: Final = frozenset({"schema", "release", "sources", "apt", "pip", "os", "notes",
                                 "python", "dlami"})
 _PY_RE: Final = re.compile(r"^3\.\d+$")
+_SOURCE_RE: Final = re.compile(r"^(git\+)?https://\S+@[0-9a-f]{7,40}$")
 
 
 class ReleaseError(ValueError):
@@ -46,6 +47,8 @@ class Release:
     notes: str = ""
     #: {package: public source of its pinned version}, apt and pip (``vllm`` included).
     origin: Mapping[str, str] = field(default_factory=dict)
+    #: {pip package: PEP 508 direct URL} for packages installed from source, not by name.
+    pip_sources: Mapping[str, str] = field(default_factory=dict)
     #: Interpreter versions ("3.11") the release's wheels exist for; empty: not stated.
     python_supported: tuple[str, ...] = ()
     python_source: str = ""
@@ -179,6 +182,17 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
     dlami = data.get("dlami") or {}
     if not isinstance(dlami, Mapping):
         raise ReleaseError(f"{origin}: dlami must be a mapping")
+    sources_map = pip.get("sources") or {}
+    if not isinstance(sources_map, Mapping) or not all(
+            isinstance(v, str) and _SOURCE_RE.match(v) for v in sources_map.values()):
+        raise ReleaseError(f"{origin}: pip.sources must map a package to a direct URL "
+                           "such as git+https://host/repo.git@<commit>")
+    for name in sources_map:
+        if name not in (pip.get("packages") or {}):
+            raise ReleaseError(f"{origin}: pip.sources.{name} is not in pip.packages")
+        if not str((pip.get("origin") or {}).get(name) or "").strip():
+            raise ReleaseError(f"{origin}: pip.sources.{name} has no public source in "
+                               "pip.origin")
     return Release(
         release=release,
         apt_packages=apt_packages,
@@ -192,6 +206,7 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
         python_supported=tuple(supported),
         python_source=str(python.get("source", "")) if isinstance(python, Mapping) else "",
         dlami={str(k): str(v) for k, v in dlami.items()},
+        pip_sources={str(k): str(v) for k, v in sources_map.items()},
     )
 
 
