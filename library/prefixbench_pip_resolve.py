@@ -105,13 +105,13 @@ from pathlib import Path
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.prefixbench_pip import (
     STAMP_NAME,
+    gpu_refusal,
+    gpu_wheels,
     installed_key,
     request_key,
     stamp,
     stamp_answers,
     summarize_failure,
-    gpu_refusal,
-    gpu_wheels,
     would_install,
 )
 

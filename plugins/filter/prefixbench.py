@@ -9,7 +9,7 @@ from typing import Any
 
 from prefixbench.bench import client_launch, experiment
 from prefixbench.config import plan
-from prefixbench.hosts import collect, provision, releases
+from prefixbench.hosts import collect, doctor, provision, releases
 from prefixbench.measure.layout import RunLayout
 from prefixbench.servers import compile_cache, server, sweep
 
@@ -74,6 +74,33 @@ def prefixbench_adoption_note(probe: Mapping[str, Any], settings: Mapping[str, A
 def prefixbench_venv_packages(packages: list[str], python_version: str) -> list[str]:
     """``python3-venv`` as the package of the environment interpreter's own version."""
     return provision.venv_system_packages(packages, python_version)
+
+
+def prefixbench_doctor_plan(settings: Mapping[str, Any], vllm_executable: str
+                            ) -> dict[str, Any]:
+    """What ``prefixbench doctor`` runs on a host, with the probe's source."""
+    return {**doctor.plan(settings, vllm_executable),
+            "script": doctor.PROBE_FILE.read_text(encoding="utf-8")}
+
+
+def prefixbench_doctor_report(hostvars: Mapping[str, Any], hosts: Sequence[str]
+                              ) -> dict[str, Any]:
+    """One screen of the doctor's results for ``hosts``: ``{"text", "failed", "lines"}``.
+
+    A host of the play without a result (unreachable, or failed before the probe) is a
+    FAIL line of its own."""
+    results: dict[str, Any] = {}
+    types: dict[str, str] = {}
+    for host in hosts:
+        hv = hostvars[host]
+        result = hv.get("prefixbench_doctor_result")
+        results[host] = (result if isinstance(result, Mapping) and "checks" in result else
+                         {"error": "no result: the host was unreachable or failed before "
+                                   "the probe (see the play's output)"})
+        types[host] = str((hv.get("prefixbench_settings") or {}).get(
+            "prefixbench_instance_type", ""))
+    report = doctor.report(results, types)
+    return report
 
 
 def prefixbench_os_refusal(name: str, distribution: str, version: str,
@@ -272,6 +299,8 @@ class FilterModule:
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,
             "prefixbench_adoption_note": prefixbench_adoption_note,
+            "prefixbench_doctor_plan": prefixbench_doctor_plan,
+            "prefixbench_doctor_report": prefixbench_doctor_report,
             "prefixbench_venv_packages": prefixbench_venv_packages,
             "prefixbench_os_refusal": prefixbench_os_refusal,
             "prefixbench_drift": prefixbench_drift,

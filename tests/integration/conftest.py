@@ -80,7 +80,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     here = Path(__file__).resolve().parent
     slots = [i for i, it in enumerate(items) if here in Path(str(it.path)).resolve().parents]
-    order = ["test_simfleet.py", "test_provision.py", "test_units.py", "test_benchmark.py",
+    order = ["test_simfleet.py", "test_provision.py", "test_units.py", "test_doctor_fleet.py",
+             "test_benchmark.py",
              "test_sweep_fleet.py", "test_custom_fleet.py", "test_faults.py"]
 
     def rank(item: pytest.Item) -> int:

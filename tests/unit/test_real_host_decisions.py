@@ -155,7 +155,7 @@ def test_a_source_install_needs_its_public_source(tmp_path: Path) -> None:
     text = (releases.RELEASES_DIR / "2.31.yml").read_text()
     broken = text.replace("@794754d", "@main")
     (tmp_path / "2.31.yml").write_text(broken)
-    with pytest.raises(releases.ReleaseError, match="pip.sources must map"):
+    with pytest.raises(releases.ReleaseError, match=r"pip\.sources must map"):
         releases.load_release("2.31", tmp_path)
 
 

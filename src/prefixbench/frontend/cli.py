@@ -5,7 +5,9 @@ by its events (:mod:`prefixbench.frontend.cli_run`, the view
 :mod:`prefixbench.frontend.runview`); ``report`` and ``compare`` are
 :mod:`prefixbench.report.cli`; ``whatif`` predicts a workload's hit ratio without a server
 (:mod:`prefixbench.frontend.cli_whatif`, the prediction :mod:`prefixbench.predict.whatif`);
-``chat-traffic`` writes multi-turn chat traffic as a custom workload's prompts, with its
+``doctor`` checks every host under the server unit's sandbox
+(:mod:`prefixbench.frontend.cli_doctor`); ``chat-traffic`` writes multi-turn chat
+traffic as a custom workload's prompts, with its
 expected hit ratio (:mod:`prefixbench.frontend.cli_chat`).
 What they share is :mod:`prefixbench.frontend.cli_shared`. Heavy modules are imported
 when a subcommand needs them.
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from prefixbench.frontend import cli_chat
+from prefixbench.frontend import cli_chat, cli_doctor
 from prefixbench.frontend.cli_run import (
     EXIT_INTERRUPTED,
     STOP_PLAYBOOK,
@@ -115,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _whatif_parser(sub)
     cli_chat.add_parser(sub, EXIT_CODES)
+    cli_doctor.add_parser(sub, _DEFAULT_PROJECT)
 
     return parser
 
@@ -181,6 +184,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             return run_whatif(args, out, err)
         if args.command == "chat-traffic":
             return cli_chat.run_chat_traffic(args, out, err)
+        if args.command == "doctor":
+            return cli_doctor.run_doctor(args, out, err)
     except UsageError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=err)
         return EXIT_USAGE

@@ -1,0 +1,96 @@
+"""Run ``prefixbench doctor``'s probe inside the server unit's sandbox, and name the
+directive a failing check comes from. The logic of the prefixbench_doctor module; plain
+Python, no Ansible imports.
+
+The probe (``prefixbench/hosts/doctor_probe.py``) runs in a transient unit made with
+``systemd-run`` from the server unit's own properties: its user, environment, limits,
+state and cache directories and every sandbox directive. A check that fails there is run
+again with no sandbox directive: if it passes, the sandbox is the cause, and each
+directive is then tried alone to find which one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+#: The line the probe prints its JSON on (anything else is the interpreter's noise).
+MARK = "PREFIXBENCH-DOCTOR "
+#: Checks whose failure is not a property of the host's software (the model is absent
+#: before provisioning, in or out of a sandbox): never searched for a directive.
+NOT_SANDBOXED = frozenset({"model"})
+
+Runner = Callable[[Sequence[str], Sequence[str]], "Probe"]
+
+
+class Probe:
+    """One run of the probe: its checks, or why it did not run."""
+
+    def __init__(self, checks: Mapping[str, Any] | None, error: str = "") -> None:
+        self.checks: dict[str, Any] = dict(checks or {})
+        self.error = error
+
+    def failed(self) -> list[str]:
+        return [name for name, r in self.checks.items()
+                if isinstance(r, Mapping) and not r.get("ok")]
+
+
+def parse_output(rc: int, stdout: str, stderr: str) -> Probe:
+    """The probe's result from the transient unit's output."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARK):
+            try:
+                data = json.loads(line[len(MARK):])
+            except ValueError:
+                break
+            return Probe(data if isinstance(data, Mapping) else {})
+    tail = (stderr.strip() or stdout.strip()).splitlines()[-3:]
+    return Probe(None, f"the probe did not run (exit {rc}): {' | '.join(tail)[:600]}")
+
+
+def systemd_run_argv(unit: str, properties: Sequence[str], command: Sequence[str]
+                     ) -> list[str]:
+    """``systemd-run`` of ``command`` as a transient service with ``properties``."""
+    argv = ["systemd-run", "--wait", "--pipe", "--collect", "--quiet",
+            "--service-type=exec", f"--unit={unit}"]
+    argv += [f"--property={p}" for p in properties]
+    return [*argv, "--", *command]
+
+
+def diagnose(base: Sequence[str], directives: Sequence[str],
+             run: Callable[[Sequence[str], Sequence[str] | None], Probe]
+             ) -> dict[str, Any]:
+    """Run the probe under ``base`` + ``directives``; for each check the sandbox breaks,
+    the directive that breaks it.
+
+    ``run(properties, only)`` runs the probe (``only``: the checks to run, None for all).
+    Returns ``{"checks": ..., "error": ..., "causes": {check: directive or "host"},
+    "runs": n}``: "host" when the check fails without any sandbox directive too.
+    """
+    full = run([*base, *directives], None)
+    runs = 1
+    causes: dict[str, str] = {}
+    failing = [c for c in full.failed() if c not in NOT_SANDBOXED]
+    if full.error or not failing or not directives:
+        return {"checks": full.checks, "error": full.error, "causes": causes, "runs": runs}
+    bare = run(list(base), failing)
+    runs += 1
+    if bare.error:
+        return {"checks": full.checks, "error": full.error, "causes": causes, "runs": runs}
+    for name in failing:
+        if name in bare.failed():
+            causes[name] = "host"
+    suspects = [c for c in failing if c not in causes]
+    for directive in directives:
+        if not suspects:
+            break
+        one = run([*base, directive], suspects)
+        runs += 1
+        for name in one.failed():
+            if name in suspects:
+                causes[name] = directive
+        suspects = [c for c in suspects if c not in causes]
+    for name in suspects:  # only the directives together break it
+        causes[name] = "the sandbox as a whole"
+    return {"checks": full.checks, "error": full.error, "causes": causes, "runs": runs}

@@ -1,0 +1,170 @@
+"""``prefixbench doctor``: is each host ready to serve, checked the way the server runs?
+
+Before any long compile (gpt-oss-120b's first one takes hours on Trn2), the doctor runs a
+probe on every host *inside the server unit's own sandbox*: the unit's user, environment
+(its PATH above all), open-files limit, state and cache directories and every sandbox
+directive (``vllm_service_sandbox``), through ``systemd-run`` (module
+``prefixbench_doctor``). It checks that the venv's vLLM (and on Neuron ``vllm_neuron``
+and the Neuron torch) import, that the graph compiler the server runs is on the unit's
+PATH, that the service user opens the devices and ``neuron-ls`` agrees with the instance
+catalogue, that the compile cache is writable, the open-files limit, the model and its
+vocabulary. A failing check the sandbox causes is tied to the directive that causes it.
+
+This module is the controller's half: what to run (:func:`plan`) and one screen of
+results (:func:`host_lines`, :func:`render`). Pure: nothing here touches a host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from prefixbench.hosts import instances
+from prefixbench.hosts.provision import device_problems
+from prefixbench.servers import server
+
+PROBE_FILE: Final = Path(__file__).with_name("doctor_probe.py")
+
+#: The checks in the order they print, each with what to do when it fails.
+FIXES: Final = {
+    "imports": "the venv cannot import the server's modules: rerun "
+               "`ansible-playbook playbooks/provision.yml`, or check vllm_env_adopt_venv",
+    "compiler": "the graph compiler is not on the unit's PATH: the venv's bin must hold "
+                "it (provision installs neuronx-cc there)",
+    "devices": "the service user cannot open the Neuron devices: check the driver "
+               "(`lsmod | grep neuron`), the `neuron` group membership, or "
+               "vllm_service_sandbox",
+    "neuron_ls": "neuron-ls disagrees with the instance type: check "
+                 "prefixbench_instance_type against the host, or NEURON_RT_VISIBLE_CORES",
+    "cache": "the compile cache is not writable by the service user: check "
+             "vllm_service_cache_root and its disk",
+    "open_files": "raise the open-files limit (the unit sets LimitNOFILE; check "
+                  "/etc/security/limits.conf and systemd's DefaultLimitNOFILE)",
+    "model": "the model is not on the host yet: `ansible-playbook playbooks/provision.yml` "
+             "downloads it (check model_cache_dir and its free space)",
+    "vocabulary": "the tiktoken vocabulary is missing: provision copies it "
+                  "(model_cache_tiktoken_dir)",
+}
+#: The directive a failing check's fix names: how to get past it.
+DIRECTIVE_FIX: Final = ("the sandbox directive {directive} breaks it: set "
+                        "vllm_service_sandbox: relaxed (or off) and report it")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One check on one host."""
+
+    host: str
+    check: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    cause: str = ""
+
+    def text(self) -> str:
+        head = f"{'PASS' if self.ok else 'FAIL'}  {self.host:<16} {self.check:<11} {self.detail}"
+        if self.ok:
+            return head
+        return f"{head}\n      fix: {self.fix}"
+
+
+def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
+    """What the doctor runs on a host: the probe's interpreter, configuration, the
+    server unit's properties and its sandbox directives (exactly the cached unit's)."""
+    platform = str(settings.get("prefixbench_platform", "neuron"))
+    spec = server.unit_spec(settings, "cached", vllm_executable)
+    user = str(settings.get("vllm_service_user") or "vllm")
+    properties = [f"User={user}", f"Group={user}", f"LimitNOFILE={spec.limit_nofile}",
+                  f"EnvironmentFile=-{spec.environment_file}",
+                  "StateDirectory=vllm-prefixbench", "CacheDirectory=vllm-prefixbench",
+                  f"WorkingDirectory={server.STATE_DIR}",
+                  *(f"Environment={line}" for line in spec.environment)]
+    neuron = platform == "neuron"
+    config = {
+        "platform": platform,
+        "imports": ["vllm", "vllm_neuron", "torch"] if neuron else ["vllm", "torch"],
+        "distributions": ["libtorch-neuronx-lite", "neuronx-cc"] if neuron else [],
+        # The plugin compiles with neuronx-cc as a subprocess; torch inductor (vLLM's
+        # compile on CPU) runs the C++ compiler.
+        "compiler": "neuronx-cc" if neuron else "g++",
+        "devices": "/dev/neuron*" if neuron else "",
+        "neuron_ls": f"{server.NEURON_TOOLS_BIN}/neuron-ls",
+        "cache_dir": str(settings.get("vllm_service_cache_root", server.DEFAULT_CACHE_ROOT)),
+        "nofile": server.OPEN_FILES_LIMIT,
+        "model_dir": str(settings.get("model_cache_dir", "")),
+        "model_bytes": 0,
+        "vocab_dir": (str(settings.get("model_cache_tiktoken_dir", ""))
+                      if settings.get("model_cache_tiktoken") else ""),
+    }
+    return {
+        "python": str(Path(vllm_executable).parent / "python"),
+        "user": user, "config": config, "properties": properties,
+        "directives": list(spec.hardening),
+    }
+
+
+def host_lines(host: str, result: Mapping[str, Any], instance_type: str) -> list[Line]:
+    """The doctor's lines for one host from the module's result."""
+    error = str(result.get("error") or "")
+    if error:
+        return [Line(host, "probe", False, error, _probe_fix(error))]
+    checks = result.get("checks") or {}
+    causes = result.get("causes") or {}
+    out = []
+    for name, fix in FIXES.items():
+        if name == "neuron_ls":
+            listing = str(checks.get("neuron_ls") or "")
+            if not listing:
+                continue
+            problems = device_problems(instance_type, listing)
+            out.append(Line(host, "neuron_ls", not problems,
+                            "; ".join(problems) or f"agrees with {instance_type} "
+                            f"({_devices(instance_type)})", fix))
+            continue
+        r = checks.get(name)
+        if not isinstance(r, Mapping):
+            continue
+        cause = str(causes.get(name) or "")
+        line_fix = fix
+        if cause and cause != "host":
+            line_fix = DIRECTIVE_FIX.format(directive=cause)
+        out.append(Line(host, name, bool(r.get("ok")), str(r.get("detail", "")), line_fix,
+                        cause))
+    return out
+
+
+def _devices(instance_type: str) -> str:
+    try:
+        t = instances.lookup(instance_type)
+    except instances.CatalogError:
+        return "unknown type"
+    return f"{t.devices} devices, {t.logical_cores()} NeuronCores"
+
+
+def _probe_fix(error: str) -> str:
+    if "does not exist yet" in error or "provision" in error:
+        return "run the phase the message names, then the doctor again"
+    return "read the host's journal (journalctl -u 'prefixbench-doctor-*')"
+
+
+def render(lines: Sequence[Line], runs: int = 0) -> str:
+    """One screen: a line per check per host, the fix under each failure, a total."""
+    failed = [line for line in lines if not line.ok]
+    hosts = sorted({line.host for line in lines})
+    body = [line.text() for line in lines]
+    tail = (f"doctor: {len(hosts)} host(s), {len(lines) - len(failed)} PASS, "
+            f"{len(failed)} FAIL" + (f" ({runs} probe runs)" if runs else ""))
+    return "\n".join([*body, tail])
+
+
+def report(results: Mapping[str, Mapping[str, Any]], instance_types: Mapping[str, str]
+           ) -> dict[str, Any]:
+    """The doctor's screen and lines for ``{host: module result}``."""
+    lines = [line for host in sorted(results)
+             for line in host_lines(host, results[host], str(instance_types.get(host, "")))]
+    runs = sum(int(r.get("runs") or 0) for r in results.values())
+    return {"text": render(lines, runs), "failed": sum(not x.ok for x in lines),
+            "lines": [{"host": x.host, "check": x.check, "ok": x.ok, "detail": x.detail,
+                       "fix": x.fix, "cause": x.cause} for x in lines]}

@@ -1,0 +1,167 @@
+"""The checks ``prefixbench doctor`` runs on a host, inside the server unit's sandbox.
+
+Standard library only: the controller sends this file's text to the host
+(``prefixbench_doctor`` module), where the vLLM environment's interpreter runs it in a
+transient systemd unit with the server unit's user, environment, limits and sandbox
+directives. It prints one JSON object: ``{check: {"ok": bool, "detail": str}}`` plus
+``"neuron_ls"`` (``neuron-ls -j``'s output, compared with the instance catalogue on the
+controller). The configuration comes as a JSON file named by ``argv[1]``:
+
+``platform``      "neuron" or "cpu"
+``imports``       module names the server imports (vllm, and vllm_neuron on Neuron)
+``distributions`` distribution names that must be installed (libtorch-neuronx-lite)
+``compiler``      the executable the server runs to compile graphs: ``neuronx-cc`` on
+                  Neuron (the plugin's subprocess), the C++ compiler torch inductor runs on
+                  CPU; looked up on the unit's PATH
+``devices``       a glob of the device nodes the service user must open (``/dev/neuron*``)
+``neuron_ls``     the path of neuron-ls
+``cache_dir``     VLLM_CACHE_ROOT: the compile cache, written by the server
+``nofile``        the open-files limit the server needs
+``model_dir``     the model's directory; ``model_bytes`` the room it needs when absent
+``vocab_dir``     the tiktoken vocabulary directory ("" when the model needs none)
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def _check_imports(cfg: dict[str, Any]) -> tuple[bool, str]:
+    found = []
+    for name in cfg.get("imports") or []:
+        try:
+            mod = importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any import failure is the answer
+            return False, f"import {name}: {type(exc).__name__}: {str(exc)[:200]}"
+        found.append(f"{name} {getattr(mod, '__version__', '')}".strip())
+    for dist in cfg.get("distributions") or []:
+        try:
+            found.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            return False, f"{dist} is not installed in {sys.prefix}"
+    return True, ", ".join(found)
+
+
+def _check_compiler(cfg: dict[str, Any]) -> tuple[bool, str]:
+    name = str(cfg.get("compiler") or "")
+    where = shutil.which(name) if name else None
+    path = os.environ.get("PATH", "")
+    if where is None:
+        return False, f"{name} is not on the unit's PATH ({path})"
+    return True, where
+
+
+def _check_devices(cfg: dict[str, Any]) -> tuple[bool, str]:
+    pattern = str(cfg.get("devices") or "")
+    if not pattern:
+        return True, "no device needed"
+    where = Path(pattern)
+    nodes = sorted(str(p) for p in where.parent.glob(where.name))
+    if not nodes:
+        return False, f"no {pattern} visible to the service user"
+    for node in nodes:
+        try:
+            fd = os.open(node, os.O_RDWR)
+        except OSError as exc:
+            return False, f"cannot open {node}: {exc.strerror}"
+        os.close(fd)
+    return True, f"{len(nodes)} opened read-write"
+
+
+def _check_cache(cfg: dict[str, Any]) -> tuple[bool, str]:
+    root = str(cfg.get("cache_dir") or "")
+    try:
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return False, f"cannot write in {root}: {exc.strerror}"
+    return True, f"{root} writable"
+
+
+def _check_nofile(cfg: dict[str, Any]) -> tuple[bool, str]:
+    want = int(cfg.get("nofile") or 0)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < want:
+        return False, f"open-files limit {hard}, the server needs {want}"
+    return True, f"soft {soft}, hard {hard}"
+
+
+def _check_model(cfg: dict[str, Any]) -> tuple[bool, str]:
+    model = Path(str(cfg.get("model_dir") or "/nonexistent"))
+    if (model / "config.json").is_file():
+        weights = sorted(model.glob("*.safetensors"))
+        if not weights:
+            return False, f"{model} has config.json but no *.safetensors"
+        size = sum(w.stat().st_size for w in weights)
+        return True, f"{model}: {len(weights)} weight files, {size / 2**30:.2f} GiB"
+    need = int(cfg.get("model_bytes") or 0)
+    probe = model
+    while not probe.is_dir() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need:
+        return False, (f"{model} absent and {free / 2**30:.1f} GiB free on {probe}, "
+                       f"the model needs {need / 2**30:.1f} GiB")
+    return False, (f"{model} absent ({free / 2**30:.1f} GiB free on {probe}); "
+                   "the provision phase downloads it")
+
+
+def _check_vocab(cfg: dict[str, Any]) -> tuple[bool, str]:
+    vocab = str(cfg.get("vocab_dir") or "")
+    if not vocab:
+        return True, "the model needs no separate vocabulary"
+    files = [f for f in Path(vocab).glob("*") if f.is_file()]
+    if not files:
+        return False, f"no vocabulary file in {vocab}"
+    return True, f"{vocab}: {len(files)} file(s)"
+
+
+CHECKS = {
+    "imports": _check_imports, "compiler": _check_compiler, "devices": _check_devices,
+    "cache": _check_cache, "open_files": _check_nofile, "model": _check_model,
+    "vocabulary": _check_vocab,
+}
+
+
+def _neuron_ls(cfg: dict[str, Any]) -> str:
+    exe = str(cfg.get("neuron_ls") or "")
+    if not exe or not Path(exe).exists():
+        return ""
+    try:
+        proc = subprocess.run([exe, "-j"], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"error: {exc}"
+    return proc.stdout if proc.returncode == 0 else f"error: {proc.stderr.strip()[-300:]}"
+
+
+def main(argv: list[str]) -> int:
+    cfg = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    only = set(cfg.get("only") or CHECKS)
+    out: dict[str, Any] = {}
+    for name, check in CHECKS.items():
+        if name not in only:
+            continue
+        try:
+            ok, detail = check(cfg)
+        except Exception as exc:  # noqa: BLE001 - a crashing check is a failed one
+            ok, detail = False, f"{type(exc).__name__}: {exc}"
+        out[name] = {"ok": ok, "detail": detail}
+    if "devices" in only:
+        out["neuron_ls"] = _neuron_ls(cfg)
+    print("PREFIXBENCH-DOCTOR " + json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
