@@ -109,6 +109,7 @@ def blocks(s: Summary) -> list[Block]:
         Heading(1, f"Prefix caching benchmark report: {s.run_id}"
                    + (" (SIMULATED fleet)" if headline.simulated(s) else "")),
         Para(headline.provenance(s)),
+        *((Para(headline.unchecksummed(s)),) if s.unchecksummed else ()),
         Para(f"**Bottom line.** {headline.bottom_line(s)}"),
         Para(f"Overall: **{s.status}**. {_run_line(s)}; generated {s.generated_at}."),
     ]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from prefixbench.report.model import HostSummary, Summary, Verdict
 from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN, PASS
 
-__all__ = ["bottom_line", "provenance", "simulated"]
+__all__ = ["bottom_line", "provenance", "simulated", "unchecksummed"]
 
 
 def _counted(values: Iterable[str | None]) -> str:
@@ -48,6 +48,16 @@ def provenance(s: Summary) -> str:
             f", vLLM {_distinct(fp.vllm_version for fp in fps)}, vllm-neuron "
             f"{_distinct(fp.vllm_neuron_version for fp in fps)}. Repetitions: "
             f"{reps if reps else 'unknown'}.")
+
+
+def unchecksummed(s: Summary) -> str:
+    """The warning for results used without a checksum (``--accept-unchecksummed``)."""
+    n = len(s.unchecksummed)
+    shown = ", ".join(f"`{p}`" for p in s.unchecksummed[:5])
+    more = f" and {n - 5} more" if n > 5 else ""
+    return (f"**Warning: {n} result(s) without a checksum are used** "
+            f"(--accept-unchecksummed, for a run of an older version): nothing shows that "
+            f"their figures are the ones measured. {shown}{more}.")
 
 
 def _verdicts(hosts: Sequence[HostSummary], name: str) -> list[Verdict]:
