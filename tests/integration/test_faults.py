@@ -11,8 +11,9 @@ A. ``ansible-playbook benchmark.yml -vvv`` with an API key on the servers, while
    - host 2 stops answering the controller during its baseline bench (its sshd frozen:
      from the controller, a network cut; the simulated hosts have no packet filter).
    The key appears nowhere: -vvv output, results, unit files, ``systemctl show``, journal.
-   Then a finished record is edited on disk: ``prefixbench report`` lists it as a
-   bench without a result.
+   Then a finished record is edited on disk, with its checksum and then without it:
+   ``prefixbench report`` lists it as a bench without a result (used only with
+   ``--accept-unchecksummed``, and then shown as such).
 B. ``prefixbench run`` interrupted (SIGINT, as Ctrl+C) once a bench runs: exit 130 and
    no vLLM server left running on any host.
 C. ``ansible-playbook`` with the controller's results disk (a tmpfs) full: the run stops
@@ -177,6 +178,23 @@ def test_fault_matrix(sim_fleet: SimFleetHandle, *, sim_artifacts: Path,
         "failures"] if f["path"] == str(edited.relative_to(layout.run_dir))]
     assert rejected and rejected[0]["error"].startswith(
         "result rejected, checksum mismatch"), rejected
+    # The same edit with its checksum removed: not trusted either, unless a run of an
+    # older version is read with --accept-unchecksummed, which the report then shows.
+    del record["checksum"]
+    edited.write_text(json.dumps(record))
+    rel = str(edited.relative_to(layout.run_dir))
+    report = subprocess.run(["prefixbench", "report", str(layout.run_dir)], cwd=repo_root,
+                            env=ansible_env, capture_output=True, text=True, check=False)
+    rejected = [f for f in json.loads((layout.run_dir / "summary.json").read_text())[
+        "failures"] if f["path"] == rel]
+    assert rejected and rejected[0]["error"].startswith(
+        "result rejected, no checksum"), (rejected, report.stderr[-3000:])
+    report = subprocess.run(["prefixbench", "report", str(layout.run_dir),
+                             "--accept-unchecksummed"], cwd=repo_root, env=ansible_env,
+                            capture_output=True, text=True, check=False)
+    assert json.loads((layout.run_dir / "summary.json").read_text())["unchecksummed"] == [
+        rel], report.stderr[-3000:]
+    assert "without a checksum are used" in (layout.run_dir / "report.md").read_text()
 
     # -- B: Ctrl+C of prefixbench run: the playbook ends, the servers stop -------------
     log_b = tmp_path / "run-b.log"

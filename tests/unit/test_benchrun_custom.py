@@ -16,7 +16,7 @@ from tiny_tokenizer import write_tokenizer
 
 from prefixbench.bench import benchrun, client_launch, experiment
 from prefixbench.config import settings
-from prefixbench.measure.records import BenchmarkRecord
+from prefixbench.measure.records import BenchmarkRecord, with_checksum
 from prefixbench.sim import tinytokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def test_prepare_record_and_expected_of_a_custom_bench(tmp_path: Path) -> None:
     assert e["predicted_ratio"] == e["block_aligned_ratio"] == pytest.approx(
         5 * 256 / (6 * 257 + 5))  # the chat line renders to 5 tokens
     assert record.workload["num_prompts"] == 7
-    again = BenchmarkRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    again = BenchmarkRecord.from_dict(json.loads(json.dumps(with_checksum(record.to_dict()))))
     assert again.prompts == record.prompts
     assert benchrun.summary(record)["expected_ratio"] == e["predicted_ratio"]
 
@@ -131,7 +131,7 @@ def test_old_records_without_prompts_read_and_write_unchanged() -> None:
             "workload_name": "w", "repetition": 1, "seed": 1, "bundle_version": "0",
             "started_at": "s", "ended_at": "e",
             "bench": json.loads((FIXTURES / "cached_high_overlap.json").read_text())}
-    record = BenchmarkRecord.from_dict(data)
+    record = BenchmarkRecord.from_dict(data, accept_unchecksummed=True)  # an older version's
     assert record.prompts is None and "prompts" not in record.to_dict()
 
 

@@ -425,7 +425,8 @@ def test_first_screen_says_simulated_and_gives_the_bottom_line(tmp_path: Path) -
     top = md.split("## Hosts at a glance")[0]
     assert "(SIMULATED fleet)" in top.splitlines()[0]
     assert "**SIMULATED fleet: not Trainium data.**" in top
-    assert "Hosts: 2 (2 x trn2.48xlarge)" in top and "vLLM 0.32.0" in top
+    assert "Hosts: 2 (instance type as the inventory set it: 2 x trn2.48xlarge)" in top
+    assert "vLLM 0.32.0" in top and "runtime 2.33.10.0" in top
     assert ("median TTFT on the high-overlap workload (high_overlap) was 54.6% lower "
             "across 2 host(s)") in top
     assert "On prompts sharing nothing it was +12.1%" in top
@@ -436,7 +437,29 @@ def test_first_screen_says_simulated_and_gives_the_bottom_line(tmp_path: Path) -
     top = build_summary(real)
     from prefixbench.report.headline import provenance  # noqa: PLC0415
 
-    assert provenance(top).startswith("**Measured on Neuron** (neuron).")
+    assert provenance(top).startswith(
+        "**Measured on Neuron** (Neuron driver 2.29.0.0 read on every host).")
+
+
+def test_the_first_screen_says_what_no_host_reported(tmp_path: Path) -> None:
+    from prefixbench.report.headline import bottom_line, provenance  # noqa: PLC0415
+
+    neuron = {h: fingerprint(h, platform="neuron") for h in ("host-a", "host-b")}
+    run = make_run(tmp_path, ("host-a", "host-b"), fingerprints=neuron)
+    (run / "host-b" / "fingerprint.json").unlink()
+    s = build_summary(run)
+    first = provenance(s)
+    assert "Measured on Neuron" not in first
+    assert first.startswith("**Platform not observed** (no fingerprint from host-b)")
+    assert "vLLM 0.32.0 (not observed on 1 host(s))" in first
+    assert "Not measured: " in bottom_line(s) and "platform not observed" in bottom_line(s)
+    # A fingerprint of platform neuron without a Neuron driver read on the host.
+    run = make_run(tmp_path / "nodriver", fingerprints={"host-a": fingerprint(
+        "host-a", platform="neuron", neuron_driver=None, vllm_version=None)})
+    first = provenance(build_summary(run))
+    assert first.startswith("**Platform not observed** (no host reported both platform "
+                            "neuron and a Neuron driver)")
+    assert "vLLM not observed," in first and "Neuron driver not observed," in first
 
 
 def test_hit_rate_is_held_to_the_served_expectation_when_there_is_one(tmp_path: Path) -> None:

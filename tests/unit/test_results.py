@@ -15,7 +15,13 @@ from prefixbench.measure.bench_json import (
     parse_bench_result,
 )
 from prefixbench.measure.layout import RunLayout, write_json_atomic
-from prefixbench.measure.records import SCHEMA_VERSION, BenchmarkRecord, FailureRecord, ResultKey
+from prefixbench.measure.records import (
+    SCHEMA_VERSION,
+    BenchmarkRecord,
+    FailureRecord,
+    ResultKey,
+    with_checksum,
+)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 
@@ -108,7 +114,7 @@ def _record(rep: int = 1, host: str = "trn-a") -> BenchmarkRecord:
 
 def test_record_round_trips_through_json() -> None:
     rec = _record()
-    data = json.loads(json.dumps(rec.to_dict()))
+    data = json.loads(json.dumps(with_checksum(rec.to_dict())))
     assert data["schema_version"] == SCHEMA_VERSION
     again = BenchmarkRecord.from_dict(data)
     assert again == rec

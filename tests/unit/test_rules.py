@@ -83,6 +83,22 @@ def test_the_tutorials_own_settings_pass() -> None:
     assert settings.validate(BASE, host="h1").ok
 
 
+def test_a_simulated_instance_type_is_refused_on_neuron() -> None:
+    result = settings.validate({**BASE, "prefixbench_instance_type": "trn3sim.48xlarge"},
+                               host="h1")
+    assert len(result.problems) == 1, result.problems
+    problem = result.problems[0]
+    assert problem.startswith("h1: prefixbench_instance_type: trn3sim.48xlarge is a "
+                              "simulated instance type, not one for prefixbench_platform "
+                              "neuron: set a real one (")
+    assert problem.endswith("or prefixbench_platform: cpu for the simulated fleet")
+    offered = problem.split("set a real one (")[1].split(")")[0].split(", ")
+    assert "trn2.48xlarge" in offered and not any("sim" in t for t in offered)
+    # The simulated fleet runs it on platform cpu, as it should.
+    assert settings.validate({**BASE, "prefixbench_instance_type": "trn3sim.48xlarge",
+                              "prefixbench_platform": "cpu"}, host="h1").ok
+
+
 def test_trn3_host_may_not_set_the_bundles_own_variable_by_hand() -> None:
     result = settings.validate({**BASE, "prefixbench_instance_type": "trn3.48xlarge",
                                 "vllm_service_environment":

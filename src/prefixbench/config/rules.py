@@ -154,6 +154,26 @@ def neuron_release(s: Mapping[str, Any]) -> Iterator[str]:
 
 
 @catalogue.rule
+def real_instance_on_neuron(s: Mapping[str, Any]) -> Iterator[str]:
+    """On Neuron, the instance type is a real one: a simulated catalogue entry exists
+    only for the simulated fleet (platform cpu), and a run on it would be reported as
+    measured on hardware that does not exist."""
+    if s["prefixbench_platform"] != "neuron":
+        return
+    itype = str(s["prefixbench_instance_type"])
+    try:
+        spec = instances.lookup(itype)
+    except instances.CatalogError:
+        return  # tensor_parallel_fits names the unknown type
+    if spec.simulated:
+        real = ", ".join(sorted(n for n, t in instances.load_catalog().items()
+                                if not t.simulated))
+        yield (f"prefixbench_instance_type: {itype} is a simulated instance type, not one "
+               f"for prefixbench_platform neuron: set a real one ({real}) or "
+               f"prefixbench_platform: cpu for the simulated fleet")
+
+
+@catalogue.rule
 def tensor_parallel_fits(s: Mapping[str, Any]) -> Iterator[str]:
     """On Neuron, the tensor-parallel degree fits the instance's NeuronCores."""
     if s["prefixbench_platform"] != "neuron":

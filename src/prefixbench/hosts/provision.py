@@ -80,8 +80,22 @@ def not_held(packages: Sequence[str], selections: str) -> list[str]:
     return [name for name in packages if name not in held]
 
 
+#: How far a device's ``memory_size`` may be from the catalogue's HBM before it is a
+#: different device (the catalogue's figures are the documented sizes; what the runtime
+#: reports has not been seen verbatim on Trn2/Trn3).
+DEVICE_MEMORY_TOLERANCE: Final = 0.10
+
+
+def _count(device: Mapping[str, Any], key: str) -> int | None:
+    value = device.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
+
+
 def device_problems(instance_type: str, neuron_ls_json: str) -> list[str]:
-    """Compare ``neuron-ls -j`` with what the instance type should have."""
+    """Compare ``neuron-ls -j`` with what the instance type should have: the number of
+    devices, the NeuronCores at the LNC in effect, each device's memory, and the
+    instance type neuron-ls names (when it names one). One line per disagreement."""
     try:
         expected = instances.lookup(instance_type)
     except instances.CatalogError as exc:
@@ -92,15 +106,41 @@ def device_problems(instance_type: str, neuron_ls_json: str) -> list[str]:
         return [f"neuron-ls -j did not print JSON ({exc.msg})"]
     if not isinstance(devices, list):
         return ["neuron-ls -j did not print a list of devices"]
+    if not all(isinstance(d, Mapping) for d in devices):
+        return ["neuron-ls -j printed a device that is not a JSON object"]
     problems = []
     if len(devices) != expected.devices:
         problems.append(f"neuron-ls sees {len(devices)} Neuron devices, a {instance_type} "
                         f"has {expected.devices}")
+    named = sorted({str(d["instance_type"]) for d in devices if d.get("instance_type")})
+    if named and named != [instance_type]:
+        problems.append(f"neuron-ls names the instance {', '.join(named)}, the inventory "
+                        f"says {instance_type}")
+    if not devices:
+        return problems
     # nc_count counts logical NeuronCores at the LNC in effect.
-    cores = sum(int(d.get("nc_count", 0)) for d in devices if isinstance(d, Mapping))
-    if devices and cores != expected.logical_cores():
+    counts = [_count(d, "nc_count") for d in devices]
+    lncs = {_count(d, "logical_neuroncore_config") for d in devices} - {None}
+    lnc = next(iter(lncs)) if len(lncs) == 1 else expected.default_lnc
+    if None in counts:
+        problems.append("neuron-ls -j gives a device without a whole nc_count")
+    elif lnc not in (1, 2) or expected.physical_cores_per_device % lnc:
+        problems.append(f"neuron-ls reports logical NeuronCore config {lnc}, a "
+                        f"{instance_type} has {expected.physical_cores_per_device} "
+                        f"NeuronCores per device (LNC 1 or 2)")
+    elif (cores := sum(c or 0 for c in counts)) != expected.logical_cores(lnc):
         problems.append(f"neuron-ls sees {cores} NeuronCores, a {instance_type} has "
-                        f"{expected.logical_cores()} at LNC={expected.default_lnc}")
+                        f"{expected.logical_cores(lnc)} at LNC={lnc}")
+    want = expected.device_memory_gib * 1024**3
+    for d in devices:
+        size = _count(d, "memory_size")
+        if "memory_size" in d and (size is None or abs(size - want) > (
+                DEVICE_MEMORY_TOLERANCE * want)):
+            shown = f"{size / 1024**3:.0f} GiB" if size is not None else repr(d["memory_size"])
+            problems.append(f"neuron-ls gives device {d.get('neuron_device', '?')} "
+                            f"{shown} of memory, a {instance_type} device has "
+                            f"{expected.device_memory_gib} GiB")
+            break
     return problems
 
 

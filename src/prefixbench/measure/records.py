@@ -5,7 +5,8 @@ deltas and the ratios; a failure marker (:class:`FailureRecord`, ``kind: "failur
 keeps why, the bench's stderr and the server's journal tail. Both open with the same
 header (:class:`RecordHeader`): schema, kind, the benchmark's identity, seed, bundle
 version and times. A written record carries the checksum of its content
-(:func:`with_checksum`), so one edited afterwards is not trusted.
+(:func:`with_checksum`), so one edited afterwards is not trusted, and neither is one
+without a checksum (unless the reader accepts records of older versions explicitly).
 """
 
 from __future__ import annotations
@@ -139,10 +140,17 @@ class BenchmarkRecord(RecordHeader):
             "extra": dict(self.extra),
         }
 
+    #: Whether the record's checksum was verified; False only for a record without one,
+    #: read with ``accept_unchecksummed`` (never written, not compared).
+    checksummed: bool = field(default=True, compare=False)
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<memory>") -> BenchmarkRecord:
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<memory>", *,
+                  accept_unchecksummed: bool = False) -> BenchmarkRecord:
+        """A record read back; ``ValueError`` when its checksum is wrong, or missing and
+        ``accept_unchecksummed`` is not given (:func:`verify_checksum`)."""
         header = cls._read_header(data, source)
-        verify_checksum(data, source)
+        checksummed = verify_checksum(data, source, accept_missing=accept_unchecksummed)
         bench = _req(data, "bench", source)
         parse_bench_result(bench, f"{source} (bench)")
         return cls(
@@ -157,6 +165,7 @@ class BenchmarkRecord(RecordHeader):
             extra=dict(data.get("extra") or {}),
             prompts=dict(data["prompts"]) if isinstance(data.get("prompts"), Mapping)
             else None,
+            checksummed=checksummed,
         )
 
     @property
@@ -221,17 +230,28 @@ def with_checksum(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def verify_checksum(data: Mapping[str, Any], source: str) -> None:
-    """Raise ``ValueError`` when a record's checksum does not match its content: it was
-    edited after it was written, and is not trusted (a rerun measures it again). Records
-    written before checksums existed carry none and are accepted."""
+#: What :func:`verify_checksum` says of a record without a checksum (the report's reason).
+NO_CHECKSUM: Final = "no checksum"
+
+
+def verify_checksum(data: Mapping[str, Any], source: str, *,
+                    accept_missing: bool = False) -> bool:
+    """Whether ``data`` carries a checksum that matches its content (True); raise
+    ``ValueError`` when it does not match (edited after it was written) or is missing (a
+    record of an older version, or one edited with its checksum removed): neither is
+    trusted, and a rerun measures it again. ``accept_missing`` accepts a record without
+    a checksum (False is returned) for reading a run of an older version, knowingly."""
     want = data.get(CHECKSUM_KEY)
     if want is None:
-        return
+        if accept_missing:
+            return False
+        raise ValueError(f"{source}: {NO_CHECKSUM}: the record cannot be shown unedited "
+                         "(written by an older version, or its checksum was removed)")
     got = content_checksum(data)
     if got != want:
         raise ValueError(f"{source}: checksum mismatch ({want} recorded, {got} now): the "
                          "record was changed after it was written and is not trusted")
+    return True
 
 
 def json_safe(obj: Any) -> Any:

@@ -34,10 +34,13 @@ def build_summary(
     thresholds: Thresholds | None = None,
     *,
     now: datetime | None = None,
+    accept_unchecksummed: bool = False,
 ) -> Summary:
-    """Everything the report shows, decided from the run directory."""
+    """Everything the report shows, decided from the run directory. Results without a
+    checksum are benches without a result unless ``accept_unchecksummed`` (a run of an
+    older version): then they are used, and the report warns on its first screen."""
     t = thresholds or Thresholds()
-    data = load_run(run_dir)
+    data = load_run(run_dir, accept_unchecksummed=accept_unchecksummed)
     known = data.workloads()
     views = [record_view(r, known, data.run_dir) for r in data.records]
     grouped: dict[str, dict[tuple[str, str], list[RecordView]]] = {}
@@ -72,4 +75,5 @@ def build_summary(
         run_id=data.run_id, run=data.run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),
         thresholds=t, hosts=tuple(hosts), fleet=fleet_summary(hosts, data, t),
-        failures=tuple(failures), warnings=tuple(data.warnings))
+        failures=tuple(failures), warnings=tuple(data.warnings),
+        unchecksummed=tuple(data.unchecksummed))

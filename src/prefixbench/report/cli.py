@@ -81,7 +81,7 @@ def _fail(prog: str, message: str, err: TextIO) -> int:
 def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
                 err: TextIO | None = None) -> int:
     """``RUN_DIR [--format json,md,html,csv|all] [--upload s3://bucket/prefix]
-    [--fleet-gate]``."""
+    [--fleet-gate] [--accept-unchecksummed]``."""
     out = out or sys.stdout
     err = err or sys.stderr
     prog = "prefixbench report"
@@ -98,6 +98,10 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     parser.add_argument("--fleet-gate", action="store_true",
                         help="exit 3 also when the fleet checks flag a host (outlier, "
                              "hit-ratio departure, fingerprint drift)")
+    parser.add_argument("--accept-unchecksummed", action="store_true",
+                        help="use result files that carry no checksum (a run written by "
+                             "an older version) instead of treating them as not measured; "
+                             "the report warns on its first screen")
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except _UsageError as exc:
@@ -107,7 +111,7 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     if is_sweep(args.run_dir):
         return _report_sweep(prog, args, out, err)
     try:
-        summary = build_summary(args.run_dir)
+        summary = build_summary(args.run_dir, accept_unchecksummed=args.accept_unchecksummed)
         paths = write_outputs(summary, args.run_dir, args.format)
         if args.junit:
             paths.append(write_junit(summary, args.junit))

@@ -6,7 +6,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prefixbench.report import goodput, headline, plots
+from prefixbench.report import fleet, goodput, headline, issues, plots, verdicts
 from prefixbench.report.economics import compilations
 from prefixbench.report.model import HostSummary, Summary
 from prefixbench.report.tables import (
@@ -28,6 +28,7 @@ from prefixbench.report.tables import (
     time_cost_table,
     verdict_table,
 )
+from prefixbench.report.vocab import Thresholds
 
 __all__ = ["Block", "Bullets", "Heading", "Para", "Plot", "Pre", "blocks", "html_of",
            "markdown_of", "render_html", "render_markdown"]
@@ -93,11 +94,22 @@ def _run_line(s: Summary) -> str:
     return ", ".join(parts)
 
 
+def threshold_lines(t: Thresholds) -> list[str]:
+    """Every rule the report decides with, worded by the code that applies it: the four
+    verdicts and the load rule (:mod:`prefixbench.report.verdicts`), the common issue that
+    has a threshold and the fleet checks."""
+    return [*verdicts.method_lines(t),
+            f"Common issue, hits without a TTFT gain: {issues.no_gain_rule(t)}",
+            f"Fleet outlier: {fleet.outlier_rule(t)}",
+            f"Fleet hit-ratio departure: {fleet.departure_rule(t)}"]
+
+
 def blocks(s: Summary) -> list[Block]:
     out: list[Block] = [
         Heading(1, f"Prefix caching benchmark report: {s.run_id}"
                    + (" (SIMULATED fleet)" if headline.simulated(s) else "")),
         Para(headline.provenance(s)),
+        *((Para(headline.unchecksummed(s)),) if s.unchecksummed else ()),
         Para(f"**Bottom line.** {headline.bottom_line(s)}"),
         Para(f"Overall: **{s.status}**. {_run_line(s)}; generated {s.generated_at}."),
     ]
@@ -107,8 +119,8 @@ def blocks(s: Summary) -> list[Block]:
         (h.host, h.status, *(v.status for v in h.verdicts), str(len(h.issues)),
          str(len(h.failures))) for h in s.hosts)
     out += [Heading(2, "Hosts at a glance"), Table(
-        ("Host", "Overall", "TTFT lower (high overlap)", "No regression (no overlap)",
-         "Hit rate as expected", "Benefit under load", "Issues", "Failures"), overview)]
+        ("Host", "Overall", *(r.title for r in verdicts.RULES), "Issues", "Failures"),
+        overview)]
     timing = time_cost_table(s)
     if timing.rows:
         out += [Heading(2, "Time and cost"), timing,
@@ -151,37 +163,27 @@ def blocks(s: Summary) -> list[Block]:
                              f" (file {f.path})")]
                 if f.log_tail:
                     out.append(Pre(f.log_tail))
-    fleet = s.fleet
+    fs = s.fleet
     out += [Heading(2, "Fleet reproducibility"),
-            Para(f"{len(fleet.hosts)} host(s). Outlier hosts: "
-                 f"{', '.join(fleet.outlier_hosts) or 'none'}. Hit-ratio departures > "
-                 f"{s.thresholds.hit_ratio_max_abs_diff * 100:.0f} pp: "
-                 f"{len(fleet.hit_departures)}. Fingerprint groups: {len(fleet.fingerprint_groups)}"
-                 f"; drifting fields: {len(fleet.drift)}."),
-            fleet_table(fleet)]
-    if fleet.hit_departures:
+            Para(f"{len(fs.hosts)} host(s). Outlier hosts: "
+                 f"{', '.join(fs.outlier_hosts) or 'none'}. Hit-ratio departures > "
+                 f"{s.thresholds.hit_ratio_max_abs_diff * 100:.1f} pp: "
+                 f"{len(fs.hit_departures)}. Fingerprint groups: {len(fs.fingerprint_groups)}"
+                 f"; drifting fields: {len(fs.drift)}."),
+            fleet_table(fs)]
+    if fs.hit_departures:
         out += [Heading(3, "Hosts whose hit ratio departs from the expected one"),
-                departures_table(fleet)]
-    out += [Heading(3, "Fingerprints"), groups_table(fleet)]
-    if fleet.drift:
-        out += [Heading(3, "Drift from the majority fingerprint"), drift_table(fleet)]
-    if fleet.hosts_without_fingerprint:
-        out.append(Para("No fingerprint for: " + ", ".join(fleet.hosts_without_fingerprint)))
+                departures_table(fs)]
+    out += [Heading(3, "Fingerprints"), groups_table(fs)]
+    if fs.drift:
+        out += [Heading(3, "Drift from the majority fingerprint"), drift_table(fs)]
+    if fs.hosts_without_fingerprint:
+        out.append(Para("No fingerprint for: " + ", ".join(fs.hosts_without_fingerprint)))
     if s.failures:
         out += [Heading(2, "Failures"), failures_table(s)]
     if s.warnings:
         out += [Heading(2, "Warnings"), Bullets(s.warnings)]
-    t = s.thresholds
-    out += [Heading(2, "Thresholds"), Bullets((
-        f"TTFT lower: cached median <= {t.lower_ttft_max_ratio} x baseline, outside the "
-        f"repetition range when reps > 1",
-        f"No regression: no-overlap median TTFT within +/-{t.no_overlap_max_rel_diff:.0%}",
-        f"Hit rate: within {t.hit_ratio_max_abs_diff * 100:.1f} pp of the block-aligned "
-        f"expectation",
-        f"Throughput: c=4 >= {t.throughput_min_ratio} x c=1, or >= "
-        f"{t.rate_bound_fraction:.0%} of the offered load",
-        f"Fleet outlier: |robust z| > {t.outlier_z} or > {t.outlier_rel:.0%} from the "
-        f"fleet median (3+ hosts)"))]
+    out += [Heading(2, "Thresholds"), Bullets(tuple(threshold_lines(s.thresholds)))]
     return out
 
 

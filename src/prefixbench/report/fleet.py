@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from prefixbench.hosts import instances
 from prefixbench.hosts.fingerprint import drift, group_by_identity
@@ -23,7 +24,24 @@ from prefixbench.report.load import RunData
 from prefixbench.report.model import HostSummary
 from prefixbench.report.vocab import CACHED, Thresholds
 
-__all__ = ["fleet_summary", "fleet_values"]
+__all__ = ["MIN_HOSTS", "departure_rule", "fleet_summary", "fleet_values", "outlier_rule"]
+
+#: Outliers are looked for among at least this many hosts of one family.
+MIN_HOSTS: Final = 3
+
+
+def outlier_rule(t: Thresholds) -> str:
+    """When :func:`fleet_summary` flags a host as an outlier, in words."""
+    return (f"a host whose value of a metric has |robust z| > {t.outlier_z:g}, or (except "
+            f"hit ratios and TTFT reductions) lies more than {t.outlier_rel:.0%} from the "
+            f"median of its instance family ({MIN_HOSTS}+ hosts of that family)")
+
+
+def departure_rule(t: Thresholds) -> str:
+    """When :func:`fleet_summary` lists a hit-ratio departure, in words."""
+    return (f"a cached run whose measured hit ratio (either signal) is more than "
+            f"{t.hit_ratio_max_abs_diff * 100:.1f} percentage point(s) from its expectation "
+            f"(the one the hit-rate verdict uses)")
 
 
 def fleet_values(hosts: Sequence[HostSummary]) -> dict[str, dict[str, float]]:
@@ -53,15 +71,15 @@ def _fleet_metric(name: str, values: Mapping[str, float], t: Thresholds) -> Flee
     hosts = sorted(values)
     xs = [values[h] for h in hosts]
     med = _median(xs)
-    zs = robust_z_scores(xs) if len(xs) >= 3 else [0.0] * len(xs)
+    zs = robust_z_scores(xs) if len(xs) >= MIN_HOSTS else [0.0] * len(xs)
     outs: list[FleetOutlier] = []
     relative_ok = not name.endswith(("hit_ratio", "ttft_reduction_pct"))
     for h, x, z in zip(hosts, xs, zs, strict=True):
         rel = (x / med - 1) if med else None
         reasons = []
-        if len(xs) >= 3 and abs(z) > t.outlier_z:
+        if len(xs) >= MIN_HOSTS and abs(z) > t.outlier_z:
             reasons.append(f"robust z {z:+.1f} (> {t.outlier_z})")
-        if len(xs) >= 3 and relative_ok and rel is not None and abs(rel) > t.outlier_rel:
+        if len(xs) >= MIN_HOSTS and relative_ok and rel is not None and abs(rel) > t.outlier_rel:
             reasons.append(f"{rel * 100:+.0f}% from the fleet median (> {t.outlier_rel:.0%})")
         if reasons:
             outs.append(FleetOutlier(host=h, value=x, robust_z=z, rel_dev=rel,
@@ -93,14 +111,15 @@ def fleet_summary(hosts: Sequence[HostSummary], data: RunData, t: Thresholds) ->
     departures: list[HitDeparture] = []
     for h in hosts:
         for b in h.benches:
-            if b.configuration != CACHED or b.expected_block_aligned is None:
+            exp = (b.expected_served if b.expected_served is not None
+                   else b.expected_block_aligned)
+            if b.configuration != CACHED or exp is None:
                 continue
             for sig, a in (("queries", b.hit_ratio_queries), ("by_source", b.hit_ratio_by_source)):
-                if a is not None and abs(a.median - b.expected_block_aligned) > (
-                        t.hit_ratio_max_abs_diff):
+                if a is not None and abs(a.median - exp) > t.hit_ratio_max_abs_diff:
                     departures.append(HitDeparture(
                         host=h.host, configuration=b.configuration, workload=b.workload,
-                        signal=sig, measured=a.median, expected=b.expected_block_aligned))
+                        signal=sig, measured=a.median, expected=exp))
     fps = [data.fingerprints[h.host] for h in hosts if h.host in data.fingerprints]
     return FleetSummary(
         hosts=tuple(h.host for h in hosts), metrics=tuple(metrics),

@@ -8,24 +8,34 @@ with how much confidence, including what was not measured.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import Final
 
+from prefixbench.hosts.fingerprint import Fingerprint
 from prefixbench.report.model import HostSummary, Summary, Verdict
 from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN, PASS
 
-__all__ = ["bottom_line", "provenance", "simulated"]
+__all__ = ["bottom_line", "provenance", "simulated", "unchecksummed"]
 
 
-def _counted(values: Iterable[str | None]) -> str:
+NOT_OBSERVED: Final = "not observed"
+
+
+def _counted(values: Sequence[str | None]) -> str:
     seen = Counter(v for v in values if v)
-    if not seen:
-        return "unknown"
-    return ", ".join(f"{n} x {v}" if n > 1 else v for v, n in sorted(seen.items()))
+    shown = ", ".join(f"{n} x {v}" if n > 1 else v for v, n in sorted(seen.items()))
+    return _with_gaps(shown, sum(1 for v in values if not v))
 
 
-def _distinct(values: Iterable[str | None]) -> str:
-    seen = sorted({v for v in values if v})
-    return " / ".join(seen) if seen else "unknown"
+def _distinct(values: Sequence[str | None]) -> str:
+    shown = " / ".join(sorted({v for v in values if v}))
+    return _with_gaps(shown, sum(1 for v in values if not v))
+
+
+def _with_gaps(shown: str, gaps: int) -> str:
+    if not shown:
+        return NOT_OBSERVED
+    return f"{shown} ({NOT_OBSERVED} on {gaps} host(s))" if gaps else shown
 
 
 def simulated(s: Summary) -> bool:
@@ -33,21 +43,56 @@ def simulated(s: Summary) -> bool:
     return any(h.fingerprint is not None and h.fingerprint.platform == "cpu" for h in s.hosts)
 
 
+def _on_neuron(fps: Sequence[Fingerprint | None]) -> bool:
+    """Every host left a fingerprint of platform neuron with the Neuron driver's version
+    read on it: only then may the report say where it measured."""
+    return bool(fps) and all(fp is not None and fp.platform == "neuron" and fp.neuron_driver
+                             for fp in fps)
+
+
 def provenance(s: Summary) -> str:
-    """One paragraph: simulated or real, instance types, model, versions, repetitions."""
-    fps = [h.fingerprint for h in s.hosts if h.fingerprint is not None]
-    models = [f"{fp.model.get('repo_id') or fp.model.get('source') or '?'}"
+    """One paragraph: simulated or real, instance types, model, versions, repetitions;
+    every figure from a host's fingerprint (what the host reported), else "not observed"."""
+    fps = [h.fingerprint for h in s.hosts]
+    missing = [h.host for h in s.hosts if h.fingerprint is None]
+    models = [None if fp is None else f"{fp.model.get('repo_id') or fp.model.get('source') or '?'}"
               f"@{(fp.model.get('revision') or '?')[:12]}" for fp in fps]
     reps = s.run.get("repetitions")
-    head = ("**SIMULATED fleet: not Trainium data.** vLLM's CPU build serving a tiny model "
-            "on simulated hosts (platform cpu); the figures show the method, not Neuron "
-            "performance." if simulated(s) else
-            f"**Measured on Neuron** ({_distinct(fp.platform for fp in fps)}).")
-    return (f"{head} Hosts: {len(s.hosts)} ({_counted(fp.instance_type for fp in fps)}). "
-            f"Model: {_distinct(models)}. Neuron SDK {_distinct(fp.neuron_release for fp in fps)}"
-            f", vLLM {_distinct(fp.vllm_version for fp in fps)}, vllm-neuron "
-            f"{_distinct(fp.vllm_neuron_version for fp in fps)}. Repetitions: "
-            f"{reps if reps else 'unknown'}.")
+    if simulated(s):
+        head = ("**SIMULATED fleet: not Trainium data.** vLLM's CPU build serving a tiny "
+                "model on simulated hosts (platform cpu); the figures show the method, not "
+                "Neuron performance.")
+    elif _on_neuron(fps):
+        head = (f"**Measured on Neuron** (Neuron driver "
+                f"{_distinct([fp.neuron_driver for fp in fps if fp is not None])} read on "
+                f"every host).")
+    else:
+        why = (f"no fingerprint from {', '.join(missing)}" if missing else
+               "no host reported both platform neuron and a Neuron driver")
+        head = (f"**Platform {NOT_OBSERVED}** ({why}): nothing here shows on which "
+                f"hardware these figures were measured.")
+    runtime = [None if fp is None else fp.neuron_packages.get("aws-neuronx-runtime-lib")
+               for fp in fps]
+    return (f"{head} Hosts: {len(s.hosts)} (instance type as the inventory set it: "
+            f"{_counted([None if fp is None else fp.instance_type for fp in fps])}). "
+            f"Model: {_distinct(models)}. Neuron driver "
+            f"{_distinct([None if fp is None else fp.neuron_driver for fp in fps])}, "
+            f"runtime {_distinct(runtime)} (release pinned "
+            f"{_distinct([None if fp is None else fp.neuron_release for fp in fps])}), vLLM "
+            f"{_distinct([None if fp is None else fp.vllm_version for fp in fps])}, "
+            f"vllm-neuron "
+            f"{_distinct([None if fp is None else fp.vllm_neuron_version for fp in fps])}. "
+            f"Repetitions: {reps if reps else 'unknown'}.")
+
+
+def unchecksummed(s: Summary) -> str:
+    """The warning for results used without a checksum (``--accept-unchecksummed``)."""
+    n = len(s.unchecksummed)
+    shown = ", ".join(f"`{p}`" for p in s.unchecksummed[:5])
+    more = f" and {n - 5} more" if n > 5 else ""
+    return (f"**Warning: {n} result(s) without a checksum are used** "
+            f"(--accept-unchecksummed, for a run of an older version): nothing shows that "
+            f"their figures are the ones measured. {shown}{more}.")
 
 
 def _verdicts(hosts: Sequence[HostSummary], name: str) -> list[Verdict]:
@@ -128,6 +173,8 @@ def bottom_line(s: Summary) -> str:
         gaps.append("run-to-run noise (one repetition)")
     if simulated(s):
         gaps.append("Neuron performance (simulated fleet)")
+    elif not _on_neuron([h.fingerprint for h in s.hosts]):
+        gaps.append("the hardware these figures come from (platform not observed)")
     if gaps:
         parts.append("Not measured: " + "; ".join(gaps) + ".")
     return " ".join(parts)

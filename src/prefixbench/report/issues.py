@@ -59,6 +59,12 @@ FIX_CARRY_OVER: Final = (
     "workload and repetition its own seed (prefixbench plans them) or restart the server.")
 
 
+def no_gain_rule(t: Thresholds) -> str:
+    """When :func:`common_issues` reports hits without a TTFT gain, in words."""
+    return (f"the cached high-overlap run has cache hits but its median TTFT is less than "
+            f"{t.no_gain_max_reduction:.0%} below the baseline's")
+
+
 def common_issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds) -> list[Issue]:
     """Every common issue seen on one host (its failures included), with its fix."""
     out: list[Issue] = []

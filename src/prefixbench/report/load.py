@@ -19,7 +19,7 @@ from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.hosts.fingerprint import Fingerprint, FingerprintError
 from prefixbench.measure.bench_json import BenchResultError
 from prefixbench.measure.layout import FINGERPRINT, RunLayout
-from prefixbench.measure.records import BenchmarkRecord, FailureRecord
+from prefixbench.measure.records import NO_CHECKSUM, BenchmarkRecord, FailureRecord
 from prefixbench.report.model import FailureInfo
 
 __all__ = ["ReportInputError", "RunData", "dropped_hosts", "failure_info", "load_run"]
@@ -41,8 +41,12 @@ class RunData:
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     #: Result files that exist but cannot be trusted (edited after they were written:
-    #: checksum mismatch; truncated; foreign): each is a bench without a result.
+    #: checksum mismatch; no checksum; truncated; foreign): each is a bench without a
+    #: result.
     rejected: list[FailureInfo] = field(default_factory=list)
+    #: Results used without a checksum (``accept_unchecksummed``), relative paths: the
+    #: report warns that their figures cannot be shown unedited.
+    unchecksummed: list[str] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -69,8 +73,10 @@ def _read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def load_run(run_dir: str | Path) -> RunData:
-    """Parse a run directory; unreadable files become warnings, not errors."""
+def load_run(run_dir: str | Path, *, accept_unchecksummed: bool = False) -> RunData:
+    """Parse a run directory; unreadable files become warnings, not errors. A result
+    without a checksum is rejected unless ``accept_unchecksummed`` (a run of an older
+    version, read knowingly): then it is used, and listed in ``unchecksummed``."""
     root = Path(run_dir)
     if not root.is_dir():
         raise ReportInputError(f"{root}: not a directory (expected results/<run_id>)")
@@ -98,11 +104,18 @@ def load_run(run_dir: str | Path) -> RunData:
             if failed:
                 data.failures.append((FailureRecord.from_dict(raw, str(path)), path))
             else:
-                data.records.append(BenchmarkRecord.from_dict(raw, str(path)))
+                rec = BenchmarkRecord.from_dict(raw, str(path),
+                                                accept_unchecksummed=accept_unchecksummed)
+                data.records.append(rec)
+                if not rec.checksummed:
+                    data.unchecksummed.append(str(path.relative_to(root)))
         except (OSError, json.JSONDecodeError, BenchResultError, ValueError) as exc:
             warnings.append(f"{path.relative_to(root)}: skipped, unreadable ({exc})")
             if not failed:
                 data.rejected.append(_rejected(path, root, key.repetition, exc))
+    if data.unchecksummed:
+        warnings.append(f"{len(data.unchecksummed)} result(s) used without a checksum "
+                        f"(--accept-unchecksummed): {', '.join(data.unchecksummed)}")
     done = {r.key for r in data.records}
     data.rejected = [f for f in data.rejected if not any(
         f.host == k.host and f.configuration == k.configuration and f.workload == k.workload
@@ -152,8 +165,13 @@ def failure_info(rec: FailureRecord, path: Path, root: Path) -> FailureInfo:
 def _rejected(path: Path, root: Path, repetition: int, exc: Exception) -> FailureInfo:
     """A result file that is there but not trusted, as a failure of its bench."""
     workload_dir = path.parent
-    reason = "checksum mismatch: edited after it was written" if "checksum mismatch" in \
-        str(exc) else f"unreadable ({type(exc).__name__})"
+    if "checksum mismatch" in str(exc):
+        reason = "checksum mismatch: edited after it was written"
+    elif f": {NO_CHECKSUM}:" in str(exc):
+        reason = (f"{NO_CHECKSUM}: it cannot be shown unedited (a run of an older version "
+                  f"is read with --accept-unchecksummed)")
+    else:
+        reason = f"unreadable ({type(exc).__name__})"
     return FailureInfo(
         host=workload_dir.parent.parent.name, configuration=workload_dir.parent.name,
         workload=workload_dir.name, repetition=repetition,

@@ -186,6 +186,9 @@ class Summary:
     fleet: FleetSummary
     failures: tuple[FailureInfo, ...]
     warnings: tuple[str, ...]
+    #: Results used although they carry no checksum (``--accept-unchecksummed``), as
+    #: paths in the run directory: figures that cannot be shown unedited.
+    unchecksummed: tuple[str, ...] = ()
 
     @property
     def status(self) -> Status:
@@ -213,4 +216,5 @@ class Summary:
             "fleet": self.fleet.to_dict(),
             "failures": [f.to_dict() for f in self.failures],
             "warnings": list(self.warnings),
+            "unchecksummed": list(self.unchecksummed),
         }

@@ -13,7 +13,9 @@ by what the workload is, never by its name); a criterion no workload serves is
   repetitions would decide it), or when a result it needs is missing.
 
 The hit-rate criterion compares counters, not timings: it is exact, not sampled, and
-keeps its fixed tolerance. RUNBOOK.md states every threshold as this module applies it.
+keeps its fixed tolerance. Each criterion is a :class:`Rule` (:data:`RULES`): the verdict
+decides with it and words its threshold from it, and the report's Thresholds section
+prints the same words (:func:`method_lines`).
 
 A pairing holds the prompts equal, not the machine: when the rest of the machine was
 busier during one configuration's runs than the other's (the share of its CPU that
@@ -24,8 +26,9 @@ that load as about caching, and becomes INCONCLUSIVE, saying so (:func:`unequal_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final, Protocol
 
 from prefixbench.bench.criteria import HIGH_OVERLAP, NO_OVERLAP, SUSTAINED
 from prefixbench.measure.stats import RatioInterval, paired_ratio_interval, repetitions_to_decide
@@ -42,7 +45,11 @@ from prefixbench.report.vocab import (
     Thresholds,
 )
 
-__all__ = ["RoleView", "decide", "verdicts"]
+__all__ = ["RULES", "RoleView", "Rule", "decide", "method_lines", "verdicts"]
+
+#: A throughput drop under sustained load fails only when every repetition shows it, and
+#: there are at least this many; with fewer it makes the verdict INCONCLUSIVE.
+DECIDED_DROP_MIN_REPS: Final = 3
 
 
 class RoleView(Protocol):
@@ -100,11 +107,106 @@ def _missing(role_name: str, host: RoleView, *configurations: str) -> str | None
     return None
 
 
-def _interval(host: RoleView, role_name: str) -> RatioInterval | None:
+def _interval(host: RoleView, role_name: str, confidence: float) -> RatioInterval | None:
     base, cached = host.role(BASELINE, role_name), host.role(CACHED, role_name)
     if base is None or cached is None or not base.ttft_by_rep or not cached.ttft_by_rep:
         return None
-    return paired_ratio_interval(base.ttft_by_rep, cached.ttft_by_rep)
+    return paired_ratio_interval(base.ttft_by_rep, cached.ttft_by_rep, confidence=confidence)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One confirmation criterion: the tutorial's words and the rule that decides it.
+
+    ``limit`` is the number a timing criterion's interval is compared with (None for the
+    hit rate, which compares counters); ``threshold`` words the whole rule from the same
+    :class:`Thresholds`. The verdict functions below decide with ``limit`` and print
+    ``threshold``; the report's Thresholds section prints ``threshold`` too
+    (:func:`method_lines`), so the rule stated is the rule applied.
+    """
+
+    name: str
+    title: str
+    criterion: str
+    threshold: Callable[[Thresholds], str]
+    limit: Callable[[Thresholds], float] | None = None
+
+
+def _interval_rule(t: Thresholds, limit: float, passing: str) -> str:
+    return (f"cached / baseline median TTFT, {t.confidence:.0%} interval: PASS when it lies "
+            f"at or below {limit:.2f} ({passing}), FAIL when it lies above, else "
+            f"INCONCLUSIVE")
+
+
+def _lower_ttft_limit(t: Thresholds) -> float:
+    return t.lower_ttft_max_ratio
+
+
+def _no_regression_limit(t: Thresholds) -> float:
+    return 1 + t.no_overlap_max_rel_diff
+
+
+def _sustained_limit(t: Thresholds) -> float:
+    return t.sustained_ttft_max_ratio
+
+
+LOWER_TTFT: Final = Rule(
+    "high_overlap_ttft_lower", "TTFT lower (high overlap)",
+    "The high-overlap workload shows measurably lower median TTFT compared to the "
+    "baseline.",
+    lambda t: _interval_rule(t, _lower_ttft_limit(t),
+                             f"at least {1 - _lower_ttft_limit(t):.0%} lower"),
+    _lower_ttft_limit)
+NO_REGRESSION: Final = Rule(
+    "no_overlap_no_regression", "No regression (no overlap)",
+    "The no-overlap workload shows no meaningful TTFT difference (confirms no regression "
+    "from enabling caching).",
+    lambda t: _interval_rule(t, _no_regression_limit(t),
+                             f"no more than {t.no_overlap_max_rel_diff:.0%} slower; "
+                             "one-sided: a regression is what the criterion guards "
+                             "against"),
+    _no_regression_limit)
+HIT_RATE: Final = Rule(
+    "hit_rate_matches_expected", "Hit rate as expected",
+    "The Prometheus cache hit rate matches the expected ratio derived from num_prefixes, "
+    "num_prompts, prefix_len and suffix_len.",
+    lambda t: (f"both signals within {t.hit_ratio_max_abs_diff * 100:.1f} percentage "
+               f"point(s) of the expectation, on the cached high- and no-overlap runs "
+               f"(counters: exact, no interval). The expectation is computed from the "
+               f"tokens the server sees (the bench's prompts re-encoded and replayed), else "
+               f"the block-aligned formula"))
+SUSTAINED_BENEFIT: Final = Rule(
+    "sustained_benefit_preserved", "Benefit under load",
+    "Under sustained load, the throughput benefit is preserved.",
+    lambda t: (f"same load on both servers: "
+               f"{_interval_rule(t, _sustained_limit(t), 'caching still lowers TTFT')}; "
+               f"and cached output throughput >= {t.sustained_throughput_min_ratio:.2f} x "
+               f"baseline's unless the request rate caps both (>= "
+               f"{t.rate_bound_fraction:.0%} of the offered load served); a drop below it "
+               f"FAILs when every one of {DECIDED_DROP_MIN_REPS}+ repetitions shows it, "
+               f"else it makes the verdict INCONCLUSIVE"),
+    _sustained_limit)
+
+#: The four criteria, in the tutorial's order (the order of :func:`verdicts`).
+RULES: Final = (LOWER_TTFT, NO_REGRESSION, HIT_RATE, SUSTAINED_BENEFIT)
+
+
+def load_rule(t: Thresholds) -> str:
+    """The rule :func:`unequal_load` applies to every timing verdict, in words."""
+    return (f"a timing PASS or FAIL becomes INCONCLUSIVE when the share of the machine's "
+            f"CPU used by others differs by more than {t.other_load_max_diff:.0%} between "
+            f"the baseline and the cached runs of its workload")
+
+
+def method_lines(t: Thresholds) -> list[str]:
+    """Every verdict rule as the verdicts apply it, one line each."""
+    return [*(f"{r.title}: {r.threshold(t)}" for r in RULES),
+            f"Unequal load: {load_rule(t)}"]
+
+
+def _limit(rule: Rule, t: Thresholds) -> float:
+    assert rule.limit is not None  # a timing rule
+    return rule.limit(t)
 
 
 def _not_run(name: str, crit: str, thr: str, role_name: str) -> Verdict:
@@ -113,14 +215,16 @@ def _not_run(name: str, crit: str, thr: str, role_name: str) -> Verdict:
                    f"with criterion: {role_name})")
 
 
-def _timing_verdict(host: RoleView, role_name: str, name: str, crit: str, *, thr: str,
-                    threshold: float) -> tuple[Verdict, RatioInterval | None]:
+def _timing_verdict(host: RoleView, role_name: str, rule: Rule, t: Thresholds
+                    ) -> tuple[Verdict, RatioInterval | None]:
+    """``rule`` judged on ``role_name``'s workload: its interval against ``rule.limit``."""
+    name, crit, thr, threshold = rule.name, rule.criterion, rule.threshold(t), _limit(rule, t)
     if role_name not in host.roles:
         return _not_run(name, crit, thr, role_name), None
     why = _missing(role_name, host, BASELINE, CACHED)
     if why:
         return Verdict(name, crit, thr, INCONCLUSIVE, why), None
-    iv = _interval(host, role_name)
+    iv = _interval(host, role_name, t.confidence)
     base, cached = host.role(BASELINE, role_name), host.role(CACHED, role_name)
     assert base is not None and cached is not None  # checked by _missing
     if iv is None:
@@ -145,25 +249,12 @@ def _timing_verdict(host: RoleView, role_name: str, name: str, crit: str, *, thr
 
 
 def lower_ttft(host: RoleView, t: Thresholds) -> Verdict:
-    crit = ("The high-overlap workload shows measurably lower median TTFT compared to the "
-            "baseline.")
-    thr = (f"cached / baseline median TTFT, {t.confidence:.0%} interval: PASS when it lies "
-           f"at or below {t.lower_ttft_max_ratio:.2f} (at least "
-           f"{(1 - t.lower_ttft_max_ratio):.0%} lower), FAIL when above, else INCONCLUSIVE")
-    return _timing_verdict(host, HIGH_OVERLAP, "high_overlap_ttft_lower", crit, thr=thr,
-                           threshold=t.lower_ttft_max_ratio)[0]
+    return _timing_verdict(host, HIGH_OVERLAP, LOWER_TTFT, t)[0]
 
 
 def no_regression(host: RoleView, t: Thresholds) -> Verdict:
-    crit = ("The no-overlap workload shows no meaningful TTFT difference (confirms no "
-            "regression from enabling caching).")
-    limit = 1 + t.no_overlap_max_rel_diff
-    thr = (f"cached / baseline median TTFT, {t.confidence:.0%} interval: PASS when it lies "
-           f"at or below {limit:.2f} (no more than {t.no_overlap_max_rel_diff:.0%} slower; "
-           f"one-sided: a regression is what the criterion guards against), FAIL when "
-           f"above, else INCONCLUSIVE")
-    verdict, iv = _timing_verdict(host, NO_OVERLAP, "no_overlap_no_regression", crit,
-                                  thr=thr, threshold=limit)
+    crit, thr = NO_REGRESSION.criterion, NO_REGRESSION.threshold(t)
+    verdict, iv = _timing_verdict(host, NO_OVERLAP, NO_REGRESSION, t)
     if iv is not None and iv.high < 1 - t.no_overlap_max_rel_diff:
         verdict = Verdict(verdict.name, crit, thr, verdict.status, verdict.detail + (
             "; cached is faster, which is no regression: on a workload with nothing to "
@@ -173,13 +264,7 @@ def no_regression(host: RoleView, t: Thresholds) -> Verdict:
 
 
 def hit_rate(host: RoleView, t: Thresholds) -> Verdict:
-    name = "hit_rate_matches_expected"
-    crit = ("The Prometheus cache hit rate matches the expected ratio derived from "
-            "num_prefixes, num_prompts, prefix_len and suffix_len.")
-    thr = (f"both signals within {t.hit_ratio_max_abs_diff * 100:.1f} percentage point(s) "
-           f"of the expectation, on the cached high- and no-overlap runs (counters: exact, "
-           f"no interval). The expectation is computed from the tokens the server sees "
-           f"(the bench's prompts re-encoded and replayed), else the block-aligned formula")
+    name, crit, thr = HIT_RATE.name, HIT_RATE.criterion, HIT_RATE.threshold(t)
     roles = [r for r in (HIGH_OVERLAP, NO_OVERLAP) if r in host.roles]
     if not roles:
         return Verdict(name, crit, thr, NOT_RUN,
@@ -235,15 +320,8 @@ def sustained(host: RoleView, t: Thresholds) -> Verdict:
     unless the offered load caps both (then it cannot show a difference, and says so).
     Throughput against the cached server at concurrency 1 is shown beside it.
     """
-    crit = "Under sustained load, the throughput benefit is preserved."
-    thr = (f"same load on both servers: cached / baseline median TTFT, "
-           f"{t.confidence:.0%} interval, PASS when it lies at or below "
-           f"{t.sustained_ttft_max_ratio:.2f}, FAIL when above, else INCONCLUSIVE; and "
-           f"cached output throughput >= {t.sustained_throughput_min_ratio:.2f} x "
-           f"baseline's unless the request rate caps both (>= {t.rate_bound_fraction:.0%} "
-           f"of the offered load served)")
-    verdict, _ = _timing_verdict(host, SUSTAINED, "sustained_benefit_preserved", crit,
-                                 thr=thr, threshold=t.sustained_ttft_max_ratio)
+    crit, thr = SUSTAINED_BENEFIT.criterion, SUSTAINED_BENEFIT.threshold(t)
+    verdict, _ = _timing_verdict(host, SUSTAINED, SUSTAINED_BENEFIT, t)
     if verdict.status == NOT_RUN or SUSTAINED not in host.roles:
         return verdict
     base, cached = host.role(BASELINE, SUSTAINED), host.role(CACHED, SUSTAINED)
@@ -278,9 +356,10 @@ def sustained(host: RoleView, t: Thresholds) -> Verdict:
 
 
 def _all_reps_below(base: BenchSummary, cached: BenchSummary, t: Thresholds) -> bool:
-    """Every repetition's cached throughput below the bound: a decided drop (>= 3 reps)."""
+    """Every repetition's cached throughput below the bound: a decided drop (at least
+    :data:`DECIDED_DROP_MIN_REPS` repetitions)."""
     b, c = base.output_throughput, cached.output_throughput
-    if b is None or c is None or min(b.n, c.n) < 3:
+    if b is None or c is None or min(b.n, c.n) < DECIDED_DROP_MIN_REPS:
         return False
     return max(c.values) < t.sustained_throughput_min_ratio * min(b.values)
 

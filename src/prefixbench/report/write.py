@@ -39,9 +39,11 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def results_csv(run_dir: str | Path) -> str:
-    """One row per benchmark record (results and failures) of the run directory."""
-    data = load_run(run_dir)
+def results_csv(run_dir: str | Path, *, accept_unchecksummed: bool = False) -> str:
+    """One row per benchmark record (results and failures) of the run directory; a result
+    without a checksum is a row only with ``accept_unchecksummed``, its status then
+    ``ok, no checksum``."""
+    data = load_run(run_dir, accept_unchecksummed=accept_unchecksummed)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
@@ -55,7 +57,8 @@ def results_csv(run_dir: str | Path) -> str:
             e.get("served_ratio"), e.get("block_aligned_ratio", e.get("block_aligned")),
             e.get("tutorial_ratio", e.get("tutorial")))
         rows.append((data.run_id, r.key.host, r.key.configuration, r.key.workload,
-                     r.key.repetition, "ok", r.seed, r.started_at, r.ended_at,
+                     r.key.repetition, "ok" if r.checksummed else "ok, no checksum",
+                     r.seed, r.started_at, r.ended_at,
                      b.get("completed"), b.get("failed"), b.get("median_ttft_ms"),
                      b.get("p99_ttft_ms"), b.get("mean_ttft_ms"), b.get("output_throughput"),
                      b.get("request_throughput"), b.get("total_input_tokens"),
@@ -89,7 +92,7 @@ def write_outputs(
         elif fmt == "html":
             text = render_html(summary)
         else:
-            text = results_csv(root)
+            text = results_csv(root, accept_unchecksummed=bool(summary.unchecksummed))
         write_text_atomic(path, text)
         written.append(path)
     return written
