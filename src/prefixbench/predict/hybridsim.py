@@ -67,7 +67,7 @@ recycling-aware cap on the sliding-window group's admission reservation,
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -208,13 +208,12 @@ class HybridCacheSim:
                 f"block keys differ, so hits would be missed; use one representation")
         return block_hashes(tokens, self.block_size)
 
-    def _lookup(self, keys: Sequence[int], prompt_len: int,
-                full: Iterable[int] | dict[int, list[int]] | set[int],
-                swa: dict[int, list[int]] | set[int]) -> tuple[int, int]:
+    def _lookup(self, keys: Sequence[int], prompt_len: int, full: Container[int],
+                swa: Container[int]) -> tuple[int, int]:
         """(hit blocks, full-attention hit blocks) of ``find_longest_cache_hit``."""
         max_blocks = (prompt_len - 1) // self.block_size if prompt_len else 0
         fa_hit = 0
-        while fa_hit < max_blocks and keys[fa_hit] in full:  # type: ignore[operator]
+        while fa_hit < max_blocks and keys[fa_hit] in full:
             fa_hit += 1
         run = 0
         need = self.need
@@ -291,7 +290,8 @@ class HybridCacheSim:
         while computed < n:
             new = min(n - computed, chunk)
             if first:
-                self._allocate_first(req, hit, skipped, swa_hit, fa_hit_blocks, computed + new)
+                self._allocate_first(req, hit=hit, skipped=skipped, swa_hit=swa_hit,
+                                     fa_hit=fa_hit_blocks, slots=computed + new)
                 first = False
             else:
                 self._allocate(req, computed, computed + new)
@@ -390,7 +390,7 @@ class HybridCacheSim:
             table[i] = None
         self._free_blocks(freed)
 
-    def _allocate_first(self, req: _Running, hit: int, skipped: int,
+    def _allocate_first(self, req: _Running, *, hit: int, skipped: int,
                         swa_hit: list[int | None], fa_hit: list[int], slots: int) -> None:
         bs = self.block_size
         blocks = _cdiv(slots, bs)

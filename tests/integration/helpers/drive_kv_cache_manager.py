@@ -28,8 +28,9 @@ Prints one JSON object: ``{"hit_tokens": [...], "vllm": "<version>"}``. A reques
 cannot be allocated is an error (exit 3), not a silent miss.
 
 Several runs in one process (vLLM takes seconds to import): give ``--cases`` and a JSON
-list of ``{"block_size": b, "num_blocks": n, "requests": [...]}`` (optionally ``"hybrid": WINDOW``
-and ``"chunk": N``), each served by a fresh manager; the output's ``hit_tokens`` is then a list per case.
+list of ``{"block_size": b, "num_blocks": n, "requests": [...]}`` (optionally
+``"hybrid": WINDOW`` and ``"chunk": N``), each served by a fresh manager; the output's
+``hit_tokens`` is then a list per case.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def serve(manager: KVCacheManager, request: Request, output_len: int,
     return hit
 
 
-def run_case(block_size: int, num_blocks: int, items: list[Any], output_len: int,
+def run_case(block_size: int, num_blocks: int, items: list[Any], output_len: int, *,
              hybrid: int | None = None, chunk: int | None = None) -> list[int]:
     """Serve ``items`` through a fresh manager; per-request hit tokens."""
     hasher = get_request_block_hasher(block_size, sha256)
@@ -161,11 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.cases:
             result = [run_case(int(c["block_size"]), int(c["num_blocks"]), c["requests"],
                                int(c.get("output_len", args.output_len)),
-                               c.get("hybrid", args.hybrid), c.get("chunk", args.chunk))
+                               hybrid=c.get("hybrid", args.hybrid),
+                               chunk=c.get("chunk", args.chunk))
                       for c in data]
         else:
             result = run_case(args.block_size, args.num_blocks, data, args.output_len,
-                              args.hybrid, args.chunk)
+                              hybrid=args.hybrid, chunk=args.chunk)
     except MemoryError as exc:
         print(f"drive_kv_cache_manager: {exc}", file=sys.stderr)
         return 3
