@@ -39,6 +39,19 @@ def test_reference_eviction_case_hybrid_zero_full_attention_512() -> None:
     assert [same_bytes.run(p, 1) for p in seq] == [0, 512, 0, 0, 512]
 
 
+def test_a_finishing_request_frees_the_window_group_first() -> None:
+    # P (5 blocks of 128) caches window block 3 and full blocks 0-4; freed window group
+    # first, so S3 is the front of the cached queue. Q (6 + 6 blocks) finds 11 never-used
+    # blocks in the pool of 17 and evicts one: S3, and P's resend hits 0 (vLLM: 0).
+    # Were full attention freed first, Q would evict F4, which the resend never needs.
+    rng = random.Random(9)  # noqa: S311
+    p, q = _words(rng, 640), _words(rng, 768)
+    sim = HybridCacheSim(128, 17)
+    assert [sim.run(x) for x in (p, q, p)] == [0, 0, 0]
+    other = HybridCacheSim(128, 17, group_order=("full", "sliding"))
+    assert [other.run(x) for x in (p, q, p)] == [0, 0, 512]
+
+
 def test_two_prompts_sharing_600_tokens_hit_512() -> None:
     # REFERENCE.md: two 640-token prompts sharing 600 tokens, block 128: 512.
     rng = random.Random(1)  # noqa: S311
