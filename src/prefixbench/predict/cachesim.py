@@ -28,11 +28,13 @@ What is modelled (vLLM v1 ``KVCacheManager`` / ``BlockPool``, checked on vLLM 0.
 Checked request by request against vLLM 0.32's own ``KVCacheManager``
 (``tests/integration/test_cachesim_vs_vllm.py``), with and without eviction.
 
-What does not apply: vLLM's hybrid KV-cache manager (several KV cache groups, e.g. full
-and sliding-window attention layers as gpt-oss has) draws every group's blocks from one
-pool, so a full-attention-only capacity model does not predict its evictions;
-:func:`prefixbench.predict.kvcapacity.capacity_note` tells from ``vllm:cache_config_info``
-when that is the case.
+Where another model applies: vLLM's hybrid KV-cache manager (several KV cache groups,
+e.g. full and sliding-window attention layers as gpt-oss has) draws every group's blocks
+from one pool and keeps only part of the sliding-window group's blocks, so this model
+predicts neither its hits nor its evictions; :class:`prefixbench.predict.hybridsim.HybridCacheSim`
+models it, :func:`prefixbench.predict.hybridsim.cache_sim_for` picks one, and
+:func:`prefixbench.predict.kvcapacity.kv_cache_kind` tells from ``vllm:cache_config_info``
+which applies.
 
 Simplifications, stated so a reader can judge: keys are 64-bit Python hashes (vLLM uses
 sha256; a collision needs ~4e9 distinct blocks to become likely); LoRA / multimodal /

@@ -185,8 +185,9 @@ def server_capacity(cache_config: CacheConfig | None) -> tuple[int | None, str |
 
     ``(num_gpu_blocks - 1, None)`` normally (block 0 is vLLM's null block, never usable);
     ``(None, note)`` (an unbounded cache) when vLLM's hybrid KV-cache manager is on
-    (:func:`prefixbench.predict.kvcapacity.capacity_note`); ``(None, None)`` when the server
-    reported no capacity.
+    (:func:`prefixbench.predict.kvcapacity.capacity_note`; the note names the hybrid cache
+    model, :mod:`prefixbench.predict.hybridsim`, which this replay does not use yet);
+    ``(None, None)`` when the server reported no capacity.
     """
     if cache_config is None:
         return None, None

@@ -14,12 +14,23 @@ then ``free``. The manager is built for a full-attention-only model with one KV 
 group, prefix caching on, sha256 block hashes; ``--num-blocks`` is vLLM's
 ``num_gpu_blocks`` (block 0, the null block, included).
 
+``--hybrid WINDOW`` builds gpt-oss's layout instead: two KV cache groups of equal page
+size, group 0 a ``SlidingWindowSpec(sliding_window=WINDOW)`` and group 1 a
+``FullAttentionSpec``, so vLLM's ``HybridKVCacheCoordinator`` serves them from one pool,
+with the retention interval the server's ``CacheConfig`` defaults to (0). The driver then
+does what the scheduler does at admission: it stores ``get_computed_blocks``'s
+``shared_prefix_boundary`` on the request and admits it with ``full_sequence_must_fit``
+(``scheduler_reserve_full_isl``, on by default). ``--chunk N`` splits each prefill into
+chunks of at most N tokens, one ``allocate_slots`` each (the server's
+``--max-num-batched-tokens`` at concurrency 1).
+
 Prints one JSON object: ``{"hit_tokens": [...], "vllm": "<version>"}``. A request that
 cannot be allocated is an error (exit 3), not a silent miss.
 
 Several runs in one process (vLLM takes seconds to import): give ``--cases`` and a JSON
-list of ``{"block_size": b, "num_blocks": n, "requests": [...]}``, each served by a fresh
-manager; the output's ``hit_tokens`` is then a list per case.
+list of ``{"block_size": b, "num_blocks": n, "requests": [...]}`` (optionally
+``"hybrid": WINDOW`` and ``"chunk": N``), each served by a fresh manager; the output's
+``hit_tokens`` is then a list per case.
 """
 
 from __future__ import annotations
@@ -35,34 +46,65 @@ from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
 from vllm.v1.request import Request, RequestStatus
 
 #: Decode tokens are drawn from here up: above every prompt token id the tests use.
 DECODE_TOKEN_BASE = 1 << 40
 
 
-def make_manager(block_size: int, num_blocks: int, max_model_len: int) -> KVCacheManager:
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
+def make_manager(block_size: int, num_blocks: int, max_model_len: int,
+                 hybrid: int | None = None) -> KVCacheManager:
+    """A full-attention manager, or with ``hybrid`` (a sliding window in tokens)
+    gpt-oss's two groups: sliding window (group 0) and full attention (group 1)."""
+    full = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
                              dtype=torch.float32)
-    config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                           kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)])
-    return KVCacheManager(config, max_model_len=max_model_len,
-                          scheduler_block_size=block_size, hash_block_size=block_size,
-                          enable_caching=True)
+    if hybrid is None:
+        config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                               kv_cache_groups=[KVCacheGroupSpec(["layer.0"], full)])
+    else:
+        window = SlidingWindowSpec(block_size=block_size, num_kv_heads=1, head_size=1,
+                                   dtype=torch.float32, sliding_window=hybrid)
+        assert window.page_size_bytes == full.page_size_bytes
+        config = KVCacheConfig(
+            num_blocks=num_blocks, kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec(["layer.0"], window),
+                             KVCacheGroupSpec(["layer.1"], full)],
+            # The server's CacheConfig.prefix_cache_retention_interval default.
+            prefix_cache_retention_interval=0)
+    manager = KVCacheManager(config, max_model_len=max_model_len,
+                             scheduler_block_size=block_size, hash_block_size=block_size,
+                             enable_caching=True)
+    kind = type(manager.coordinator).__name__
+    want = "UnitaryKVCacheCoordinator" if hybrid is None else "HybridKVCacheCoordinator"
+    assert kind == want, f"vLLM built a {kind}, not a {want}"
+    return manager
 
 
 def serve(manager: KVCacheManager, request: Request, output_len: int,
-          next_token: list[int]) -> int:
+          next_token: list[int], chunk: int | None = None) -> int:
     """One request start to finish; its prefix-cache hit in tokens."""
-    blocks, hit, _ = manager.get_computed_blocks(request)
+    blocks, hit, request.shared_prefix_boundary = manager.get_computed_blocks(request)
     new = request.num_tokens - hit
-    if manager.allocate_slots(request, new, num_new_computed_tokens=hit,
-                              new_computed_blocks=blocks) is None:
+    step = min(new, chunk or new)
+    if manager.allocate_slots(request, step, num_new_computed_tokens=hit,
+                              new_computed_blocks=blocks,
+                              full_sequence_must_fit=True) is None:
         raise MemoryError(f"request {request.request_id}: {request.num_tokens} prompt "
                           f"tokens do not fit the KV cache")
     request.status = RequestStatus.RUNNING
-    request.num_computed_tokens = request.num_tokens
+    request.num_computed_tokens = hit + step
+    while request.num_computed_tokens < request.num_tokens:  # the next prefill chunk
+        step = min(request.num_tokens - request.num_computed_tokens, chunk or new)
+        if manager.allocate_slots(request, step) is None:
+            raise MemoryError(f"request {request.request_id}: a prefill chunk does not "
+                              f"fit the KV cache")
+        request.num_computed_tokens += step
     for _ in range(max(output_len - 1, 0)):
         # The token generated by the last step is computed by this one.
         request.append_output_token_ids(next_token[0])
@@ -75,12 +117,13 @@ def serve(manager: KVCacheManager, request: Request, output_len: int,
     return hit
 
 
-def run_case(block_size: int, num_blocks: int, items: list[Any], output_len: int
-             ) -> list[int]:
+def run_case(block_size: int, num_blocks: int, items: list[Any], output_len: int, *,
+             hybrid: int | None = None, chunk: int | None = None) -> list[int]:
     """Serve ``items`` through a fresh manager; per-request hit tokens."""
     hasher = get_request_block_hasher(block_size, sha256)
     longest = max((len(i["tokens"] if isinstance(i, dict) else i) for i in items), default=1)
-    manager = make_manager(block_size, num_blocks, max_model_len=longest + (1 << 16))
+    manager = make_manager(block_size, num_blocks, max_model_len=longest + (1 << 16),
+                           hybrid=hybrid)
     next_token = [DECODE_TOKEN_BASE]
     hits: list[int] = []
     for n, item in enumerate(items):
@@ -90,7 +133,7 @@ def run_case(block_size: int, num_blocks: int, items: list[Any], output_len: int
         request = Request(request_id=str(n), prompt_token_ids=list(tokens),
                           sampling_params=SamplingParams(max_tokens=max(out, 1)),
                           pooling_params=None, block_hasher=hasher)
-        hits.append(serve(manager, request, out, next_token))
+        hits.append(serve(manager, request, out, next_token, chunk))
     return hits
 
 
@@ -104,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="vLLM's num_gpu_blocks (the null block included)")
     parser.add_argument("--output-len", type=int, default=0,
                         help="output tokens of requests that do not give their own")
+    parser.add_argument("--hybrid", type=int, metavar="WINDOW",
+                        help="gpt-oss's layout: a sliding-window group of WINDOW tokens "
+                             "and a full-attention group")
+    parser.add_argument("--chunk", type=int, help="prefill chunk size in tokens")
     args = parser.parse_args(argv)
     if not args.cases and (args.block_size is None or args.num_blocks is None):
         parser.error("--block-size and --num-blocks are required without --cases")
@@ -114,9 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cases:
             result = [run_case(int(c["block_size"]), int(c["num_blocks"]), c["requests"],
-                               int(c.get("output_len", args.output_len))) for c in data]
+                               int(c.get("output_len", args.output_len)),
+                               hybrid=c.get("hybrid", args.hybrid),
+                               chunk=c.get("chunk", args.chunk))
+                      for c in data]
         else:
-            result = run_case(args.block_size, args.num_blocks, data, args.output_len)
+            result = run_case(args.block_size, args.num_blocks, data, args.output_len,
+                              hybrid=args.hybrid, chunk=args.chunk)
     except MemoryError as exc:
         print(f"drive_kv_cache_manager: {exc}", file=sys.stderr)
         return 3
