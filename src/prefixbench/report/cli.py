@@ -1,6 +1,6 @@
 """``prefixbench report`` and ``prefixbench compare``: argv in, exit code out.
 
-Exit codes (:func:`outcome_code`; RUNBOOK.md lists them too): 0 every judged confirmation
+Exit codes (:func:`outcome_code`; docs/reading-the-report.md lists them too): 0 every judged confirmation
 verdict passed (criteria with no workload are NOT_RUN) / no regression; 2 usage or input
 error (one line on stderr); 3 a confirmation verdict failed (or, with ``--fleet-gate``, a
 host was flagged by the fleet checks); 4 regression against the reference; 5 the S3
@@ -196,7 +196,7 @@ def compare_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("reference_dir", metavar="REFERENCE_DIR")
     parser.add_argument("--tolerances", metavar="FILE",
-                        help="YAML overriding the default tolerances (see RUNBOOK.md)")
+                        help="YAML overriding the default tolerances (see docs/reading-the-report.md)")
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
         tol = load_tolerances(args.tolerances) if args.tolerances else Tolerances()

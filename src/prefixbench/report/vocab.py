@@ -4,7 +4,7 @@ and the thresholds.
 Every decision of the report (verdicts, common issues, fleet flags) and every summary type
 speaks of the two configurations (:data:`BASELINE`, :data:`CACHED`), the criteria's
 workload kinds, a :data:`Status` per verdict (combined by :func:`overall_status`), and the
-:class:`Thresholds` it was judged against (documented in RUNBOOK.md).
+:class:`Thresholds` it was judged against (documented in docs/reading-the-report.md).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ NOT_RUN: Final[Status] = "NOT_RUN"
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Every threshold a verdict, issue or fleet flag uses (documented in RUNBOOK.md)."""
+    """Every threshold a verdict, issue or fleet flag uses (documented in docs/reading-the-report.md)."""
 
     #: Confirmation 1: cached high-overlap median TTFT <= this x baseline ("measurably
     #: lower"); with more than one repetition each side, the slowest cached repetition
