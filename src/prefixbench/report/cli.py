@@ -44,7 +44,8 @@ from prefixbench.report.upload import UploadError, upload_run
 from prefixbench.report.write import FORMATS, write_outputs
 
 __all__ = ["EXIT_FAILED", "EXIT_INCOMPLETE", "EXIT_INCONCLUSIVE", "EXIT_OK", "EXIT_REGRESSION",
-           "EXIT_UPLOAD", "EXIT_USAGE", "compare_main", "outcome_code", "report_main"]
+           "EXIT_UPLOAD", "EXIT_USAGE", "compare_main", "compare_parser", "outcome_code",
+           "report_main", "report_parser"]
 
 EXIT_UPLOAD = 5
 
@@ -78,15 +79,11 @@ def _fail(prog: str, message: str, err: TextIO) -> int:
     return EXIT_USAGE
 
 
-def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
-                err: TextIO | None = None) -> int:
-    """``RUN_DIR [--format json,md,html,csv|all] [--upload s3://bucket/prefix]
-    [--fleet-gate]``."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    prog = "prefixbench report"
-    parser = _Parser(prog=prog, description="Summarise a run directory: tables, verdicts, "
-                     "fleet spread; writes summary.json, report.md, report.html, results.csv.")
+def report_parser() -> argparse.ArgumentParser:
+    """The arguments of ``prefixbench report``; a usage error raises, it does not exit."""
+    parser = _Parser(prog="prefixbench report", description="Summarise a run directory: "
+                     "tables, verdicts, fleet spread; writes summary.json, report.md, "
+                     "report.html, results.csv.")
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("--format", type=_formats, default=list(FORMATS),
                         help="comma-separated: json, md, html, csv or all (default all)")
@@ -98,6 +95,29 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     parser.add_argument("--fleet-gate", action="store_true",
                         help="exit 3 also when the fleet checks flag a host (outlier, "
                              "hit-ratio departure, fingerprint drift)")
+    return parser
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    """The arguments of ``prefixbench compare``; a usage error raises, it does not exit."""
+    parser = _Parser(prog="prefixbench compare", description="Compare a run against a "
+                     "reference run; exit 4 on regression beyond the tolerances.")
+    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("reference_dir", metavar="REFERENCE_DIR")
+    parser.add_argument("--tolerances", metavar="FILE",
+                        help="YAML overriding the default tolerances (see "
+                        "docs/reading-the-report.md)")
+    return parser
+
+
+def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+                err: TextIO | None = None) -> int:
+    """``RUN_DIR [--format json,md,html,csv|all] [--upload s3://bucket/prefix]
+    [--fleet-gate]``."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    prog = "prefixbench report"
+    parser = report_parser()
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except _UsageError as exc:
@@ -191,12 +211,7 @@ def compare_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None
     out = out or sys.stdout
     err = err or sys.stderr
     prog = "prefixbench compare"
-    parser = _Parser(prog=prog, description="Compare a run against a reference run; exit 4 "
-                     "on regression beyond the tolerances.")
-    parser.add_argument("run_dir", metavar="RUN_DIR")
-    parser.add_argument("reference_dir", metavar="REFERENCE_DIR")
-    parser.add_argument("--tolerances", metavar="FILE",
-                        help="YAML overriding the default tolerances (see docs/reading-the-report.md)")
+    parser = compare_parser()
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
         tol = load_tolerances(args.tolerances) if args.tolerances else Tolerances()
