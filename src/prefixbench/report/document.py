@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefixbench.report import goodput, headline, plots
-from prefixbench.report.doclinks import failure_link
+from prefixbench.report.doclinks import failure_link, verdict_link
 from prefixbench.report.economics import compilations
 from prefixbench.report.model import HostSummary, Summary
 from prefixbench.report.tables import (
@@ -65,7 +65,7 @@ class Plot:
 Block = Heading | Para | Bullets | Pre | Table | Plot
 
 
-def _goodput_blocks(h: HostSummary) -> list[Block]:
+def _goodput_blocks(h: HostSummary, docs: str) -> list[Block]:
     """The goodput ladder's section of one host (nothing without a ladder)."""
     g = h.goodput
     if g is None:
@@ -77,7 +77,9 @@ def _goodput_blocks(h: HostSummary) -> list[Block]:
                  f"p{g.ladder.percentile:g} TTFT of its requests is at most "
                  f"{g.ladder.ttft_ms:g} ms and none failed."),
             Table(header, tuple(rows), numeric=(1, 2, 3, 4)),
-            Bullets(tuple(goodput.goodput_lines(g)))]
+            Bullets(tuple(goodput.goodput_lines(g))),
+            Para("How to read the check `no_overlap_no_uplift`: "
+                 + verdict_link(docs, "no_overlap_no_uplift"))]
 
 
 def _run_line(s: Summary) -> str:
@@ -138,7 +140,7 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                 *((Para("Why measured differs from the tutorial's formula, cause by cause "
                         "(percentage points of hit ratio):"),
                    Bullets(tuple(shortfall_lines(h)))) if h.shortfalls else ()),
-                *_goodput_blocks(h),
+                *_goodput_blocks(h, docs),
                 Heading(3, "Cold vs warm requests"),
                 Para("Cold = first request to use its prefix (reconstructed from the seed); "
                      "a cold request pays the full prefill, so it sets the tail of a cached "
