@@ -19,8 +19,8 @@ span, that runs ``prefixbench``, ``ansible-playbook`` or ``make``:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -134,8 +134,8 @@ def all_commands() -> list[tuple[str, list[str]]]:
 def _strict(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The parser and its subparsers without abbreviated long options."""
     parser.allow_abbrev = False
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 _strict(sub)
     return parser
@@ -148,8 +148,8 @@ def prefixbench_error(args: list[str]) -> str | None:
     if not args:
         return None  # the package's name, not a command
     main = _strict(build_parser())
-    subcommands = next(a.choices for a in main._actions  # noqa: SLF001
-                       if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    subcommands = next(a.choices for a in main._actions
+                       if isinstance(a, argparse._SubParsersAction))
     if args[0] not in subcommands:
         return f"no subcommand {args[:1]} (known: {', '.join(subcommands)})"
     if len(args) == 1:
@@ -184,7 +184,7 @@ def make_targets() -> set[str]:
 
 def extra_var_names(args: list[str]) -> Iterator[str]:
     """Variable names an argv sets with ``-e``/``--extra-vars`` (key=value, JSON, YAML)."""
-    for flag, value in zip(args, args[1:], strict=False):
+    for flag, value in itertools.pairwise(args):
         if flag not in ("-e", "--extra-vars") or value.startswith("@"):
             continue
         if value.lstrip().startswith("{"):
@@ -309,4 +309,4 @@ def test_the_readme_starts_with_the_two_commands() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     first = next(_FENCE.finditer(text)).group(0)
     assert [argv for argv in commands(first)] == [["make", "demo"], ["make", "test"]]
-    assert os.path.getsize(ROOT / "README.md") < 4000, "README.md fits about one screen"
+    assert (ROOT / "README.md").stat().st_size < 4000, "README.md fits about one screen"

@@ -1,11 +1,12 @@
 """``prefixbench report`` and ``prefixbench compare``: argv in, exit code out.
 
-Exit codes (:func:`outcome_code`; docs/reading-the-report.md lists them too): 0 every judged confirmation
-verdict passed (criteria with no workload are NOT_RUN) / no regression; 2 usage or input
-error (one line on stderr); 3 a confirmation verdict failed (or, with ``--fleet-gate``, a
-host was flagged by the fleet checks); 4 regression against the reference; 5 the S3
-upload failed; 6 a verdict is INCONCLUSIVE (more repetitions would decide it); 7 the run
-is incomplete: a bench failed and has no result (rerun with the same run id).
+Exit codes (:func:`outcome_code`; docs/reading-the-report.md lists them too): 0 every
+judged confirmation verdict passed (criteria with no workload are NOT_RUN) / no
+regression; 2 usage or input error (one line on stderr); 3 a confirmation verdict failed
+(or, with ``--fleet-gate``, a host was flagged by the fleet checks); 4 regression against
+the reference; 5 the S3 upload failed; 6 a verdict is INCONCLUSIVE (more repetitions
+would decide it); 7 the run is incomplete: a bench failed and has no result (rerun with
+the same run id).
 """
 
 from __future__ import annotations

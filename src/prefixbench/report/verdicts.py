@@ -13,7 +13,8 @@ by what the workload is, never by its name); a criterion no workload serves is
   repetitions would decide it), or when a result it needs is missing.
 
 The hit-rate criterion compares counters, not timings: it is exact, not sampled, and
-keeps its fixed tolerance. docs/reading-the-report.md states every threshold as this module applies it.
+keeps its fixed tolerance. docs/reading-the-report.md states every threshold as this
+module applies it.
 
 A pairing holds the prompts equal, not the machine: when the rest of the machine was
 busier during one configuration's runs than the other's (the share of its CPU that

@@ -45,7 +45,8 @@ NOT_RUN: Final[Status] = "NOT_RUN"
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Every threshold a verdict, issue or fleet flag uses (documented in docs/reading-the-report.md)."""
+    """Every threshold a verdict, issue or fleet flag uses (documented in
+    docs/reading-the-report.md)."""
 
     #: Confirmation 1: cached high-overlap median TTFT <= this x baseline ("measurably
     #: lower"); with more than one repetition each side, the slowest cached repetition
