@@ -1,6 +1,6 @@
 """Every setting the docs name exists in the settings catalogue (and so is validated by
-preflight): a renamed or removed variable cannot survive in README, RUNBOOK or a role's
-README."""
+preflight): a renamed or removed variable cannot survive in README, RUNBOOK, docs/ or a
+role's README."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ NAME = re.compile(r"\b((?:prefixbench|neuron_sdk|vllm_env|model_cache|vllm_servi
 NOT_SETTINGS = {
     *(p.stem for d in ("library", "module_utils", "plugins/action", "plugins/inventory")
       for p in (ROOT / d).glob("*.py")),
+    # the filters (docs/architecture.md names those a run goes through)
+    *re.findall(r'^\s*"(prefixbench_[a-z0-9_]+)":',
+                (ROOT / "plugins" / "filter" / "prefixbench.py").read_text(encoding="utf-8"),
+                re.M),
     "vllm_env_executable",     # the fact the vllm_env role publishes
     "vllm_service_settings",   # a sweep point's settings, handed to vllm_service
     "vllm_env_platform_check_later",  # the provision phase tells vllm_env to not wait

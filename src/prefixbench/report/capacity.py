@@ -35,6 +35,7 @@ from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import json_safe
 from prefixbench.predict.kvcapacity import usable_blocks
 from prefixbench.report.build import build_summary
+from prefixbench.report.doclinks import docs_base, verdict_link
 from prefixbench.report.document import Block, Bullets, Heading, Para, Plot, html_of, markdown_of
 from prefixbench.report.load import ReportInputError, load_run
 from prefixbench.report.model import Summary
@@ -344,7 +345,8 @@ def curve_plot(s: CapacitySummary, curve: CapacityCurveView) -> str:
         y_label="hit ratio", vlines=vlines, fraction=True)
 
 
-def capacity_blocks_of(s: CapacitySummary) -> list[Block]:
+def capacity_blocks_of(s: CapacitySummary, docs: str = "docs/") -> list[Block]:
+    """The capacity sweep's report; ``docs`` is the base of its link to the docs."""
     caps = ", ".join(str(p.blocks) for p in s.points)
     out: list[Block] = [
         Heading(1, f"KV-capacity sweep: {s.run_id}"),
@@ -354,6 +356,8 @@ def capacity_blocks_of(s: CapacitySummary) -> list[Block]:
              f"(num_gpu_blocks - 1), and passes within {s.max_diff * 100:g} points. "
              f"Generated {s.generated_at}."),
         Heading(2, "Measured against predicted, per capacity"), rows_table(s),
+        Para("How to read the verdict `capacity_curve`: "
+             + verdict_link(docs, "capacity_curve")),
     ]
     for curve in s.curves:
         out.append(Heading(2, f"Capacity curve: {curve.workload}"))
@@ -393,7 +397,7 @@ def report_capacity(run_dir: str | Path) -> tuple[CapacitySummary, list[Path]]:
     written: list[Path] = []
     for p in s.points:
         written += write_outputs(p.summary, p.run_dir, tuple(FORMATS))
-    content = capacity_blocks_of(s)
+    content = capacity_blocks_of(s, docs_base(root))
     texts = {"json": json.dumps(json_safe(s.to_dict()), indent=2, sort_keys=True,
                                 allow_nan=False) + "\n",
              "md": markdown_of(content),

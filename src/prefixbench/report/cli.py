@@ -1,11 +1,12 @@
 """``prefixbench report`` and ``prefixbench compare``: argv in, exit code out.
 
-Exit codes (:func:`outcome_code`; RUNBOOK.md lists them too): 0 every judged confirmation
-verdict passed (criteria with no workload are NOT_RUN) / no regression; 2 usage or input
-error (one line on stderr); 3 a confirmation verdict failed (or, with ``--fleet-gate``, a
-host was flagged by the fleet checks); 4 regression against the reference; 5 the S3
-upload failed; 6 a verdict is INCONCLUSIVE (more repetitions would decide it); 7 the run
-is incomplete: a bench failed and has no result (rerun with the same run id).
+Exit codes (:func:`outcome_code`; docs/reading-the-report.md lists them too): 0 every
+judged confirmation verdict passed (criteria with no workload are NOT_RUN) / no
+regression; 2 usage or input error (one line on stderr); 3 a confirmation verdict failed
+(or, with ``--fleet-gate``, a host was flagged by the fleet checks); 4 regression against
+the reference; 5 the S3 upload failed; 6 a verdict is INCONCLUSIVE (more repetitions
+would decide it); 7 the run is incomplete: a bench failed and has no result (rerun with
+the same run id).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from prefixbench.report.upload import UploadError, upload_run
 from prefixbench.report.write import FORMATS, write_outputs
 
 __all__ = ["EXIT_FAILED", "EXIT_INCOMPLETE", "EXIT_INCONCLUSIVE", "EXIT_OK", "EXIT_REGRESSION",
-           "EXIT_UPLOAD", "EXIT_USAGE", "compare_main", "outcome_code", "report_main"]
+           "EXIT_UPLOAD", "EXIT_USAGE", "compare_main", "compare_parser", "outcome_code",
+           "report_main", "report_parser"]
 
 EXIT_UPLOAD = 5
 
@@ -78,15 +80,11 @@ def _fail(prog: str, message: str, err: TextIO) -> int:
     return EXIT_USAGE
 
 
-def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
-                err: TextIO | None = None) -> int:
-    """``RUN_DIR [--format json,md,html,csv|all] [--upload s3://bucket/prefix]
-    [--fleet-gate] [--accept-unchecksummed]``."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    prog = "prefixbench report"
-    parser = _Parser(prog=prog, description="Summarise a run directory: tables, verdicts, "
-                     "fleet spread; writes summary.json, report.md, report.html, results.csv.")
+def report_parser() -> argparse.ArgumentParser:
+    """The arguments of ``prefixbench report``; a usage error raises, it does not exit."""
+    parser = _Parser(prog="prefixbench report", description="Summarise a run directory: "
+                     "tables, verdicts, fleet spread; writes summary.json, report.md, "
+                     "report.html, results.csv.")
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("--format", type=_formats, default=list(FORMATS),
                         help="comma-separated: json, md, html, csv or all (default all)")
@@ -102,6 +100,29 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
                         help="use result files that carry no checksum (a run written by "
                              "an older version) instead of treating them as not measured; "
                              "the report warns on its first screen")
+    return parser
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    """The arguments of ``prefixbench compare``; a usage error raises, it does not exit."""
+    parser = _Parser(prog="prefixbench compare", description="Compare a run against a "
+                     "reference run; exit 4 on regression beyond the tolerances.")
+    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("reference_dir", metavar="REFERENCE_DIR")
+    parser.add_argument("--tolerances", metavar="FILE",
+                        help="YAML overriding the default tolerances (see "
+                        "docs/reading-the-report.md)")
+    return parser
+
+
+def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+                err: TextIO | None = None) -> int:
+    """``RUN_DIR [--format json,md,html,csv|all] [--upload s3://bucket/prefix]
+    [--fleet-gate] [--accept-unchecksummed]``."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    prog = "prefixbench report"
+    parser = report_parser()
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except _UsageError as exc:
@@ -195,12 +216,7 @@ def compare_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None
     out = out or sys.stdout
     err = err or sys.stderr
     prog = "prefixbench compare"
-    parser = _Parser(prog=prog, description="Compare a run against a reference run; exit 4 "
-                     "on regression beyond the tolerances.")
-    parser.add_argument("run_dir", metavar="RUN_DIR")
-    parser.add_argument("reference_dir", metavar="REFERENCE_DIR")
-    parser.add_argument("--tolerances", metavar="FILE",
-                        help="YAML overriding the default tolerances (see RUNBOOK.md)")
+    parser = compare_parser()
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
         tol = load_tolerances(args.tolerances) if args.tolerances else Tolerances()

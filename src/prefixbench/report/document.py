@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefixbench.report import fleet, goodput, headline, issues, plots, verdicts
+from prefixbench.report.doclinks import failure_link, verdict_link
 from prefixbench.report.economics import compilations
 from prefixbench.report.model import HostSummary, Summary
 from prefixbench.report.tables import (
@@ -64,7 +66,7 @@ class Plot:
 Block = Heading | Para | Bullets | Pre | Table | Plot
 
 
-def _goodput_blocks(h: HostSummary) -> list[Block]:
+def _goodput_blocks(h: HostSummary, docs: str) -> list[Block]:
     """The goodput ladder's section of one host (nothing without a ladder)."""
     g = h.goodput
     if g is None:
@@ -76,7 +78,9 @@ def _goodput_blocks(h: HostSummary) -> list[Block]:
                  f"p{g.ladder.percentile:g} TTFT of its requests is at most "
                  f"{g.ladder.ttft_ms:g} ms and none failed."),
             Table(header, tuple(rows), numeric=(1, 2, 3, 4)),
-            Bullets(tuple(goodput.goodput_lines(g)))]
+            Bullets(tuple(goodput.goodput_lines(g))),
+            Para("How to read the check `no_overlap_no_uplift`: "
+                 + verdict_link(docs, "no_overlap_no_uplift"))]
 
 
 def _run_line(s: Summary) -> str:
@@ -104,7 +108,9 @@ def threshold_lines(t: Thresholds) -> list[str]:
             f"Fleet hit-ratio departure: {fleet.departure_rule(t)}"]
 
 
-def blocks(s: Summary) -> list[Block]:
+def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
+    """The report's content; ``docs`` is the base of the links to the docs sections that
+    explain each verdict and failure (prefixbench.report.doclinks.docs_base)."""
     out: list[Block] = [
         Heading(1, f"Prefix caching benchmark report: {s.run_id}"
                    + (" (SIMULATED fleet)" if headline.simulated(s) else "")),
@@ -135,7 +141,7 @@ def blocks(s: Summary) -> list[Block]:
                 Plot("Hit ratio measured vs expected", plots.hit_ratio_plot(s))]
     for h in s.hosts:
         out += [Heading(2, f"Host {h.host}: {h.status}"),
-                Heading(3, "Confirmation"), verdict_table(h)]
+                Heading(3, "Confirmation"), verdict_table(h, docs)]
         if h.issues:
             out += [Heading(3, "Common issues found"), issues_table(h)]
         out += [Heading(3, "Step 7: four runs side by side"), step7_table(h),
@@ -146,7 +152,7 @@ def blocks(s: Summary) -> list[Block]:
                 *((Para("Why measured differs from the tutorial's formula, cause by cause "
                         "(percentage points of hit ratio):"),
                    Bullets(tuple(shortfall_lines(h)))) if h.shortfalls else ()),
-                *_goodput_blocks(h),
+                *_goodput_blocks(h, docs),
                 Heading(3, "Cold vs warm requests"),
                 Para("Cold = first request to use its prefix (reconstructed from the seed); "
                      "a cold request pays the full prefill, so it sets the tail of a cached "
@@ -160,7 +166,7 @@ def blocks(s: Summary) -> list[Block]:
             out += [Heading(3, "Failures")]
             for f in h.failures:
                 out += [Para(f"{f.configuration} / {f.workload} rep{f.repetition}: {f.error}"
-                             f" (file {f.path})")]
+                             f" (file {f.path}). What to do: {failure_link(docs, f.error)}")]
                 if f.log_tail:
                     out.append(Pre(f.log_tail))
     fs = s.fleet
@@ -180,7 +186,7 @@ def blocks(s: Summary) -> list[Block]:
     if fs.hosts_without_fingerprint:
         out.append(Para("No fingerprint for: " + ", ".join(fs.hosts_without_fingerprint)))
     if s.failures:
-        out += [Heading(2, "Failures"), failures_table(s)]
+        out += [Heading(2, "Failures"), failures_table(s, docs)]
     if s.warnings:
         out += [Heading(2, "Warnings"), Bullets(s.warnings)]
     out += [Heading(2, "Thresholds"), Bullets(tuple(threshold_lines(s.thresholds)))]
@@ -203,8 +209,8 @@ def _md_table(t: Table) -> str:
     return "\n".join([head, sep, *body])
 
 
-def render_markdown(s: Summary) -> str:
-    return markdown_of(blocks(s))
+def render_markdown(s: Summary, docs: str = "docs/") -> str:
+    return markdown_of(blocks(s, docs))
 
 
 def markdown_of(content: Sequence[Block]) -> str:
@@ -246,9 +252,19 @@ ul{margin:4px 0 12px}code{background:#f3f5f8;padding:0 3px}
 """
 
 
+#: A Markdown link ``[text](url)`` after HTML escaping (the url holds no space or ")").
+_LINK = re.compile(r"\[([^\[\]]+)\]\(([^()\s]+)\)")
+
+
+def _links(escaped: str) -> str:
+    """Markdown links of already escaped text as anchors."""
+    return _LINK.sub(r'<a href="\2">\1</a>', escaped)
+
+
 def _inline(text: str) -> str:
-    """Escape, then turn ``**x**`` and backquoted code into tags (the only markup used)."""
-    out = html.escape(text)
+    """Escape, then turn ``**x**``, backquoted code and ``[text](url)`` links into tags
+    (the only markup used)."""
+    out = _links(html.escape(text))
     while "**" in out:
         a = out.find("**")
         b = out.find("**", a + 2)
@@ -277,13 +293,14 @@ def _html_table(t: Table) -> str:
             if c in ("PASS", "FAIL", "INCONCLUSIVE", "NOT_RUN"):
                 cls.append(c)
             attr = f' class="{" ".join(cls)}"' if cls else ""
-            cells.append(f"<td{attr}>{html.escape(c)}</td>")
+            text = _links(html.escape(c)) if i in t.links else html.escape(c)
+            cells.append(f"<td{attr}>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def render_html(s: Summary) -> str:
-    return html_of(blocks(s), f"prefixbench report {s.run_id}")
+def render_html(s: Summary, docs: str = "docs/") -> str:
+    return html_of(blocks(s, docs), f"prefixbench report {s.run_id}")
 
 
 def html_of(content: Sequence[Block], title_text: str) -> str:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from prefixbench.report.bench_model import Agg
+from prefixbench.report.doclinks import failure_link, verdict_link
 from prefixbench.report.economics import cost_per_million
 from prefixbench.report.fleet_model import FleetSummary
 from prefixbench.report.model import HostSummary, Summary
@@ -40,6 +41,8 @@ class Table:
     rows: tuple[tuple[str, ...], ...]
     #: Column indices holding numbers (right-aligned).
     numeric: tuple[int, ...] = ()
+    #: Column indices holding a Markdown link (``[page](url)``; HTML renders an anchor).
+    links: tuple[int, ...] = ()
 
 
 def fmt(x: float | None, spec: str = ".1f", suffix: str = "") -> str:
@@ -134,9 +137,13 @@ def shortfall_lines(h: HostSummary) -> list[str]:
     return out
 
 
-def verdict_table(h: HostSummary) -> Table:
-    rows = tuple((v.status, v.criterion, v.detail, v.threshold) for v in h.verdicts)
-    return Table(("Verdict", "Criterion (tutorial)", "Numbers", "Threshold"), rows)
+def verdict_table(h: HostSummary, docs: str = "docs/") -> Table:
+    """The host's verdicts, each with the docs section that explains it (``docs``: the
+    docs' base, prefixbench.report.doclinks)."""
+    rows = tuple((v.status, v.criterion, v.detail, v.threshold, verdict_link(docs, v.name))
+                 for v in h.verdicts)
+    return Table(("Verdict", "Criterion (tutorial)", "Numbers", "Threshold", "Explained in"),
+                 rows, links=(4,))
 
 
 def issues_table(h: HostSummary) -> Table:
@@ -203,11 +210,14 @@ def departures_table(f: FleetSummary) -> Table:
     return Table(("Host", "Run", "Signal", "Measured", "Expected", "Difference"), rows)
 
 
-def failures_table(s: Summary) -> Table:
+def failures_table(s: Summary, docs: str = "docs/") -> Table:
+    """Every bench without a result, each with the docs section on what to do."""
     rows = tuple((f.host, f"{f.configuration} / {f.workload} rep{f.repetition}", f.error,
-                  "" if f.returncode is None else str(f.returncode), f.path)
+                  "" if f.returncode is None else str(f.returncode), f.path,
+                  failure_link(docs, f.error))
                  for f in s.failures)
-    return Table(("Host", "Benchmark", "Reason", "rc", "File"), rows)
+    return Table(("Host", "Benchmark", "Reason", "rc", "File", "What to do"), rows,
+                 links=(5,))
 
 
 def time_cost_table(s: Summary) -> Table:

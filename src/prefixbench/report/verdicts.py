@@ -15,7 +15,8 @@ by what the workload is, never by its name); a criterion no workload serves is
 The hit-rate criterion compares counters, not timings: it is exact, not sampled, and
 keeps its fixed tolerance. Each criterion is a :class:`Rule` (:data:`RULES`): the verdict
 decides with it and words its threshold from it, and the report's Thresholds section
-prints the same words (:func:`method_lines`).
+prints the same words (:func:`method_lines`); docs/reading-the-report.md explains
+each one.
 
 A pairing holds the prompts equal, not the machine: when the rest of the machine was
 busier during one configuration's runs than the other's (the share of its CPU that

@@ -4,7 +4,7 @@ and the thresholds.
 Every decision of the report (verdicts, common issues, fleet flags) and every summary type
 speaks of the two configurations (:data:`BASELINE`, :data:`CACHED`), the criteria's
 workload kinds, a :data:`Status` per verdict (combined by :func:`overall_status`), and the
-:class:`Thresholds` it was judged against (documented in RUNBOOK.md).
+:class:`Thresholds` it was judged against (documented in docs/reading-the-report.md).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any, Final
 from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.layout import SUMMARY
 from prefixbench.measure.records import json_safe
+from prefixbench.report.doclinks import docs_base
 from prefixbench.report.document import render_html, render_markdown
 from prefixbench.report.load import load_run
 from prefixbench.report.model import Summary
@@ -76,9 +77,13 @@ def results_csv(run_dir: str | Path, *, accept_unchecksummed: bool = False) -> s
 
 def write_outputs(
     summary: Summary, run_dir: str | Path, formats: Iterable[str] = tuple(FORMATS),
+    docs: str | None = None,
 ) -> list[Path]:
-    """Write the requested outputs (``json``, ``md``, ``html``, ``csv``) into ``run_dir``."""
+    """Write the requested outputs (``json``, ``md``, ``html``, ``csv``) into ``run_dir``.
+    ``docs`` is the base of the report's links to the docs (default
+    :func:`prefixbench.report.doclinks.docs_base` of ``run_dir``)."""
     root = Path(run_dir)
+    base = docs if docs is not None else docs_base(root)
     written: list[Path] = []
     for fmt in formats:
         if fmt not in FORMATS:
@@ -88,9 +93,9 @@ def write_outputs(
             text = json.dumps(json_safe(summary.to_dict()), indent=2, sort_keys=True,
                               allow_nan=False) + "\n"
         elif fmt == "md":
-            text = render_markdown(summary)
+            text = render_markdown(summary, base)
         elif fmt == "html":
-            text = render_html(summary)
+            text = render_html(summary, base)
         else:
             text = results_csv(root, accept_unchecksummed=bool(summary.unchecksummed))
         write_text_atomic(path, text)
