@@ -360,6 +360,9 @@ Rule = Callable[[Mapping[str, Any]], Iterable[str]]
 #: (:func:`prefixbench.config.settings.validate`); :mod:`prefixbench.config.rules` registers the
 #: tutorial's.
 RULES: list[Rule] = []
+#: Cross-field warnings, run like the rules on valid settings: what preflight prints
+#: without stopping the run (a configuration AWS publishes no recipe for, a tight fit).
+WARNINGS: list[Rule] = []
 
 
 def catalogue_default(name: str) -> Any:
@@ -374,6 +377,12 @@ def catalogue_default(name: str) -> Any:
 def rule(func: Rule) -> Rule:
     """Register a cross-field rule (a function yielding one line per problem)."""
     RULES.append(func)
+    return func
+
+
+def warning(func: Rule) -> Rule:
+    """Register a cross-field warning (a function yielding one line per warning)."""
+    WARNINGS.append(func)
     return func
 
 

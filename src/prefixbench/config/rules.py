@@ -16,7 +16,15 @@ from prefixbench.bench.goodput import LadderError
 from prefixbench.bench.workloads import WorkloadError
 from prefixbench.config import catalogue
 from prefixbench.config.catalogue import SEGMENT_SIZES
-from prefixbench.config.modelfit import DTYPES, WEIGHTS_MAX_HBM_FRACTION, model_fit
+from prefixbench.config.modelfit import (
+    DTYPES,
+    BudgetError,
+    budget_vars,
+    model_fit,
+    refusal,
+    tight_warning,
+)
+from prefixbench.config.recipes import recipe_warning
 from prefixbench.hosts import instances, releases
 from prefixbench.hosts.instances import family
 from prefixbench.predict import tokenizer_vocab
@@ -204,16 +212,42 @@ def tensor_parallel_fits(s: Mapping[str, Any]) -> Iterator[str]:
 
 @catalogue.rule
 def model_fits_the_hbm(s: Mapping[str, Any]) -> Iterator[str]:
-    """On Neuron, the model's weights fit the HBM of the cores tensor parallelism uses."""
+    """On Neuron, the weights leave vllm-neuron's memory budget the KV cache it needs to
+    start (prefixbench.config.modelfit, after the plugin's "Memory management")."""
     if s.get("prefixbench_model_fit", "refuse") != "refuse":
         return
     fit = model_fit(s)
     if fit is None or fit.fits:
         return
-    yield (f"{fit.needs()}; {fit.uses()}, of which the weights may fill "
-           f"{WEIGHTS_MAX_HBM_FRACTION:.0%} ({fit.budget_gib:.0f} GiB; the rest is for the "
-           f"KV cache, activations and compiled graphs): {fit.remedy()}, or set "
-           "prefixbench_model_fit: warn")
+    yield f"{refusal(fit)}, or set prefixbench_model_fit: warn"
+
+
+@catalogue.warning
+def model_fit_warnings(s: Mapping[str, Any]) -> Iterator[str]:
+    """A fit with less KV room than the plugin's cap, or a misfit let through (warn)."""
+    line = tight_warning(s)
+    if line:
+        yield line
+
+
+@catalogue.warning
+def published_recipe(s: Mapping[str, Any]) -> Iterator[str]:
+    """On Neuron, AWS publishes a command for this model, family and TP
+    (prefixbench.config.recipes, data/aws_recipes.yml)."""
+    line = recipe_warning(s)
+    if line:
+        yield line
+
+
+@catalogue.rule
+def plugin_memory_environment(s: Mapping[str, Any]) -> Iterator[str]:
+    """The unit's KV budget variables, when set, are numbers vllm-neuron can use."""
+    if s.get("prefixbench_platform") != "neuron":
+        return
+    try:
+        budget_vars(s)
+    except BudgetError as exc:
+        yield str(exc)
 
 
 @catalogue.rule
