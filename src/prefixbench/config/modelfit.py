@@ -19,8 +19,8 @@ on top), so a host that passes here can still fall short, and one that fails her
 certainly does. The two environment variables are read from the unit's environment
 (vllm_service_environment) when it sets them.
 
-The rules that refuse a misfit (:func:`prefixbench.config.rules.model_fits_the_hbm`) and
-check the per-family maps (:func:`prefixbench.config.rules.by_family_maps`) read it; the
+The rules that refuse a misfit (:func:`prefixbench.config.rules_fit.model_fits_the_hbm`) and
+check the per-family maps (:func:`prefixbench.config.rules_fit.by_family_maps`) read it; the
 run plan prints :func:`fit_line`; :func:`tight_warning` is preflight's warning when the
 weights leave the KV cache less than the cap.
 """
@@ -209,7 +209,7 @@ def model_fit(s: Mapping[str, Any]) -> ModelFit | None:
     try:
         cap, min_kv = budget_vars(s)
     except BudgetError:
-        return None  # rules.plugin_memory_environment reports it
+        return None  # rules_fit.plugin_memory_environment reports it
     per_core = spec.memory_per_logical_core_gib()
     cores = spec.logical_cores()
     min_tp = next((d for d in range(1, cores + 1) if cores % d == 0
