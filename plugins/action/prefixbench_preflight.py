@@ -2,7 +2,8 @@
 
 A thin adapter over :func:`prefixbench.config.settings.validate`. It never connects to the host
 (no module is executed), so it works for unreachable hosts and in check mode, and it
-changes nothing anywhere. It fails with one line per problem.
+changes nothing anywhere. It fails with one line per problem; warnings (a configuration
+AWS publishes no recipe for, a tight model fit) are shown and the run goes on.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from prefixbench.config import settings as pb_settings
+
+display = Display()
 
 
 class ActionModule(ActionBase):
@@ -50,5 +54,8 @@ class ActionModule(ActionBase):
                              "changed:\n" + "\n".join(checked.problems))
         else:
             result["settings"] = checked.settings
+            result["preflight_warnings"] = checked.warnings
             result["msg"] = f"{host}: {len(checked.settings)} settings valid"
+            for line in checked.warnings:
+                display.warning(line)
         return result

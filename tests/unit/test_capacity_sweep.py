@@ -36,7 +36,7 @@ def _valid(**extra: Any) -> settings.ValidationResult:
 
 
 def test_each_capacity_point_runs_the_cached_server_with_its_block_override() -> None:
-    result = _valid(prefixbench_sweep_kv_blocks=[200, 80])
+    result = _valid(prefixbench_sweep_kv_blocks=[200, 80], vllm_service_block_size=32)
     assert result.ok, result.problems
     points = sweep.points(result.settings)
     assert [p.name for p in points] == ["kv200", "kv80"]
@@ -47,10 +47,40 @@ def test_each_capacity_point_runs_the_cached_server_with_its_block_override() ->
     assert result.settings["vllm_service_num_gpu_blocks_override"] == 0
     argv = server.serve_argv(s, "cached")
     assert argv[argv.index("--num-gpu-blocks-override") + 1] == "80"
+    assert argv[argv.index("--block-size") + 1] == "32"
     assert "--num-gpu-blocks-override" not in server.serve_argv(result.settings, "cached")
     (host,) = [plan.host_plan("h1", result.settings)]
     assert host.benches == 2 * 3  # two points x the tutorial's three workloads, cached
     assert "KV blocks [200, 80] x cached x" in plan.render([host])[0]
+
+
+def test_a_neuron_block_override_without_a_block_size_is_refused_with_the_source() -> None:
+    # vllm-neuron 0.21: "block count is set explicitly via num_gpu_blocks_override, and
+    # block_size must be specified" (features-guide.md, "Sizing the KV cache").
+    refusal = ("vllm_service_num_gpu_blocks_override on Neuron needs vllm_service_block_size "
+               "(the plugin takes the block count with a block size, aws-neuron/"
+               "aws-neuron-sdk@v2.31.1 vllm-neuron/docs/guides/features-guide.md, \"Sizing "
+               "the KV cache\"): set vllm_service_block_size, e.g. 32 (its default)")
+    assert _valid(vllm_service_num_gpu_blocks_override=4096).problems == [f"h1: {refusal}"]
+    assert _valid(prefixbench_sweep_kv_blocks=[200]).problems == [
+        f"h1: sweep point kv200: {refusal}"]
+    assert _valid(vllm_service_num_gpu_blocks_override=4096, vllm_service_block_size=32).ok
+    # The cpu platform has its own default (128) and needs none.
+    assert _valid(prefixbench_platform="cpu", vllm_service_num_gpu_blocks_override=4096,
+                  vllm_service_tensor_parallel_size=1).ok
+    # Without an override, no block size is passed: the tutorial's command has none.
+    plain = _valid().settings
+    assert "--block-size" not in server.serve_argv(plain, "cached")
+
+
+def test_a_block_size_on_cpu_sizes_the_one_request_check() -> None:
+    small = {**_valid().settings, "prefixbench_platform": "cpu",
+             "vllm_service_max_model_len": 1536}
+    # 1536 / 32 = 48 blocks + the null block.
+    assert not list(rules.kv_blocks_hold_a_request(
+        {**small, "vllm_service_block_size": 32, "vllm_service_num_gpu_blocks_override": 49}))
+    assert list(rules.kv_blocks_hold_a_request(
+        {**small, "vllm_service_block_size": 32, "vllm_service_num_gpu_blocks_override": 48}))
 
 
 def test_sweeping_both_dials_at_once_is_refused_in_one_line() -> None:

@@ -27,7 +27,8 @@ FINGERPRINT: dict[str, Any] = {
     "vllm_version": "0.32.0",
     "units": {"vllm-baseline.service": "a" * 64, "vllm-cached.service": "b" * 64},
     "model": {"source": "url", "revision": "sha256:" + "c" * 64}}
-VERSIONS = {"vllm": "0.32.0", "torch": "2.13.0"}
+VERSIONS: dict[str, Any] = {**dict.fromkeys(compile_cache.COMPILER_DISTRIBUTIONS),
+                            "vllm": "0.32.0", "torch": "2.13.0"}
 SETTINGS: dict[str, Any] = {"prefixbench_platform": "cpu",
                             "vllm_service_cache_root": "/var/cache/vllm-prefixbench",
                             "vllm_service_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
@@ -64,6 +65,40 @@ def test_the_key_follows_what_changes_the_graphs_and_nothing_else() -> None:
         key(settings={**SETTINGS, "vllm_service_cache_root": "/srv/cache"}),
     ]
     assert len({base, *changed}) == len(changed) + 1
+
+
+def test_the_0_21_stacks_compiler_packages_are_in_the_key() -> None:
+    # AWS's vLLM 0.21 container installs neuronx-cc, nki and libtorch-neuronx-lite
+    # (deep-learning-containers@2.31.1 vllm/inference/0.21.0.1.0.0/Dockerfile.neuronx).
+    neuron = {**VERSIONS, "vllm": "0.21.0", "vllm-neuron": "0.21.0.1.0.0+794754d",
+              "neuronx-cc": "2.26.6360.0+6f180f47", "nki": "0.5.0+28631259367.ga768afa6",
+              "libtorch-neuronx-lite": "2.11.0.1.0.696+3ee64b38"}
+    base = key(versions=neuron)
+    assert key(versions={**neuron, "nki": "0.6.0"}) != base
+    assert key(versions={**neuron, "libtorch-neuronx-lite": "2.11.0.1.0.700"}) != base
+    material = compile_cache.key_material(FINGERPRINT, neuron, SETTINGS, "cached")
+    assert material["distributions"]["nki"] == "0.5.0+28631259367.ga768afa6"
+    assert material["key_version"] == 2
+
+
+def test_a_host_whose_venv_was_not_asked_for_a_distribution_does_not_share() -> None:
+    # An unread version is not an absent one: keying on it as null would let hosts with
+    # different NKI builds load each other's graphs.
+    unread = {k: v for k, v in VERSIONS.items() if k != "nki"}
+    with pytest.raises(ValueError, match=r"versions of nki were not read"):
+        key(versions=unread)
+    with pytest.raises(ValueError, match=r"versions of vllm, vllm-cpu, .* were not read"):
+        compile_cache.key_material(FINGERPRINT, {}, SETTINGS, "cached")
+
+
+def test_the_fingerprint_task_reads_every_compiler_distribution() -> None:
+    import yaml  # noqa: PLC0415
+
+    tasks = yaml.safe_load((module_runner.ROOT / "roles" / "prefix_bench" / "tasks" /
+                            "fingerprint.yml").read_text())
+    read = next(t["prefixbench_fingerprint_read"] for t in tasks
+                if "prefixbench_fingerprint_read" in t)
+    assert tuple(read["distributions"]) == compile_cache.COMPILER_DISTRIBUTIONS
 
 
 def test_a_host_without_a_unit_checksum_or_model_revision_does_not_share() -> None:

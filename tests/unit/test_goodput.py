@@ -168,7 +168,8 @@ def test_no_break_even_is_claimed_without_a_measured_saving(bench: BenchSummary)
 
 
 def test_a_bad_ladder_is_said_once_in_a_sweep() -> None:
-    extra = {"prefixbench_goodput_rates": [1.0], "prefixbench_sweep_kv_blocks": [100, 200]}
+    extra = {"prefixbench_goodput_rates": [1.0], "prefixbench_sweep_kv_blocks": [100, 200],
+             "vllm_service_block_size": 32}
     result = settings.validate({**BASE, **extra}, "h1", extra_names=[*BASE, *extra])
     assert result.problems == ["h1: the goodput ladder needs both prefixbench_goodput_ttft_ms "
                                "and prefixbench_goodput_rates (or neither)"]

@@ -36,6 +36,17 @@ INVALID: list[tuple[dict[str, Any], str]] = [
      "kv_segment_size_buckets [768] not supported"),
     ({"vllm_service_max_num_batched_tokens": 2048},
      "vllm_service_max_num_batched_tokens 2048 must match the prefill segment"),
+    # vllm-neuron 0.21: "Only a single segment size is supported at this time".
+    ({"vllm_service_neuron_config": nc(kv_segment_size_buckets=[512, 1024],
+                                       num_batched_tokens_buckets=[512, 1024])},
+     "kv_segment_size_buckets [512, 1024] has 2 sizes: vllm-neuron supports a single "
+     "segment size (aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/guides/"
+     "reference-configuration.md, \"Prefix caching constraints\"): keep one, e.g. [512]"),
+    # ... and "Block size must divide evenly into the segment size".
+    ({"vllm_service_block_size": 48},
+     "vllm_service_block_size 48 does not divide kv_segment_size_buckets [1024]"),
+    ({"vllm_service_num_gpu_blocks_override": 4096},
+     "vllm_service_num_gpu_blocks_override on Neuron needs vllm_service_block_size"),
     ({"vllm_service_neuron_config": nc(num_seqs_buckets=[8])},
      "num_seqs_buckets [8] must reach vllm_service_max_num_seqs 4"),
     ({"vllm_service_neuron_config": nc(kv_segment_size_buckets=None)},
@@ -127,3 +138,8 @@ def test_the_api_stays_on_loopback_unless_opted_in_with_a_key() -> None:
         assert catalogue.validate(keyed, "h1").problems == []
     for host in ("127.0.0.1", "::1", "localhost"):
         assert catalogue.validate({**base, "vllm_service_host": host}, "h1").problems == []
+
+
+def test_a_block_size_that_divides_the_segment_is_accepted() -> None:
+    assert settings.validate({**BASE, "vllm_service_block_size": 32}, host="h1").ok
+    assert settings.validate({**BASE, "vllm_service_block_size": 1024}, host="h1").ok

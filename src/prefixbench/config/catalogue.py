@@ -312,8 +312,13 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             1024, minimum=16, maximum=1048576),
     Setting("vllm_service_num_gpu_blocks_override", "int", "--num-gpu-blocks-override: "
             "the KV cache's size in blocks instead of the size vLLM derives from memory "
-            "(vllm-neuron adds its null block to it). 0: not set.", 0, minimum=0,
+            "(vLLM keeps one of them as its null block). On Neuron it needs "
+            "vllm_service_block_size too. 0: not set.", 0, minimum=0,
             maximum=100000000),
+    Setting("vllm_service_block_size", "int", "--block-size: tokens per KV-cache block. "
+            "0: not set (the platform's default: 32 on vllm-neuron 0.21, 128 on vLLM's cpu "
+            "platform). On Neuron it must divide the kv segment size and is required with "
+            "vllm_service_num_gpu_blocks_override.", 0, minimum=0, maximum=8192),
     Setting("vllm_service_hf_overrides", "dict", "--hf-overrides (JSON); the tutorial "
             "clears quantization_config for gpt-oss on Trn2.",
             {"quantization_config": {}}),
@@ -365,6 +370,9 @@ Rule = Callable[[Mapping[str, Any]], Iterable[str]]
 #: (:func:`prefixbench.config.settings.validate`); :mod:`prefixbench.config.rules` registers the
 #: tutorial's.
 RULES: list[Rule] = []
+#: Cross-field warnings, run like the rules on valid settings: what preflight prints
+#: without stopping the run (a configuration AWS publishes no recipe for, a tight fit).
+WARNINGS: list[Rule] = []
 
 
 def catalogue_default(name: str) -> Any:
@@ -379,6 +387,12 @@ def catalogue_default(name: str) -> Any:
 def rule(func: Rule) -> Rule:
     """Register a cross-field rule (a function yielding one line per problem)."""
     RULES.append(func)
+    return func
+
+
+def warning(func: Rule) -> Rule:
+    """Register a cross-field warning (a function yielding one line per warning)."""
+    WARNINGS.append(func)
     return func
 
 

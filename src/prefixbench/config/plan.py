@@ -8,6 +8,7 @@ from typing import Any
 
 from prefixbench.bench import criteria, experiment
 from prefixbench.config import modelfit
+from prefixbench.config.settings import warnings_of
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
@@ -29,6 +30,8 @@ class HostPlan:
     fit: str = ""
     #: KV capacities (blocks) of a capacity sweep: one cached server each.
     kv_sweep: tuple[int, ...] = ()
+    #: Preflight's warnings about the host (no AWS recipe, a tight fit), one line each.
+    warnings: tuple[str, ...] = ()
 
     @property
     def benches(self) -> int:
@@ -55,6 +58,7 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_segment_sizes") or ()),
         fit=modelfit.fit_line(settings) or "",
         kv_sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_kv_blocks") or ()),
+        warnings=tuple(warnings_of(settings)) if settings else (),
     )
 
 
@@ -83,8 +87,8 @@ def workload_lines(settings: Mapping[str, Any]) -> list[str]:
 
 
 def render(plans: Sequence[HostPlan]) -> list[str]:
-    """The plan as lines for the console: one per host (and its model-fit line), then
-    the total."""
+    """The plan as lines for the console: one per host (and its model-fit line and
+    warnings), then the total."""
     if not plans:
         return ["plan: no hosts matched - check the inventory and --limit"]
     lines = []
@@ -101,6 +105,7 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
             f"x {p.repetitions} rep = {p.benches} benches")
         if p.fit:
             lines.append(f"  {p.fit}")
+        lines.extend(f"  WARNING: {w}" for w in p.warnings)
     total = sum(p.benches for p in plans)
     lines.append(f"total: {len(plans)} hosts, {total} benches")
     return lines

@@ -16,7 +16,6 @@ from prefixbench.bench.goodput import LadderError
 from prefixbench.bench.workloads import WorkloadError
 from prefixbench.config import catalogue
 from prefixbench.config.catalogue import SEGMENT_SIZES
-from prefixbench.config.modelfit import DTYPES, WEIGHTS_MAX_HBM_FRACTION, model_fit
 from prefixbench.hosts import instances, releases
 from prefixbench.hosts.instances import family
 from prefixbench.predict import tokenizer_vocab
@@ -57,14 +56,31 @@ def neuron_config_shape(s: Mapping[str, Any]) -> Iterator[str]:
                f"knows ({', '.join(_NEURON_CONFIG_KEYS)})")
 
 
+#: Where vllm-neuron 0.21 states its segmented-attention constraints: one segment size,
+#: equal to the prefill bucket, a multiple of the block size.
+SEGMENT_SOURCE: Final = ("aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/guides/"
+                         "reference-configuration.md, \"Prefix caching constraints\"")
+
+
 @catalogue.rule
 def segment_buckets(s: Mapping[str, Any]) -> Iterator[str]:
-    """kv_segment_size_buckets equals num_batched_tokens_buckets; sizes are supported."""
+    """kv_segment_size_buckets is one supported size, equal to num_batched_tokens_buckets
+    and a multiple of the block size.
+
+    vllm-neuron 0.21's docs: "Only a single segment size is supported at this time",
+    "kv_segment_size_buckets and num_batched_tokens_buckets must currently be identical"
+    and "Block size must divide evenly into the segment size" (:data:`SEGMENT_SOURCE`;
+    the same in design/vllm/prefix-caching.md, "kv_segment_size_buckets Configuration").
+    """
     cfg = s["vllm_service_neuron_config"]
     segments = _int_list(cfg.get("kv_segment_size_buckets"))
     batched = _int_list(cfg.get("num_batched_tokens_buckets"))
     if segments is None or batched is None:
         return
+    if len(segments) > 1:
+        yield (f"kv_segment_size_buckets {segments} has {len(segments)} sizes: vllm-neuron "
+               f"supports a single segment size ({SEGMENT_SOURCE}): keep one, e.g. "
+               f"[{segments[0]}]")
     if segments != batched:
         yield (f"kv_segment_size_buckets {segments} must equal num_batched_tokens_buckets "
                f"{batched} (the tutorial's constraint for segmented attention)")
@@ -72,6 +88,13 @@ def segment_buckets(s: Mapping[str, Any]) -> Iterator[str]:
     if bad:
         yield (f"kv_segment_size_buckets {bad} not supported: use one of "
                f"{', '.join(f'[{v}]' for v in SEGMENT_SIZES)}")
+    block = int(s.get("vllm_service_block_size") or 0)
+    if block and s.get("prefixbench_platform") == "neuron":
+        uneven = [v for v in segments if v % block]
+        if uneven:
+            yield (f"vllm_service_block_size {block} does not divide kv_segment_size_buckets "
+                   f"{uneven} (block size must divide the segment size, {SEGMENT_SOURCE}): "
+                   "use a block size that divides it, e.g. 32 (the plugin's default)")
     mnbt = s["vllm_service_max_num_batched_tokens"]
     if mnbt != max(batched):
         yield (f"vllm_service_max_num_batched_tokens {mnbt} must match the prefill segment "
@@ -194,44 +217,6 @@ def tensor_parallel_fits(s: Mapping[str, Any]) -> Iterator[str]:
                f"NeuronCores of a {itype}")
 
 
-# --- the model's weights against the HBM tensor parallelism uses ------------------------
-# (the arithmetic is prefixbench.config.modelfit's)
-
-
-@catalogue.rule
-def model_fits_the_hbm(s: Mapping[str, Any]) -> Iterator[str]:
-    """On Neuron, the model's weights fit the HBM of the cores tensor parallelism uses."""
-    if s.get("prefixbench_model_fit", "refuse") != "refuse":
-        return
-    fit = model_fit(s)
-    if fit is None or fit.fits:
-        return
-    yield (f"{fit.needs()}; {fit.uses()}, of which the weights may fill "
-           f"{WEIGHTS_MAX_HBM_FRACTION:.0%} ({fit.budget_gib:.0f} GiB; the rest is for the "
-           f"KV cache, activations and compiled graphs): {fit.remedy()}, or set "
-           "prefixbench_model_fit: warn")
-
-
-@catalogue.rule
-def by_family_maps(s: Mapping[str, Any]) -> Iterator[str]:
-    """Per-family maps name families; dtypes and sizes are ones the fit check knows."""
-    families = ", ".join(sorted(instances.FAMILIES))
-    for name in ("vllm_service_tensor_parallel_size_by_family",
-                 "prefixbench_model_dtype_by_family"):
-        for key in sorted(set(s.get(name) or {}) - instances.FAMILIES):
-            yield f"{name}: {key!r} is not an instance family ({families})"
-    for fam, dtype in sorted((s.get("prefixbench_model_dtype_by_family") or {}).items()):
-        if str(dtype).lower() not in DTYPES:
-            yield (f"prefixbench_model_dtype_by_family.{fam}: {dtype!r} is not a dtype the "
-                   f"fit check knows ({', '.join(DTYPES)})")
-    for dtype, gib in sorted((s.get("prefixbench_model_weights_gib") or {}).items()):
-        if str(dtype).lower() not in DTYPES:
-            yield (f"prefixbench_model_weights_gib: {dtype!r} is not a dtype the fit check "
-                   f"knows ({', '.join(DTYPES)})")
-        elif isinstance(gib, bool) or not isinstance(gib, int | float) or gib <= 0:
-            yield f"prefixbench_model_weights_gib.{dtype} must be a positive number of GiB"
-
-
 # --- start-up and the tokenizer vocabulary -------------------------------------------------
 
 
@@ -316,8 +301,32 @@ def goodput_ladder_valid(s: Mapping[str, Any]) -> Iterator[str]:
 
 
 #: vLLM's KV block size on the cpu platform when none is given (vllm/platforms/cpu.py,
-#: check_and_update_config: ``cache_config.block_size = 128``).
+#: check_and_update_config: ``cache_config.block_size = 128`` unless the user gave one;
+#: a given one is kept for models without MLA, as gpt-oss is).
 CPU_BLOCK_SIZE: Final = 128
+#: vllm-neuron 0.21's default ``block_size`` (aws-neuron/aws-neuron-sdk@v2.31.1
+#: vllm-neuron/docs/guides/reference-configuration.md, "KV cache options").
+NEURON_DEFAULT_BLOCK_SIZE: Final = 32
+#: Where vllm-neuron 0.21 gives --num-gpu-blocks-override together with --block-size.
+BLOCK_OVERRIDE_SOURCE: Final = ("aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/guides/"
+                                "features-guide.md, \"Sizing the KV cache\"")
+
+
+@catalogue.rule
+def neuron_block_override_has_block_size(s: Mapping[str, Any]) -> Iterator[str]:
+    """On Neuron, a KV-block override comes with a block size.
+
+    vllm-neuron 0.21: "On Neuron, block count is set explicitly via
+    num_gpu_blocks_override, and block_size must be specified" (:data:`BLOCK_OVERRIDE_SOURCE`).
+    The capacity sweep sets the override at every point, so a Neuron sweep needs it too.
+    """
+    if s.get("prefixbench_platform") != "neuron":
+        return
+    if int(s.get("vllm_service_num_gpu_blocks_override") or 0) and not int(
+            s.get("vllm_service_block_size") or 0):
+        yield ("vllm_service_num_gpu_blocks_override on Neuron needs vllm_service_block_size "
+               f"(the plugin takes the block count with a block size, {BLOCK_OVERRIDE_SOURCE}):"
+               f" set vllm_service_block_size, e.g. {NEURON_DEFAULT_BLOCK_SIZE} (its default)")
 
 
 @catalogue.rule
@@ -327,21 +336,24 @@ def kv_blocks_hold_a_request(s: Mapping[str, Any]) -> Iterator[str]:
     vLLM checks at start-up that the pool, sized to the override, holds one request at
     ``max_model_len`` and refuses to start otherwise (vllm/v1/core/kv_cache_utils.py,
     get_kv_cache_configs: the override replaces the profiled memory before
-    _check_enough_kv_cache_memory, less the null block). The block size is known here on
-    the cpu platform only; on Neuron the server's start-up says it.
+    _check_enough_kv_cache_memory, less the null block that vllm/v1/core/block_pool.py
+    keeps). The block size is the inventory's, else the platform's default. On Neuron
+    the check is left to the server's start-up: whether the 0.21 plugin adds a block of
+    its own to the override is not documented (see server.serve_argv).
     """
     override = int(s.get("vllm_service_num_gpu_blocks_override") or 0)
     if override == 1:
         yield ("vllm_service_num_gpu_blocks_override 1 leaves no usable block (block 0 is "
-               "the null block): use 0 (not set) or at least 2")
+               "vLLM's null block): use 0 (not set) or at least 2")
         return
     if not override or s.get("prefixbench_platform") != "cpu":
         return
-    needed = -(-int(s["vllm_service_max_model_len"]) // CPU_BLOCK_SIZE) + 1
+    block = int(s.get("vllm_service_block_size") or 0) or CPU_BLOCK_SIZE
+    needed = -(-int(s["vllm_service_max_model_len"]) // block) + 1
     if override < needed:
         yield (f"vllm_service_num_gpu_blocks_override {override} cannot hold one request "
                f"at max_model_len {s['vllm_service_max_model_len']} (block "
-               f"{CPU_BLOCK_SIZE} on cpu: needs {needed} with the null block), so vLLM "
+               f"{block} on cpu: needs {needed} with the null block), so vLLM "
                f"would refuse to start: raise it or lower vllm_service_max_model_len")
 
 

