@@ -172,3 +172,15 @@ def test_the_command_parses() -> None:
     args = cli.build_parser().parse_args(["doctor", "-i", "trn2_fleet", "--limit", "h1"])
     assert args.command == "doctor" and args.limit == "h1"
     assert cli.main(["doctor"], out=sys.stdout, err=sys.stderr) == 2
+
+
+def test_the_variable_the_command_passes_is_accepted_by_preflight(tmp_path: Path) -> None:
+    from prefixbench.frontend import cli_doctor  # noqa: PLC0415
+
+    args = cli.build_parser().parse_args(["doctor", "-i", "trn2_fleet"])
+    argv = cli_doctor.playbook_argv(args, tmp_path / "doctor.json", ROOT)
+    assert argv[1] == "playbooks/doctor.yml"
+    extra = json.loads(argv[-1])
+    result = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
+                                "vllm_service_model": "openai/gpt-oss-120b", **extra}, host="h")
+    assert result.ok, result.problems

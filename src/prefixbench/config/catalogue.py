@@ -29,8 +29,9 @@ Kind = Literal["str", "int", "bool", "float", "list_int", "list_float", "list_st
 OWNED_PREFIXES: Final = (
     "prefixbench_", "neuron_sdk_", "vllm_env_", "model_cache_", "vllm_service_")
 
-#: Names with an owned prefix that are not settings: what preflight publishes.
-RESERVED: Final = frozenset({"prefixbench_settings"})
+#: Names with an owned prefix that are not settings: what preflight publishes, and the
+#: file `prefixbench doctor` asks playbooks/doctor.yml to write its lines to.
+RESERVED: Final = frozenset({"prefixbench_settings", "prefixbench_doctor_out"})
 
 _REQUIRED: Final = object()
 
