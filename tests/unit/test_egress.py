@@ -50,14 +50,19 @@ def test_only_what_the_settings_use_is_listed() -> None:
 
 
 def test_mirrors_and_buckets_replace_the_defaults() -> None:
-    got = hosts(vllm_env_index_url="https://pypi.internal.example:8443/simple",
+    # As AWS's image: the Neuron repository is the index, PyPI the extra one.
+    got = hosts(vllm_env_extra_index_urls=["https://pypi.internal.example:8443/simple"],
+                vllm_env_index_url="https://neuron-pip.internal.example/simple",
                 model_cache_tiktoken_base_url="https://vocab.example/encodings/",
                 neuron_sdk_apt_repo_url="file:///srv/neuron-apt",
                 model_cache_source="s3", model_cache_s3_uri="s3://models-bucket/gpt-oss",
                 model_cache_s3_region="us-east-2")
     assert "pypi.org" not in got
     assert got["pypi.internal.example"].port == 8443
-    assert got["pypi.internal.example"].source == "vllm_env_index_url (instead of pypi.org)"
+    assert got["pypi.internal.example"].source == \
+        "vllm_env_extra_index_urls (instead of pypi.org)"
+    assert "pip.repos.neuron.amazonaws.com" not in got
+    assert "neuron-pip.internal.example" in got
     assert "vocab.example" in got
     assert "apt.repos.neuron.amazonaws.com" not in got  # a file:// mirror needs no egress
     assert "models-bucket.s3.us-east-2.amazonaws.com" in got
