@@ -141,6 +141,8 @@ def test_the_plan_is_the_server_units_own_sandbox() -> None:
     cpu = doctor.plan(valid(prefixbench_platform="cpu", prefixbench_instance_type=
                             "trn2sim.48xlarge"), "/v/bin/vllm")
     assert cpu["config"]["compiler"] == "g++" and cpu["config"]["devices"] == ""
+    # The limit checked is the one the unit asks for: AWS's 65536 on Neuron.
+    assert plan["config"]["nofile"] == 65536 and cpu["config"]["nofile"] == 16384
 
 
 def neuron_ls(devices: int, cores_each: int) -> str:

@@ -197,6 +197,8 @@ def test_the_unit_runs_with_the_venvs_bin_on_path_and_awss_open_files_limit() ->
     # neuronx-cc, which the plugin runs as a subprocess, lives in the venv's bin.
     assert path.split("=", 1)[1].split(":")[:2] == ["/opt/venv/bin", "/opt/aws/neuron/bin"]
     assert spec.limit_nofile == 65536
+    cpu = server.unit_spec(valid(prefixbench_platform="cpu"), "cached", "/opt/venv/bin/vllm")
+    assert cpu.limit_nofile == 16384
 
 
 def test_sandbox_levels_each_directive_with_its_reason() -> None:

@@ -92,7 +92,7 @@ def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
         "devices": "/dev/neuron*" if neuron else "",
         "neuron_ls": f"{server.NEURON_TOOLS_BIN}/neuron-ls",
         "cache_dir": str(settings.get("vllm_service_cache_root", server.DEFAULT_CACHE_ROOT)),
-        "nofile": server.OPEN_FILES_LIMIT,
+        "nofile": spec.limit_nofile,
         "model_dir": str(settings.get("model_cache_dir", "")),
         "model_bytes": 0,
         "vocab_dir": (str(settings.get("model_cache_tiktoken_dir", ""))

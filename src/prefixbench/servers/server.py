@@ -405,6 +405,16 @@ def hardening(platform: str, *, loopback_only: bool = True, level: str = "strict
 #: troubleshooting, aws-neuron-sdk at v2.31.1); vLLM's own start-up raises the soft
 #: limit to the hard one, so the hard limit is what counts.
 OPEN_FILES_LIMIT: Final = 65536
+#: On the cpu platform (the simulated fleet): the limit its units have always run with.
+#: The harness's own processes may hold a lower hard limit than 65536 (20000 where it
+#: was built), which no unprivileged container can exceed, and vLLM on CPU with a tiny
+#: model needs far fewer files; `prefixbench doctor` checks the limit the unit asks for.
+CPU_OPEN_FILES_LIMIT: Final = 16384
+
+
+def open_files_limit(platform: str) -> int:
+    """The unit's LimitNOFILE on ``platform``."""
+    return OPEN_FILES_LIMIT if platform == "neuron" else CPU_OPEN_FILES_LIMIT
 #: Where the Neuron tools land (``/opt/aws/neuron/bin``) and the system's default PATH.
 NEURON_TOOLS_BIN: Final = "/opt/aws/neuron/bin"
 SYSTEM_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -464,5 +474,5 @@ def unit_spec(settings: Mapping[str, Any], configuration: Configuration,
             str(settings.get("prefixbench_platform", "neuron")),
             loopback_only=is_loopback(str(settings.get("vllm_service_host", "127.0.0.1"))),
             level=str(settings.get("vllm_service_sandbox") or "strict"))),
-        limit_nofile=OPEN_FILES_LIMIT,
+        limit_nofile=open_files_limit(str(settings.get("prefixbench_platform", "neuron"))),
     )
