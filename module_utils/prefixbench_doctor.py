@@ -20,6 +20,8 @@ MARK = "PREFIXBENCH-DOCTOR "
 #: Checks whose failure is not a property of the host's software (the model is absent
 #: before provisioning, in or out of a sandbox): never searched for a directive.
 NOT_SANDBOXED = frozenset({"model"})
+#: The cause of a failure no single directive reproduces.
+WHOLE_SANDBOX = "the sandbox as a whole"
 
 Runner = Callable[[Sequence[str], Sequence[str]], "Probe"]
 
@@ -92,5 +94,5 @@ def diagnose(base: Sequence[str], directives: Sequence[str],
                 causes[name] = directive
         suspects = [c for c in suspects if c not in causes]
     for name in suspects:  # only the directives together break it
-        causes[name] = "the sandbox as a whole"
+        causes[name] = WHOLE_SANDBOX
     return {"checks": full.checks, "error": full.error, "causes": causes, "runs": runs}

@@ -186,3 +186,19 @@ def test_the_variable_the_command_passes_is_accepted_by_preflight(tmp_path: Path
     result = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
                                 "vllm_service_model": "openai/gpt-oss-120b", **extra}, host="h")
     assert result.ok, result.problems
+
+
+def test_a_failure_no_single_directive_repeats_blames_the_sandbox() -> None:
+    class Together(SandboxDouble):
+        def __call__(self, properties: Sequence[str], only: Sequence[str] | None
+                     ) -> search.Probe:
+            both = {"ProtectSystem=strict", "ProtectHome=yes"} <= set(properties)
+            self.breaks = {"ProtectSystem=strict": "cache"} if both else {}
+            return super().__call__(properties, only)
+
+    result = search.diagnose([], ["ProtectSystem=strict", "ProtectHome=yes"], Together({}))
+    assert result["causes"] == {"cache": search.WHOLE_SANDBOX == doctor.WHOLE_SANDBOX
+                                and doctor.WHOLE_SANDBOX}
+    line = next(x for x in doctor.host_lines("h", result, "trn2.48xlarge")
+                if x.check == "cache")
+    assert not line.ok and line.fix == doctor.WHOLE_SANDBOX_FIX

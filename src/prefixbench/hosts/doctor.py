@@ -50,6 +50,12 @@ FIXES: Final = {
 #: The directive a failing check's fix names: how to get past it.
 DIRECTIVE_FIX: Final = ("the sandbox directive {directive} breaks it: set "
                         "vllm_service_sandbox: relaxed (or off) and report it")
+#: When no directive alone breaks it (the directives together do, or the first run's
+#: failure did not repeat).
+WHOLE_SANDBOX_FIX: Final = ("the sandbox breaks it, no one directive alone: set "
+                            "vllm_service_sandbox: relaxed (or off) and report it")
+#: What module_utils/prefixbench_doctor.py records as the cause then.
+WHOLE_SANDBOX: Final = "the sandbox as a whole"
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,9 @@ def host_lines(host: str, result: Mapping[str, Any], instance_type: str) -> list
             continue
         cause = str(causes.get(name) or "")
         line_fix = fix
-        if cause and cause != "host":
+        if cause == WHOLE_SANDBOX:
+            line_fix = WHOLE_SANDBOX_FIX
+        elif cause and cause != "host":
             line_fix = DIRECTIVE_FIX.format(directive=cause)
         out.append(Line(host, name, bool(r.get("ok")), str(r.get("detail", "")), line_fix,
                         cause))
