@@ -45,19 +45,20 @@ def test_doctor(sim_fleet: SimFleetHandle, repo_root: Path,
     assert not [line for line in lines if line.startswith("FAIL")], proc.stdout
     print(f"\ndoctor on {len(fleet.hosts)} simulated hosts: {took:.0f} s")
 
-    # A compile cache the sandbox makes read-only: writable by the service user on the
-    # host, but outside the unit's state and cache directories, so ProtectSystem=strict
-    # denies it. The doctor fails the check and names the directive.
+    # A vocabulary the sandbox hides: readable by the service user on the host, but under
+    # /home, which ProtectHome=yes makes inaccessible to the unit. The doctor fails that
+    # check alone and names the directive (the search runs only the failing check).
     host = fleet.hosts[0]
-    fleet.sh(host, "install -d -o vllm -g vllm -m 0750 /var/tmp/pb-doctor-cache")
+    fleet.sh(host, "install -d -m 0755 /home/pb-doctor-vocab && "
+                   "echo x > /home/pb-doctor-vocab/o200k_base.tiktoken")
     try:
-        proc, took = doctor(repo_root, ansible_env, "--limit", host.name,
-                            "-e", json.dumps({"vllm_service_cache_root":
-                                              "/var/tmp/pb-doctor-cache"}))
+        proc, took = doctor(repo_root, ansible_env, "--limit", host.name, "-e",
+                            json.dumps({"model_cache_tiktoken": True,
+                                        "model_cache_tiktoken_dir": "/home/pb-doctor-vocab"}))
     finally:
-        fleet.sh(host, "rm -rf /var/tmp/pb-doctor-cache")
+        fleet.sh(host, "rm -rf /home/pb-doctor-vocab")
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
-    assert len(failed) == 1 and failed[0].split()[2] == "cache", proc.stdout
-    assert "ProtectSystem=strict" in proc.stdout and "vllm_service_sandbox" in proc.stdout
+    assert len(failed) == 1 and failed[0].split()[2] == "vocabulary", proc.stdout
+    assert "the sandbox directive ProtectHome=yes breaks it" in proc.stdout, proc.stdout
     print(f"doctor naming the directive on one host: {took:.0f} s")

@@ -120,7 +120,10 @@ def _check_vocab(cfg: dict[str, Any]) -> tuple[bool, str]:
     vocab = str(cfg.get("vocab_dir") or "")
     if not vocab:
         return True, "the model needs no separate vocabulary"
-    files = [f for f in Path(vocab).glob("*") if f.is_file()]
+    try:
+        files = [f for f in Path(vocab).iterdir() if f.is_file()]
+    except OSError as exc:
+        return False, f"cannot read {vocab}: {exc.strerror}"
     if not files:
         return False, f"no vocabulary file in {vocab}"
     return True, f"{vocab}: {len(files)} file(s)"
