@@ -67,13 +67,21 @@ def test_the_probe_passes_a_ready_host(tmp_path: Path) -> None:
     ({"cache_dir": "/nonexistent/cache"}, "cache", "cannot write in /nonexistent/cache"),
     ({"nofile": 1 << 40}, "open_files", "the server needs"),
     ({"model_dir": "/nonexistent/model"}, "model", "absent"),
-    ({"vocab_dir": "/nonexistent"}, "vocabulary", "no vocabulary file"),
+    ({"vocab_dir": "/nonexistent"}, "vocabulary", "cannot read /nonexistent"),
 ])
 def test_each_probe_check_fails_on_its_own(tmp_path: Path, override: dict[str, Any],
                                            check: str, detail: str) -> None:
     checks = probe(tmp_path, **override)
     assert [n for n, c in checks.items() if n != "neuron_ls" and not c["ok"]] == [check]
     assert detail in checks[check]["detail"]
+
+
+def test_an_empty_vocabulary_directory_fails(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    checks = probe(tmp_path, vocab_dir=str(empty))
+    assert not checks["vocabulary"]["ok"]
+    assert checks["vocabulary"]["detail"].startswith("no vocabulary file")
 
 
 class SandboxDouble:
