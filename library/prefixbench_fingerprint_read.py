@@ -13,6 +13,9 @@ description:
     fingerprint costs one module round trip instead of eight.
   - The distribution and kernel come from ansible-core's own fact collectors (the values
     setup gives); packages from dpkg-query, every installed package with its version.
+  - The instance type as the host reports it, from EC2's instance metadata (IMDSv2: a
+    token, then C(latest/meta-data/instance-type); one second per request, nothing off
+    EC2), and C(neuron-ls -j)'s output when the tool is installed.
   - Changes nothing.
 options:
   python:
@@ -38,6 +41,14 @@ options:
     description: The model's record file, returned as its content.
     type: path
     required: true
+  imds_url:
+    description: The base of EC2's instance metadata service.
+    type: str
+    default: http://169.254.169.254
+  neuron_ls:
+    description: The neuron-ls executable; its C(-j) output is returned when it exists.
+    type: path
+    default: /opt/aws/neuron/bin/neuron-ls
 author: prefixbench
 """
 
@@ -79,10 +90,21 @@ model:
   type: list
   elements: dict
   returned: always
+imds:
+  description: instance_type as the metadata service gave it (null off EC2), msg why not.
+  type: dict
+  returned: always
+neuron_ls:
+  description: rc, stdout and stderr of C(neuron-ls -j) (rc null when the tool is absent).
+  type: dict
+  returned: always
 """
 
 import base64
 import hashlib
+import os
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +135,36 @@ def _stat(path: str) -> dict[str, Any]:
     except OSError:
         return {"item": path, "stat": {"exists": False, "path": path}}
     return {"item": path, "stat": {"exists": True, "path": path, "checksum": digest}}
+
+
+_IMDS_TIMEOUT = 1.0
+
+
+def _imds(base: str) -> dict[str, Any]:
+    """The instance type from IMDSv2; no proxy (the service is link-local)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    base = base.rstrip("/")
+    try:
+        token_req = urllib.request.Request(  # noqa: S310 (main allows http(s) only)
+            f"{base}/latest/api/token", method="PUT",
+            headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+        with opener.open(token_req, timeout=_IMDS_TIMEOUT) as resp:
+            token = resp.read().decode()
+        type_req = urllib.request.Request(  # noqa: S310 (main allows http(s) only)
+            f"{base}/latest/meta-data/instance-type",
+            headers={"X-aws-ec2-metadata-token": token})
+        with opener.open(type_req, timeout=_IMDS_TIMEOUT) as resp:
+            value = resp.read().decode().strip()
+    except (OSError, ValueError) as exc:  # URLError, HTTPError and timeouts are OSErrors
+        return {"instance_type": None, "msg": f"{base}: {exc}"}
+    return {"instance_type": value or None, "msg": "" if value else f"{base}: empty answer"}
+
+
+def _neuron_ls(module: AnsibleModule, path: str) -> dict[str, Any]:
+    if not os.access(path, os.X_OK):
+        return {"rc": None, "stdout": "", "stderr": f"{path} is not installed"}
+    rc, out, err = module.run_command([path, "-j"])
+    return {"rc": rc, "stdout": out, "stderr": err}
 
 
 def _facts(module: AnsibleModule) -> dict[str, Any]:
@@ -152,10 +204,14 @@ def main() -> None:
             "driver_files": {"type": "list", "elements": "path", "default": []},
             "units": {"type": "list", "elements": "path", "default": []},
             "model_record": {"type": "path", "required": True},
+            "imds_url": {"type": "str", "default": "http://169.254.169.254"},
+            "neuron_ls": {"type": "path", "default": "/opt/aws/neuron/bin/neuron-ls"},
         },
         supports_check_mode=True,
     )
     params = module.params
+    if urllib.parse.urlsplit(params["imds_url"]).scheme not in ("http", "https"):
+        module.fail_json(msg=f"imds_url must be an http(s) URL, got {params['imds_url']!r}")
     rc, out, _ = module.run_command(
         [params["python"], "-c", _VERSIONS, *params["distributions"]])
     venv_versions = out.strip() if rc == 0 else ""
@@ -164,7 +220,9 @@ def main() -> None:
         venv_versions=venv_versions,
         driver=[_slurp(p) for p in params["driver_files"]],
         units=[_stat(p) for p in params["units"]],
-        model=[_slurp(params["model_record"])])
+        model=[_slurp(params["model_record"])],
+        imds=_imds(params["imds_url"]),
+        neuron_ls=_neuron_ls(module, params["neuron_ls"]))
 
 
 if __name__ == "__main__":

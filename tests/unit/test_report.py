@@ -425,7 +425,8 @@ def test_first_screen_says_simulated_and_gives_the_bottom_line(tmp_path: Path) -
     top = md.split("## Hosts at a glance")[0]
     assert "(SIMULATED fleet)" in top.splitlines()[0]
     assert "**SIMULATED fleet: not Trainium data.**" in top
-    assert "Hosts: 2 (instance type as the inventory set it: 2 x trn2.48xlarge)" in top
+    assert ("Hosts: 2 (instance type as the inventory set it: 2 x trn2.48xlarge; as the "
+            "hosts reported it: not observed)") in top
     assert "vLLM 0.32.0" in top and "runtime 2.33.10.0" in top
     assert ("median TTFT on the high-overlap workload (high_overlap) was 54.6% lower "
             "across 2 host(s)") in top
@@ -433,12 +434,13 @@ def test_first_screen_says_simulated_and_gives_the_bottom_line(tmp_path: Path) -
     assert "Not measured: run-to-run noise (one repetition); Neuron performance" in top
     # A fleet of real hosts says where it was measured instead.
     real = make_run(tmp_path / "real", fingerprints={"host-a": fingerprint(
-        "host-a", platform="neuron")})
+        "host-a", platform="neuron", **OBSERVED)})
     top = build_summary(real)
     from prefixbench.report.headline import provenance  # noqa: PLC0415
 
     assert provenance(top).startswith(
-        "**Measured on Neuron** (Neuron driver 2.29.0.0 read on every host).")
+        "**Measured on Neuron** (Neuron driver 2.29.0.0 read from /sys/module/neuron/version "
+        "on every host).")
 
 
 def test_the_first_screen_says_what_no_host_reported(tmp_path: Path) -> None:
@@ -457,9 +459,85 @@ def test_the_first_screen_says_what_no_host_reported(tmp_path: Path) -> None:
     run = make_run(tmp_path / "nodriver", fingerprints={"host-a": fingerprint(
         "host-a", platform="neuron", neuron_driver=None, vllm_version=None)})
     first = provenance(build_summary(run))
-    assert first.startswith("**Platform not observed** (no host reported both platform "
-                            "neuron and a Neuron driver)")
+    assert first.startswith("**Platform not observed** (not every host reported platform "
+                            "neuron and a Neuron driver version read from "
+                            "/sys/module/neuron/version)")
     assert "vLLM not observed," in first and "Neuron driver not observed," in first
+
+
+#: What a real trn2.48xlarge reports beside its inventory settings (a test double of the
+#: fingerprint's observed fields).
+OBSERVED: dict[str, Any] = {
+    "observed_instance_type": "trn2.48xlarge", "neuron_devices": 16, "neuron_cores": 64,
+    "sources": {"instance_type": "inventory", "observed_instance_type": "imds",
+                "neuron_devices": "neuron-ls", "neuron_cores": "neuron-ls",
+                "neuron_driver": "/sys/module/neuron/version"}}
+
+
+def test_the_first_screen_shows_what_each_host_reported_and_where_from(
+        tmp_path: Path) -> None:
+    from prefixbench.report.headline import provenance  # noqa: PLC0415
+
+    run = make_run(tmp_path, ("host-a", "host-b"), fingerprints={
+        h: fingerprint(h, platform="neuron", **OBSERVED) for h in ("host-a", "host-b")})
+    first = provenance(build_summary(run))
+    assert ("(instance type as the inventory set it: 2 x trn2.48xlarge; as the hosts "
+            "reported it: 2 x trn2.48xlarge (imds)). Neuron devices 2 x 16 (neuron-ls), "
+            "NeuronCores 2 x 64 (neuron-ls).") in first
+    assert "Neuron driver 2.29.0.0 (/sys/module/neuron/version)," in first
+
+
+@pytest.mark.parametrize("field", ["observed_instance_type", "neuron_devices",
+                                   "neuron_cores", "neuron_driver"])
+def test_a_field_one_host_did_not_report_says_not_observed(tmp_path: Path,
+                                                           field: str) -> None:
+    from prefixbench.report.headline import provenance  # noqa: PLC0415
+
+    lacking = fingerprint("host-b", platform="neuron", **OBSERVED)
+    lacking[field] = None
+    lacking["sources"] = {k: v for k, v in OBSERVED["sources"].items() if k != field}
+    run = make_run(tmp_path, ("host-a", "host-b"), fingerprints={
+        "host-a": fingerprint("host-a", platform="neuron", **OBSERVED), "host-b": lacking})
+    first = provenance(build_summary(run))
+    label = {"observed_instance_type": "as the hosts reported it: ",
+             "neuron_devices": "Neuron devices ", "neuron_cores": "NeuronCores ",
+             "neuron_driver": "Neuron driver "}[field]
+    shown = {"observed_instance_type": "trn2.48xlarge (imds)",
+             "neuron_devices": "16 (neuron-ls)", "neuron_cores": "64 (neuron-ls)",
+             "neuron_driver": "2.29.0.0 (/sys/module/neuron/version)"}[field]
+    assert f"{label}{shown} (not observed on 1 host(s))" in first
+    # Without the driver's own version on every host, the report does not say Neuron.
+    assert first.startswith("**Measured on Neuron**") == (field != "neuron_driver")
+
+
+def test_a_driver_version_from_the_simulated_marker_is_not_neuron(tmp_path: Path) -> None:
+    from prefixbench.report.headline import bottom_line, provenance  # noqa: PLC0415
+
+    marker = {**OBSERVED, "sources": {
+        **OBSERVED["sources"],
+        "neuron_driver": "/var/lib/prefixbench-sim/neuron-driver-version"}}
+    run = make_run(tmp_path, fingerprints={"host-a": fingerprint(
+        "host-a", platform="neuron", **marker)})
+    s = build_summary(run)
+    assert provenance(s).startswith("**Platform not observed**")
+    assert "Neuron driver 2.29.0.0 (/var/lib/prefixbench-sim/neuron-driver-version)" in (
+        provenance(s))
+    assert "platform not observed" in bottom_line(s)
+
+
+def test_an_instance_type_the_host_contradicts_is_a_problem_on_the_first_screen(
+        tmp_path: Path) -> None:
+    other = {**OBSERVED, "observed_instance_type": "trn1.32xlarge"}
+    run = make_run(tmp_path, ("host-a", "host-b"), fingerprints={
+        "host-a": fingerprint("host-a", platform="neuron", **OBSERVED),
+        "host-b": fingerprint("host-b", platform="neuron", **other)})
+    write_outputs(build_summary(run), run)
+    top = (run / "report.md").read_text().split("## Hosts at a glance")[0]
+    problems = [line for line in top.splitlines() if line.startswith("**Problem:")]
+    assert problems == [
+        "**Problem: host-b reports instance type trn1.32xlarge (imds), the inventory says "
+        "trn2.48xlarge**: its figures are not those of the instance type the inventory "
+        "names."]
 
 
 def test_hit_rate_is_held_to_the_served_expectation_when_there_is_one(tmp_path: Path) -> None:

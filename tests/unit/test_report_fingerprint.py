@@ -49,3 +49,18 @@ def test_rejects_bad_files() -> None:
         Fingerprint.from_dict({"schema_version": 2, "host": "a"})
     with pytest.raises(FingerprintError, match="neuron_packages"):
         Fingerprint.from_dict({"host": "a", "neuron_packages": ["x"]})
+
+
+def test_observed_fields_round_trip_and_a_count_must_be_whole() -> None:
+    data = fingerprint("h1", observed_instance_type="trn2.48xlarge", neuron_devices=16,
+                       neuron_cores=64, sources={"neuron_devices": "neuron-ls"})
+    fp = Fingerprint.from_dict(data)
+    assert Fingerprint.from_dict(fp.to_dict()) == fp
+    assert fp.identity()["neuron_devices"] == "16"
+    assert fp.source("neuron_devices") == "neuron-ls" and fp.source("neuron_cores") is None
+    # A fingerprint written before these fields: nothing observed, still readable.
+    old = Fingerprint.from_dict(fingerprint("h2"))
+    assert (old.observed_instance_type, old.neuron_devices, old.sources) == (None, None, {})
+    for bad in ("16", 1.5, -1, True):
+        with pytest.raises(FingerprintError, match="neuron_devices"):
+            Fingerprint.from_dict(fingerprint("h3", neuron_devices=bad))

@@ -7,7 +7,15 @@ phase)::
      "os", "kernel", "neuron_release", "neuron_packages": {deb: version},
      "neuron_driver", "vllm_version", "vllm_neuron_version",
      "units": {"vllm-baseline.service": sha256, "vllm-cached.service": sha256},
-     "model": {"source", "revision"}, "collected_at"}
+     "model": {"source", "revision"}, "observed_instance_type", "neuron_devices",
+     "neuron_cores", "sources": {field: source}, "collected_at"}
+
+``instance_type`` (and ``family``) are the inventory's setting. What the host itself
+reported sits beside them: ``observed_instance_type`` (EC2's instance metadata, else
+``neuron-ls``), ``neuron_devices`` and ``neuron_cores`` (``neuron-ls -j``). ``sources``
+names where each such value came from: ``inventory``, ``imds``, ``neuron-ls``, or for
+``neuron_driver`` the file it was read from (:data:`REAL_DRIVER_FILE` on a real host).
+A value no host reported is null and has no source.
 
 :meth:`Fingerprint.identity` is every field that must agree across a reproducible fleet
 (all but ``host`` and ``collected_at``), flattened to ``dotted.keys`` so that a drift can
@@ -24,6 +32,7 @@ from typing import Any, Final
 
 __all__ = [
     "FINGERPRINT_SCHEMA_VERSION",
+    "REAL_DRIVER_FILE",
     "Drift",
     "Fingerprint",
     "FingerprintError",
@@ -33,6 +42,10 @@ __all__ = [
 ]
 
 FINGERPRINT_SCHEMA_VERSION: Final = 1
+
+#: Where the Neuron kernel driver reports its version. The simulated hosts have no driver
+#: and write their version to a marker file instead, which the fingerprint names as such.
+REAL_DRIVER_FILE: Final = "/sys/module/neuron/version"
 
 #: Fields that identify the host or the moment, not the software: never compared.
 _NOT_IDENTITY: Final = frozenset({"host", "collected_at", "schema_version"})
@@ -49,6 +62,16 @@ def _opt_str(data: Mapping[str, Any], key: str, source: str) -> str | None:
     if isinstance(value, bool | dict | list):
         raise FingerprintError(f"{source}: {key!r} must be a string or null, got {value!r}")
     return str(value)
+
+
+def _opt_int(data: Mapping[str, Any], key: str, source: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FingerprintError(f"{source}: {key!r} must be a whole number or null, "
+                               f"got {value!r}")
+    return value
 
 
 def _str_map(data: Mapping[str, Any], key: str, source: str) -> dict[str, str]:
@@ -75,6 +98,10 @@ class Fingerprint:
     vllm_neuron_version: str | None = None
     units: Mapping[str, str] = field(default_factory=dict)
     model: Mapping[str, str] = field(default_factory=dict)
+    observed_instance_type: str | None = None
+    neuron_devices: int | None = None
+    neuron_cores: int | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
     collected_at: str | None = None
 
     @classmethod
@@ -102,6 +129,10 @@ class Fingerprint:
             vllm_neuron_version=_opt_str(data, "vllm_neuron_version", source),
             units=_str_map(data, "units", source),
             model=_str_map(data, "model", source),
+            observed_instance_type=_opt_str(data, "observed_instance_type", source),
+            neuron_devices=_opt_int(data, "neuron_devices", source),
+            neuron_cores=_opt_int(data, "neuron_cores", source),
+            sources=_str_map(data, "sources", source),
             collected_at=_opt_str(data, "collected_at", source),
         )
 
@@ -121,6 +152,10 @@ class Fingerprint:
             "vllm_neuron_version": self.vllm_neuron_version,
             "units": dict(self.units),
             "model": dict(self.model),
+            "observed_instance_type": self.observed_instance_type,
+            "neuron_devices": self.neuron_devices,
+            "neuron_cores": self.neuron_cores,
+            "sources": dict(self.sources),
             "collected_at": self.collected_at,
         }
 
@@ -138,8 +173,16 @@ class Fingerprint:
                 for sub, subval in sorted(value.items()):
                     out[f"{key}.{sub}"] = subval
             else:
-                out[key] = value
+                out[key] = None if value is None else str(value)
         return out
+
+    def source(self, key: str) -> str | None:
+        """Where the host's value of ``key`` came from (None: not recorded)."""
+        return self.sources.get(key) or None
+
+    def real_driver(self) -> bool:
+        """The Neuron driver version was read from the driver itself, not a marker."""
+        return bool(self.neuron_driver) and self.source("neuron_driver") == REAL_DRIVER_FILE
 
     def identity_key(self) -> tuple[tuple[str, str | None], ...]:
         """A hashable form of :meth:`identity`."""

@@ -115,6 +115,7 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
         Heading(1, f"Prefix caching benchmark report: {s.run_id}"
                    + (" (SIMULATED fleet)" if headline.simulated(s) else "")),
         Para(headline.provenance(s)),
+        *(Para(line) for line in headline.instance_type_problems(s)),
         *((Para(headline.unchecksummed(s)),) if s.unchecksummed else ()),
         Para(f"**Bottom line.** {headline.bottom_line(s)}"),
         Para(f"Overall: **{s.status}**. {_run_line(s)}; generated {s.generated_at}."),

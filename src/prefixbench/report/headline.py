@@ -11,11 +11,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
-from prefixbench.hosts.fingerprint import Fingerprint
+from prefixbench.hosts.fingerprint import REAL_DRIVER_FILE, Fingerprint
 from prefixbench.report.model import HostSummary, Summary, Verdict
 from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN, PASS
 
-__all__ = ["bottom_line", "provenance", "simulated", "unchecksummed"]
+__all__ = ["bottom_line", "instance_type_problems", "provenance", "simulated",
+           "unchecksummed"]
 
 
 NOT_OBSERVED: Final = "not observed"
@@ -45,9 +46,35 @@ def simulated(s: Summary) -> bool:
 
 def _on_neuron(fps: Sequence[Fingerprint | None]) -> bool:
     """Every host left a fingerprint of platform neuron with the Neuron driver's version
-    read on it: only then may the report say where it measured."""
-    return bool(fps) and all(fp is not None and fp.platform == "neuron" and fp.neuron_driver
+    read from the driver itself (not the simulated hosts' marker file): only then may the
+    report say where it measured."""
+    return bool(fps) and all(fp is not None and fp.platform == "neuron" and fp.real_driver()
                              for fp in fps)
+
+
+def _sourced(fp: Fingerprint | None, key: str) -> str | None:
+    """A value the host reported, with where it came from; None when it reported none."""
+    if fp is None:
+        return None
+    value = getattr(fp, key)
+    if value is None or value == "":
+        return None
+    source = fp.source(key)
+    return f"{value} ({source})" if source else f"{value} (source not recorded)"
+
+
+def instance_type_problems(s: Summary) -> list[str]:
+    """One line per host whose own instance type differs from the inventory's."""
+    out = []
+    for h in s.hosts:
+        fp = h.fingerprint
+        if (fp is not None and fp.observed_instance_type and fp.instance_type
+                and fp.observed_instance_type != fp.instance_type):
+            out.append(f"**Problem: {h.host} reports instance type "
+                       f"{fp.observed_instance_type} ({fp.source('observed_instance_type')}), "
+                       f"the inventory says {fp.instance_type}**: its figures are not those "
+                       f"of the instance type the inventory names.")
+    return out
 
 
 def provenance(s: Summary) -> str:
@@ -64,19 +91,25 @@ def provenance(s: Summary) -> str:
                 "Neuron performance.")
     elif _on_neuron(fps):
         head = (f"**Measured on Neuron** (Neuron driver "
-                f"{_distinct([fp.neuron_driver for fp in fps if fp is not None])} read on "
-                f"every host).")
+                f"{_distinct([fp.neuron_driver for fp in fps if fp is not None])} read "
+                f"from {REAL_DRIVER_FILE} on every host).")
     else:
         why = (f"no fingerprint from {', '.join(missing)}" if missing else
-               "no host reported both platform neuron and a Neuron driver")
+               "not every host reported platform neuron and a Neuron driver version read "
+               f"from {REAL_DRIVER_FILE}")
         head = (f"**Platform {NOT_OBSERVED}** ({why}): nothing here shows on which "
                 f"hardware these figures were measured.")
     runtime = [None if fp is None else fp.neuron_packages.get("aws-neuronx-runtime-lib")
                for fp in fps]
     return (f"{head} Hosts: {len(s.hosts)} (instance type as the inventory set it: "
-            f"{_counted([None if fp is None else fp.instance_type for fp in fps])}). "
+            f"{_counted([None if fp is None else fp.instance_type for fp in fps])}; "
+            f"as the hosts reported it: "
+            f"{_counted([_sourced(fp, 'observed_instance_type') for fp in fps])}). "
+            f"Neuron devices "
+            f"{_counted([_sourced(fp, 'neuron_devices') for fp in fps])}, NeuronCores "
+            f"{_counted([_sourced(fp, 'neuron_cores') for fp in fps])}. "
             f"Model: {_distinct(models)}. Neuron driver "
-            f"{_distinct([None if fp is None else fp.neuron_driver for fp in fps])}, "
+            f"{_distinct([_sourced(fp, 'neuron_driver') for fp in fps])}, "
             f"runtime {_distinct(runtime)} (release pinned "
             f"{_distinct([None if fp is None else fp.neuron_release for fp in fps])}), vLLM "
             f"{_distinct([None if fp is None else fp.vllm_version for fp in fps])}, "
