@@ -448,6 +448,7 @@ class HybridCacheSim:
 CacheKind = Literal["full", "hybrid"]
 
 
+
 def cache_sim_for(
     kind: CacheKind,
     block_size: int,
