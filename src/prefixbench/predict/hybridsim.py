@@ -448,7 +448,6 @@ class HybridCacheSim:
 CacheKind = Literal["full", "hybrid"]
 
 
-
 def cache_sim_for(
     kind: CacheKind,
     block_size: int,
