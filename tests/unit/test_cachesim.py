@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from prefixbench.bench.prefix_repetition import generate_prompts
 from prefixbench.measure.ratios import block_aligned_expected
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim, block_hashes, replay
+from prefixbench.predict.hybridsim import HybridCacheSim
 from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 
 VOCAB = 2048  # the recorded fixtures' word-level tokenizer
@@ -278,7 +280,31 @@ def test_whatif_models_the_usable_capacity_of_cache_config_info() -> None:
     assert pred.capacity_blocks == 19 and pred.note is None
     assert pred == whatif.predict(w, block_size=16, capacity_blocks=19)
     assert pred.evicted_blocks > 0
+    # A hybrid server: its usable capacity, replayed through the hybrid cache model.
     hybrid = whatif.predict(w, block_size=16, cache_config=CacheConfig.from_labels(HYBRID_16))
-    assert hybrid.capacity_blocks is None and hybrid.evicted_blocks == 0
+    assert hybrid.capacity_blocks == 19999
     assert hybrid.note is not None and "hybrid KV-cache manager is on" in hybrid.note
-    assert hybrid.ratio == whatif.predict(w, block_size=16).ratio
+    assert "sliding window 128 (cache_config_info)" in hybrid.note
+    assert "hybrid (sliding window 128" in hybrid.method
+    long = Workload.from_dict({**w.to_dict(), "prefix_repetition_prefix_len": 320})
+    hybrid = whatif.predict(long, block_size=16,
+                            cache_config=CacheConfig.from_labels(HYBRID_16))
+    sim = HybridCacheSim(16, 19999, sliding_window=128)
+    prompts = whatif.prefix_repetition_tokens(long)
+    assert hybrid.hit_tokens == sum(sim.run(p, 8) for p in prompts)
+    # The second request of a prefix misses in the sliding-window group: fewer hits
+    # than full attention's.
+    full = whatif.predict(long, block_size=16, capacity_blocks=19999)
+    assert hybrid.ratio is not None and full.ratio is not None
+    assert hybrid.ratio < full.ratio
+    # The window the labels do not report is gpt-oss's, and the note says so.
+    unsaid = whatif.server_cache_model(CacheConfig.from_labels(
+        {**HYBRID_16, "sliding_window": "None"}))
+    assert unsaid[:2] == (19999, CacheModel("hybrid")) and unsaid[2] is not None
+    assert "sliding window 128 assumed" in unsaid[2]
+    # A kind that cannot be told: full attention, unbounded, and the note says so.
+    old = CacheConfig.from_labels({"block_size": "16", "num_gpu_blocks": "100",
+                                   "sliding_window": "128"})
+    capacity, model, note = whatif.server_cache_model(old)
+    assert (capacity, model) == (None, FULL_ATTENTION)
+    assert note is not None and "replayed as full attention" in note

@@ -167,9 +167,12 @@ def prepare_prompts(req: BenchRequest, run_dir: Path) -> PreparedBench:
 
 def custom_expected(req: BenchRequest, *, block_size: int | None,
                     capacity_blocks: int | None, prompts_file: Path | None,
-                    tokenizer: Path | None) -> dict[str, Any]:
+                    tokenizer: Path | None,
+                    cache_config: metrics.CacheConfig | None = None) -> dict[str, Any]:
     """``expected`` of a custom workload: no tutorial formula; the what-if prediction
-    (block-level cache model, the server's block size and capacity) when possible."""
+    (block-level cache model, the server's block size and capacity; the hybrid model
+    when ``cache_config`` says the server runs vLLM's hybrid KV-cache manager) when
+    possible."""
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads tokenizers only when needed
 
     out: dict[str, Any] = {"tutorial_ratio": None, "block_aligned_ratio": None,
@@ -181,15 +184,19 @@ def custom_expected(req: BenchRequest, *, block_size: int | None,
         out["note"] = (f"no tokenizer in the run directory ({TOKENIZER_DIR}/tokenizer.json): "
                        f"no prediction")
         return out
+    _, model, model_note = whatif.server_cache_model(cache_config)
+    if model.kind == "full":
+        model_note = None
     pred = whatif.predict(req.workload, block_size=block_size,
                           capacity_blocks=capacity_blocks, prompts_file=prompts_file,
-                          tokenizer_dir=tokenizer)
+                          tokenizer_dir=tokenizer, cache_model=model)
     out.update(predicted_ratio=pred.ratio, block_aligned_ratio=pred.ratio,
                hit_tokens=pred.hit_tokens, query_tokens=pred.query_tokens,
                requests=pred.requests, capacity_blocks=capacity_blocks,
                method=pred.method, evicted_blocks=pred.evicted_blocks)
-    if pred.note:
-        out["note"] = pred.note
+    notes = [n for n in (pred.note, model_note) if n]
+    if notes:
+        out["note"] = "; ".join(notes)
     return out
 
 
@@ -204,9 +211,10 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
     tok = tokenizer_dir(run_dir) if run_dir is not None else None
     if tok is None:
         return {"served_note": "no tokenizer copy in the run directory"}
-    capacity, note = whatif.server_capacity(config)
+    capacity, model, note = whatif.server_cache_model(config)
     try:
-        served = served_expectation(workload, tok, block_size, capacity_blocks=capacity)
+        served = served_expectation(workload, tok, block_size, capacity_blocks=capacity,
+                                    cache_model=model)
     except (TokenizerError, ValueError, OSError) as exc:
         return {"served_note": f"cannot replay the prompts: {exc}"}
     out: dict[str, Any] = {
@@ -255,7 +263,8 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
             capacity_blocks=usable_blocks(config.num_gpu_blocks) if config is not None
             else None,
             prompts_file=prepared.path if prepared is not None else None,
-            tokenizer=tokenizer_dir(run_dir) if run_dir is not None else None)
+            tokenizer=tokenizer_dir(run_dir) if run_dir is not None else None,
+            cache_config=config)
     elif block_size:
         expected = req.workload.expected_ratios(block_size)
         if config is not None and config.enable_prefix_caching:

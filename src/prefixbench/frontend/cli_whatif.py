@@ -14,8 +14,9 @@ from typing import Any, TextIO
 
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 
-__all__ = ["run_whatif", "whatif_workload"]
+__all__ = ["cache_model", "run_whatif", "whatif_workload"]
 
 
 def whatif_workload(args: argparse.Namespace) -> Any:
@@ -73,20 +74,22 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"--tokenizer {args.tokenizer}: no such file or directory")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    model = cache_model(args)
     if args.capacity_curve is not None:
-        return _curve(args, workload, out, err)
+        return _curve(args, workload, model, out, err)
     with ProgressBar(err) as bar:
         pred = whatif.predict(workload, block_size=args.block_size,
                               capacity_blocks=args.capacity_blocks, prompts_file=None,
                               tokenizer_dir=args.tokenizer, workers=args.workers,
-                              progress=bar)
+                              progress=bar, cache_model=model)
     if pred.ratio is None:
         raise UsageError(pred.note or "no prediction")
     cap = "unbounded" if args.capacity_blocks is None else f"{args.capacity_blocks} blocks"
     print(f"workload:        {workload.name} ({workload.dataset_name}), seed "
           f"{workload.seed if workload.seed is not None else 0}, "
           f"{'file order' if workload.disable_shuffle else 'shuffled'}", file=out)
-    print(f"cache:           block {args.block_size}, capacity {cap}", file=out)
+    print(f"cache:           block {args.block_size}, capacity {cap}, "
+          f"{model.describe()}", file=out)
     print(f"predicted ratio: {pred.ratio:.4%}", file=out)
     print(f"hit tokens:      {pred.hit_tokens:,} of {pred.query_tokens:,} queried, "
           f"{pred.requests:,} requests", file=out)
@@ -100,7 +103,17 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _curve(args: argparse.Namespace, workload: Any, out: TextIO, err: TextIO) -> int:
+def cache_model(args: argparse.Namespace) -> CacheModel:
+    """The cache model ``--kv-cache`` / ``--sliding-window`` ask for."""
+    if args.kv_cache == "full":
+        return FULL_ATTENTION
+    if args.sliding_window < 2:
+        raise UsageError(f"--sliding-window must be >= 2 tokens, got {args.sliding_window}")
+    return CacheModel("hybrid", sliding_window=args.sliding_window)
+
+
+def _curve(args: argparse.Namespace, workload: Any, model: CacheModel, out: TextIO,
+           err: TextIO) -> int:
     from prefixbench.predict import capacity_curve  # noqa: PLC0415 - loads the tokenizer library
     from prefixbench.predict.progress import ProgressBar  # noqa: PLC0415
 
@@ -111,11 +124,12 @@ def _curve(args: argparse.Namespace, workload: Any, out: TextIO, err: TextIO) ->
         with ProgressBar(err) as bar:
             curve = capacity_curve.predict_curve(
                 workload, block_size=args.block_size, capacities=caps,
-                tokenizer_dir=args.tokenizer, workers=args.workers, progress=bar)
+                tokenizer_dir=args.tokenizer, workers=args.workers, progress=bar,
+                cache_model=model)
     except capacity_curve.CurveError as exc:
         raise UsageError(str(exc)) from None
     print(f"workload:        {workload.name} ({workload.dataset_name}), block "
-          f"{args.block_size}", file=out)
+          f"{args.block_size}, {model.describe()}", file=out)
     print(f"{'capacity':>12}  {'hit ratio':>9}  {'evicted blocks':>14}", file=out)
     for point in (*curve.points, curve.unbounded):
         cap = "unbounded" if point.capacity_blocks is None else f"{point.capacity_blocks:,}"

@@ -23,6 +23,7 @@ from typing import Any
 from prefixbench.bench.custom_index import index_file
 from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.workloads import Workload
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import (
     Prediction,
@@ -99,9 +100,12 @@ def predict_curve(
     tokenizer_dir: Path | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> CapacityCurve:
     """The hit ratio of one bench of ``workload`` at each of ``capacities`` (usable blocks)
-    and unbounded, from an empty cache. Raises :class:`CurveError` for unusable input."""
+    and unbounded, from an empty cache, through ``cache_model`` (default full attention;
+    the hybrid model for a server running vLLM's hybrid KV-cache manager). Raises
+    :class:`CurveError` for unusable input."""
     caps = sorted(set(capacities))
     if block_size < 1 or not caps or caps[0] < 1:
         raise CurveError("block size and capacities must be >= 1")
@@ -118,7 +122,7 @@ def predict_curve(
         preds = replay_curve(prompts, [w.prefix_repetition_output_len] * len(prompts),
                              block_size=block_size, capacities=[*caps, None],
                              method="cachesim replay, prefix_repetition regenerated from "
-                             "the seed", note=note)
+                             "the seed", note=note, cache_model=cache_model)
     else:
         assert tokenizer is not None
         path = prompts_file if prompts_file is not None else workload.dataset_path
@@ -134,7 +138,8 @@ def predict_curve(
                     index.sent(seed, shuffle=not workload.disable_shuffle), index.lengths,
                     index.output_tokens, reader.texts, tokenizer, block_size=block_size,
                     capacities=[*caps, None], pre_requests=workload.pre_requests,
-                    workers=workers, progress=progress, note=note)
+                    workers=workers, progress=progress, note=note,
+                    cache_model=cache_model)
         except CustomPromptsError as exc:
             raise CurveError(f"prompts unavailable: {exc}") from None
     return CapacityCurve(points=tuple(preds[:-1]), unbounded=preds[-1])

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Literal
 
-__all__ = ["KvCacheKind", "capacity_note", "kv_cache_kind", "usable_blocks"]
+__all__ = ["KvCacheKind", "capacity_note", "kv_cache_kind", "kv_cache_line", "usable_blocks"]
 
 #: ``"full"``: one full-attention group (PrefixCacheSim); ``"hybrid"``: several groups on
 #: one pool (HybridCacheSim, gpt-oss's layout); ``"mamba"``: Mamba state caching (not
@@ -107,3 +107,33 @@ def capacity_note(cache_config_labels: Mapping[str, str] | None) -> str | None:
     if not cache_config_labels:
         return None
     return _kind(cache_config_labels)[1]
+
+
+def kv_cache_line(cache_config_labels: Mapping[str, str] | None) -> str:
+    """One line for the report: which KV-cache manager the server ran, as far as
+    ``vllm:cache_config_info`` tells, and which cache model the predictions use.
+
+    The labels say it through the group-aware capacity (:func:`capacity_note`): vLLM 0.32
+    reports ``sliding_window="None"`` for gpt-oss even with the hybrid manager on, so
+    without ``kv_cache_max_concurrency`` a full-attention server and a hybrid one look
+    alike, and the line says full attention is assumed."""
+    if not cache_config_labels:
+        return "KV cache: not observed (no vllm:cache_config_info)"
+    kind = kv_cache_kind(cache_config_labels)
+    if kind == "hybrid":
+        window = cache_config_labels.get("sliding_window", "None")
+        said = (f"sliding window {window}" if window.isdigit()
+                else "sliding window not reported, gpt-oss's 128 assumed")
+        return (f"KV cache: hybrid (sliding window + full attention: several KV cache "
+                f"groups on one block pool, told by cache_config_info's group-aware "
+                f"capacity); predictions use the hybrid cache model, {said}")
+    if kind == "mamba":
+        return "KV cache: Mamba state caching (not modelled; predictions ignore the capacity)"
+    if kind == "unknown":
+        return ("KV cache: not told (a sliding window and no group-aware capacity in "
+                "cache_config_info); predictions use full attention, unbounded")
+    if _label(cache_config_labels, "kv_cache_max_concurrency") is None:
+        return ("KV cache: full attention assumed (cache_config_info has no group-aware "
+                "capacity to tell a hybrid manager by)")
+    return ("KV cache: full attention (one KV cache group, told by cache_config_info's "
+            "group-aware capacity)")

@@ -1,5 +1,7 @@
 """The replay engine of the what-if: requests, in send order, through a fresh
-:class:`prefixbench.predict.cachesim.PrefixCacheSim`, counted as a :class:`Prediction`.
+:class:`prefixbench.predict.cachesim.PrefixCacheSim` (or, for a server running vLLM's hybrid
+KV-cache manager, :class:`prefixbench.predict.hybridsim.HybridCacheSim`: every function takes
+a ``cache_model``, default full attention), counted as a :class:`Prediction`.
 
 :func:`replay_requests` replays token id arrays already built (prefix_repetition, the
 served expectation). :func:`replay_sent` encodes custom prompts on worker threads and
@@ -32,7 +34,8 @@ from dataclasses import asdict, dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
-from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.predict.cachesim import CapacityError
 from prefixbench.predict.progress import ENCODING, Progress
 from prefixbench.predict.tokenizer import Tokenizer, serial_batches
 
@@ -96,8 +99,10 @@ def concurrency_note(workload: Workload | None) -> str | None:
 class _Replay:
     """Requests replayed one at a time through a fresh cache, counted as a Prediction."""
 
-    def __init__(self, block_size: int, capacity_blocks: int | None) -> None:
-        self.sim = PrefixCacheSim(block_size, capacity_blocks)
+    def __init__(self, block_size: int, capacity_blocks: int | None,
+                 cache_model: CacheModel = FULL_ATTENTION) -> None:
+        self.sim = cache_model.sim(block_size, capacity_blocks)
+        self.cache_model = cache_model
         self.block_size = block_size
         self.capacity_blocks = capacity_blocks
         self.hits = 0
@@ -108,7 +113,13 @@ class _Replay:
                                   else 0)
         self.requests += 1
 
+    def _method(self, method: str) -> str:
+        if self.cache_model.kind == "full":
+            return method
+        return f"{method}, {self.cache_model.describe()} KV-cache model"
+
     def prediction(self, method: str, note: str | None) -> Prediction:
+        method = self._method(method)
         queries = self.sim.query_tokens_total
         return Prediction(ratio=self.hits / queries if queries else 0.0, hit_tokens=self.hits,
                           query_tokens=queries, requests=self.requests,
@@ -117,7 +128,7 @@ class _Replay:
                           note=note, cached_blocks=self.sim.cached_blocks)
 
     def refused(self, method: str, exc: CapacityError) -> Prediction:
-        return Prediction(ratio=None, method=method, block_size=self.block_size,
+        return Prediction(ratio=None, method=self._method(method), block_size=self.block_size,
                           capacity_blocks=self.capacity_blocks,
                           note=f"a request does not fit the cache: {exc}")
 
@@ -130,9 +141,10 @@ def replay_requests(
     capacity_blocks: int | None,
     method: str,
     note: str | None = None,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> Prediction:
     """Replay requests (token id arrays, in send order) through a fresh cache."""
-    replay = _Replay(block_size, capacity_blocks)
+    replay = _Replay(block_size, capacity_blocks, cache_model)
     try:
         for tokens, out in zip(prompts, output_lens, strict=True):
             replay.run(tokens, out)
@@ -202,8 +214,9 @@ class _Fan:
     capacity curve encodes each prompt once). A capacity too small for a request is
     refused from then on; the others go on."""
 
-    def __init__(self, block_size: int, capacities: Sequence[int | None]) -> None:
-        self.replays = [_Replay(block_size, c) for c in capacities]
+    def __init__(self, block_size: int, capacities: Sequence[int | None],
+                 cache_model: CacheModel = FULL_ATTENTION) -> None:
+        self.replays = [_Replay(block_size, c, cache_model) for c in capacities]
         self.refusals: list[CapacityError | None] = [None] * len(self.replays)
         self.requests = 0
 
@@ -239,12 +252,14 @@ def replay_sent(
     workers: int | None,
     progress: Progress | None,
     note: str | None,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> Prediction:
     """Encode the prompts ``order`` names (``texts_of``; ``sizes`` weigh them into jobs)
     and replay them in that order, the first one ``pre_requests`` more times first."""
     return replay_sent_curve(order, sizes, outs, texts_of, tokenizer, block_size=block_size,
                              capacities=[capacity_blocks], pre_requests=pre_requests,
-                             workers=workers, progress=progress, note=note)[0]
+                             workers=workers, progress=progress, note=note,
+                             cache_model=cache_model)[0]
 
 
 def replay_sent_curve(
@@ -260,11 +275,12 @@ def replay_sent_curve(
     workers: int | None,
     progress: Progress | None,
     note: str | None,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> list[Prediction]:
     """:func:`replay_sent` through one cache per capacity (``None``: unbounded), each
     prompt encoded once; one prediction per capacity, in order."""
     method = "cachesim replay, custom prompts tokenized"
-    fan = _Fan(block_size, capacities)
+    fan = _Fan(block_size, capacities, cache_model)
     total = len(order) + (pre_requests if order else 0)
     jobs = _jobs(order, sizes)
     workers = default_workers() if workers is None else workers
@@ -296,9 +312,10 @@ def replay_curve(
     capacities: Sequence[int | None],
     method: str,
     note: str | None = None,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> list[Prediction]:
     """:func:`replay_requests` through one cache per capacity, in one pass."""
-    fan = _Fan(block_size, capacities)
+    fan = _Fan(block_size, capacities, cache_model)
     for tokens, out in zip(prompts, output_lens, strict=True):
         fan.run(tokens, out)
         if fan.all_refused:

@@ -7,6 +7,12 @@ prompt texts with the host's tokenizer (vLLM's decode -> encode length adjustmen
 included), encodes them as the server does and replays them: it equals the block-aligned
 formula when the tokenizer round-trips exactly and is below it by the junction losses
 otherwise, and says by how many blocks (:class:`ServedExpectation`).
+
+The replay uses the server's cache model (``cache_model``: full attention by default, the
+hybrid model of :mod:`prefixbench.predict.hybridsim` for a server running vLLM's hybrid
+KV-cache manager). The junction counts always compare a full-attention replay with the
+(full-attention) formula: they measure what re-encoding costs, not what the hybrid
+manager's sliding-window group costs on top.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 from prefixbench.bench.prefix_repetition import generate_prompts
 from prefixbench.bench.workloads import Workload
 from prefixbench.measure.ratios import block_aligned_expected, block_aligned_hit_tokens
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench.predict.replay import Prediction, concurrency_note, replay_curve, replay_requests
 from prefixbench.predict.tokenizer import Tokenizer
@@ -37,7 +44,9 @@ class ServedExpectation:
     ``capacity_blocks`` (``None``: unbounded). The junction fields compare an unbounded
     replay with the block-aligned formula
     (:func:`prefixbench.measure.ratios.block_aligned_expected`) request by request:
-    ``formula_hit_tokens - unbounded_hit_tokens == (lost_blocks - gained_blocks) * block_size``.
+    ``formula_hit_tokens - unbounded_hit_tokens == (lost_blocks - gained_blocks) * block_size``
+    with full attention; with the hybrid cache model ``unbounded_hit_tokens`` is the
+    hybrid model's and the junction fields stay full attention's.
     """
 
     hit_tokens: int
@@ -147,6 +156,7 @@ def served_curve(
     tokenizer_dir: Path | str | Tokenizer,
     block_size: int,
     capacities: Sequence[int],
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> tuple[list[Prediction], Prediction]:
     """The hit ratio of one bench of ``workload`` at each of ``capacities`` (usable
     blocks, ascending) and unbounded, with the prompts its server really sees (as
@@ -160,7 +170,7 @@ def served_curve(
     preds = replay_curve(sent.prompts,
                          [workload.prefix_repetition_output_len] * len(sent.prompts),
                          block_size=block_size, capacities=caps, method="served",
-                         note=concurrency_note(workload))
+                         note=concurrency_note(workload), cache_model=cache_model)
     return preds[:-1], preds[-1]
 
 
@@ -171,6 +181,7 @@ def served_expectation(
     *,
     capacity_blocks: int | None = None,
     pre_requests: int | None = None,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> ServedExpectation:
     """The prefix-cache counters a prefix_repetition bench of ``workload`` makes its server
     count, from an empty cache, with the prompts the bench really sends.
@@ -185,7 +196,9 @@ def served_expectation(
     encoded by the server with ``add_special_tokens=True`` (so a BOS the tokenizer adds is
     counted), preceded by ``pre_requests`` copies of the first prompt (default the
     workload's ready check + warmups), and replayed one at a time. ``capacity_blocks`` is
-    the usable KV capacity (:func:`server_capacity`); ``None`` is unbounded.
+    the usable KV capacity (:func:`server_capacity`); ``None`` is unbounded;
+    ``cache_model`` the server's cache model (:func:`prefixbench.predict.whatif
+    .server_cache_model`).
 
     Raises :class:`ValueError` for a custom workload or bad sizes and
     :class:`~prefixbench.predict.tokenizer.TokenizerError` for an unusable tokenizer.
@@ -211,20 +224,29 @@ def served_expectation(
     got = [free.run(tokens) for tokens in prompts]
     lost = [e - g for e, g in zip(expected, got, strict=True)]
     hits, queries, evicted = free.hit_tokens_total, free.query_tokens_total, 0
+    unbounded_hits = hits
+    if cache_model.kind != "full":
+        own = cache_model.sim(block_size, None)
+        for tokens in prompts:
+            own.run(tokens)
+        hits = unbounded_hits = own.hit_tokens_total
     if capacity_blocks is not None:
         bounded = replay_requests(prompts, [w.prefix_repetition_output_len] * len(prompts),
                                   block_size=block_size, capacity_blocks=capacity_blocks,
-                                  method="served")
+                                  method="served", cache_model=cache_model)
         if bounded.ratio is None:
             raise ValueError(bounded.note or "a request does not fit the cache")
         hits, queries, evicted = bounded.hit_tokens, bounded.query_tokens, bounded.evicted_blocks
     notes = [n for n in (concurrency_note(w),
                          f"the tokenizer adds {eos} token(s) after every prompt; the "
-                         f"formula does not count them" if eos else None) if n]
+                         f"formula does not count them" if eos else None,
+                         f"replayed with the {cache_model.describe()} KV-cache model; the "
+                         f"junction counts are full attention's"
+                         if cache_model.kind != "full" else None) if n]
     return ServedExpectation(
         hit_tokens=hits, query_tokens=queries, requests=len(prompts), evicted_blocks=evicted,
         formula_hit_tokens=formula.hit_tokens, formula_query_tokens=formula.query_tokens,
-        unbounded_hit_tokens=free.hit_tokens_total, junction_resplits=resplits,
+        unbounded_hit_tokens=unbounded_hits, junction_resplits=resplits,
         lost_requests=sum(1 for d in lost if d > 0),
         lost_blocks=sum(d for d in lost if d > 0) // block_size,
         gained_blocks=-sum(d for d in lost if d < 0) // block_size,

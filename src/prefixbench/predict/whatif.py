@@ -2,10 +2,14 @@
 
 The requests a ``vllm bench serve`` run sends are rebuilt in the order the server gets
 them (ready check and warmups first: copies of the first prompt), encoded as the server
-encodes them, and replayed through :class:`prefixbench.predict.cachesim.PrefixCacheSim` with the
-server's block size and KV capacity (:func:`server_capacity`: ``num_gpu_blocks - 1``, as
-block 0 is vLLM's null block; none when vLLM's hybrid KV-cache manager makes the capacity
-model inapplicable, :func:`prefixbench.predict.kvcapacity.capacity_note`). The prediction is
+encodes them, and replayed through the server's cache model with its block size and KV
+capacity (:func:`server_cache_model`: ``num_gpu_blocks - 1``, as block 0 is vLLM's null
+block). The cache model is :class:`prefixbench.predict.cachesim.PrefixCacheSim` for full
+attention and :class:`prefixbench.predict.hybridsim.HybridCacheSim` when the server runs
+vLLM's hybrid KV-cache manager (:func:`prefixbench.predict.kvcapacity.kv_cache_kind`; gpt-oss's
+sliding-window + full-attention layers); when the kind cannot be told (Mamba layers, or a
+sliding window without group-aware capacity labels) full attention with an unbounded cache
+is replayed and the note says so. The prediction is
 ``hits / queries`` over all of those requests: the definition of vLLM's
 ``prefix_cache_hits`` / ``prefix_cache_queries`` counters, whose deltas the bench records.
 
@@ -47,7 +51,9 @@ from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.measure.ratios import block_aligned_expected
-from prefixbench.predict.kvcapacity import capacity_note, usable_blocks
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
+from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import Prediction, concurrency_note, replay_requests, replay_sent
 from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
@@ -63,6 +69,7 @@ __all__ = [
     "predict_prefix_repetition",
     "predict_prepared",
     "prefix_repetition_tokens",
+    "server_cache_model",
     "server_capacity",
 ]
 
@@ -99,8 +106,10 @@ def predict_prefix_repetition(
     block_size: int,
     capacity_blocks: int | None = None,
     bos_tokens: int = 0,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> Prediction:
-    """Replay a prefix_repetition workload; the formula alongside."""
+    """Replay a prefix_repetition workload; the formula alongside (the formula is full
+    attention's: with the hybrid cache model the two can differ)."""
     w = workload
     formula = block_aligned_expected(
         w.num_prompts, w.prefix_repetition_num_prefixes, w.prefix_repetition_prefix_len,
@@ -108,7 +117,7 @@ def predict_prefix_repetition(
         bos_tokens=bos_tokens)
     total = formula.requests * (w.prompt_len + bos_tokens)
     if total > MAX_REPLAY_TOKENS:
-        if capacity_blocks is None:
+        if capacity_blocks is None and cache_model.kind == "full":
             return Prediction(
                 ratio=formula.ratio, hit_tokens=formula.hit_tokens,
                 query_tokens=formula.query_tokens, requests=formula.requests,
@@ -126,7 +135,7 @@ def predict_prefix_repetition(
     pred = replay_requests(
         prompts, [w.prefix_repetition_output_len] * len(prompts), block_size=block_size,
         capacity_blocks=capacity_blocks, method="cachesim replay, prefix_repetition "
-        "regenerated from the seed", note=concurrency_note(w))
+        "regenerated from the seed", note=concurrency_note(w), cache_model=cache_model)
     return Prediction(**{**pred.to_dict(), "formula_ratio": formula.ratio})
 
 
@@ -142,6 +151,7 @@ def predict_prepared(
     workload: Workload | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> Prediction:
     """Replay prepared custom prompts in vLLM's send order, encoded like the server.
     ``workers``: threads that encode (default
@@ -151,7 +161,7 @@ def predict_prepared(
                         prepared.output_tokens, lambda job: [texts[i] for i in job],
                         tokenizer, block_size=block_size, capacity_blocks=capacity_blocks,
                         pre_requests=pre_requests, workers=workers, progress=progress,
-                        note=concurrency_note(workload))
+                        note=concurrency_note(workload), cache_model=cache_model)
 
 
 def predict_indexed(
@@ -166,6 +176,7 @@ def predict_indexed(
     workload: Workload | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> Prediction:
     """:func:`predict_prepared` for an indexed file
     (:func:`prefixbench.bench.custom_index.index_file`): the prompts are read back from the
@@ -176,25 +187,50 @@ def predict_indexed(
                             index.output_tokens, reader.texts, tokenizer,
                             block_size=block_size, capacity_blocks=capacity_blocks,
                             pre_requests=pre_requests, workers=workers, progress=progress,
-                            note=concurrency_note(workload))
+                            note=concurrency_note(workload), cache_model=cache_model)
+
+
+def server_cache_model(cache_config: CacheConfig | None,
+                       ) -> tuple[int | None, CacheModel, str | None]:
+    """The capacity and cache model to replay for a server, from its
+    ``vllm:cache_config_info``, and a note for the report unless the server is plain full
+    attention.
+
+    * full attention (:func:`prefixbench.predict.kvcapacity.kv_cache_kind` ``"full"``):
+      ``(num_gpu_blocks - 1, FULL_ATTENTION, None)`` (block 0 is vLLM's null block);
+    * vLLM's hybrid KV-cache manager (``"hybrid"``): ``(num_gpu_blocks - 1``, the hybrid
+      model, ``note)``. vLLM 0.32 reports ``sliding_window="None"`` for gpt-oss, so the
+      window is the label's when it is a number and gpt-oss's 128 otherwise, and the
+      note says which; prefill is modelled in one chunk (the labels do not carry the
+      server's ``--max-num-batched-tokens``);
+    * Mamba layers or an unknown kind: ``(None, FULL_ATTENTION, note)``: an unbounded
+      full-attention cache, and the note says the model may not apply;
+    * no ``cache_config_info``: ``(None, FULL_ATTENTION, None)``.
+    """
+    if cache_config is None:
+        return None, FULL_ATTENTION, None
+    kind = kv_cache_kind(cache_config.labels)
+    note = capacity_note(cache_config.labels)
+    if kind == "full":
+        return usable_blocks(cache_config.num_gpu_blocks), FULL_ATTENTION, note
+    if kind == "hybrid":
+        label = cache_config.labels.get("sliding_window", "")
+        window = int(label) if label.isdigit() and int(label) >= 2 else None
+        said = (f"sliding window {window} (cache_config_info)" if window is not None
+                else f"sliding window {DEFAULT_SLIDING_WINDOW} assumed (gpt-oss's; "
+                     f"cache_config_info does not report it)")
+        return (usable_blocks(cache_config.num_gpu_blocks),
+                CacheModel("hybrid", sliding_window=window),
+                f"{note}; {said}" if note else said)
+    return None, FULL_ATTENTION, (f"{note}; replayed as full attention with an unbounded "
+                                  f"cache" if note else None)
 
 
 def server_capacity(cache_config: CacheConfig | None) -> tuple[int | None, str | None]:
-    """The capacity to model for a server, from its ``vllm:cache_config_info``, and a note
-    for the report when the capacity model does not apply.
-
-    ``(num_gpu_blocks - 1, None)`` normally (block 0 is vLLM's null block, never usable);
-    ``(None, note)`` (an unbounded cache) when vLLM's hybrid KV-cache manager is on
-    (:func:`prefixbench.predict.kvcapacity.capacity_note`; the note names the hybrid cache
-    model, :mod:`prefixbench.predict.hybridsim`, which this replay does not use yet);
-    ``(None, None)`` when the server reported no capacity.
-    """
-    if cache_config is None:
-        return None, None
-    note = capacity_note(cache_config.labels)
-    if note is not None:
-        return None, note
-    return usable_blocks(cache_config.num_gpu_blocks), None
+    """The capacity to model for a server and the note of :func:`server_cache_model`
+    (which also says which cache model applies)."""
+    capacity, _, note = server_cache_model(cache_config)
+    return capacity, note
 
 
 def _none(note: str, block_size: int, capacity_blocks: int | None) -> Prediction:
@@ -212,13 +248,15 @@ def predict(
     cache_config: CacheConfig | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
+    cache_model: CacheModel | None = None,
 ) -> Prediction:
     """The predicted hit ratio of one bench of ``workload`` on an empty cache.
 
-    ``capacity_blocks`` is the usable capacity (``None``: unbounded). Give the server's
-    ``cache_config`` instead to take it from ``vllm:cache_config_info`` with
-    :func:`server_capacity` (``num_gpu_blocks - 1``; unbounded, with the reason in the
-    ``note``, when the hybrid KV-cache manager makes the capacity model inapplicable).
+    ``capacity_blocks`` is the usable capacity (``None``: unbounded) and ``cache_model``
+    the cache model (default full attention). Give the server's ``cache_config`` instead
+    to take both from ``vllm:cache_config_info`` with :func:`server_cache_model`
+    (``num_gpu_blocks - 1``; the hybrid model when the server runs vLLM's hybrid
+    KV-cache manager; the note says so, or why the kind is unknown).
 
     ``prompts_file``: a custom workload's prepared file (``<run_dir>/prompts/<name>.jsonl``);
     without it the workload's own ``dataset_path`` is prepared (chat lines need the
@@ -236,11 +274,12 @@ def predict(
     if cache_config is None or capacity_blocks is not None:
         return _predict(workload, block_size=block_size, capacity_blocks=capacity_blocks,
                         prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
-                        workers=workers, progress=progress)
-    capacity, cap_note = server_capacity(cache_config)
+                        workers=workers, progress=progress,
+                        cache_model=cache_model or FULL_ATTENTION)
+    capacity, model, cap_note = server_cache_model(cache_config)
     pred = _predict(workload, block_size=block_size, capacity_blocks=capacity,
                     prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
-                    workers=workers, progress=progress)
+                    workers=workers, progress=progress, cache_model=cache_model or model)
     if cap_note is None:
         return pred
     note = cap_note if pred.note is None else f"{pred.note}; {cap_note}"
@@ -256,6 +295,7 @@ def _predict(
     tokenizer_dir: Path | None,
     workers: int | None = None,
     progress: Progress | None = None,
+    cache_model: CacheModel = FULL_ATTENTION,
 ) -> Prediction:
     if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
         return _none(f"block_size ({block_size}) and capacity_blocks ({capacity_blocks}) "
@@ -272,7 +312,7 @@ def _predict(
         try:
             return predict_prefix_repetition(workload, block_size=block_size,
                                              capacity_blocks=capacity_blocks,
-                                             bos_tokens=bos)
+                                             bos_tokens=bos, cache_model=cache_model)
         except (WorkloadError, ValueError) as exc:
             return _none(f"cannot replay: {exc}", block_size, capacity_blocks)
     if tokenizer is None:
@@ -292,6 +332,6 @@ def _predict(
                                capacity_blocks=capacity_blocks, seed=seed,
                                shuffle=not workload.disable_shuffle,
                                pre_requests=workload.pre_requests, workload=workload,
-                               workers=workers, progress=progress)
+                               workers=workers, progress=progress, cache_model=cache_model)
     except CustomPromptsError as exc:
         return _none(f"prompts unavailable: {exc}", block_size, capacity_blocks)

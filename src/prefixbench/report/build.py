@@ -11,10 +11,14 @@ the tutorial's tables; :mod:`prefixbench.report.verdicts` judges the four criter
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from prefixbench.bench import criteria
+from prefixbench.measure.metrics import CacheConfig
+from prefixbench.measure.records import BenchmarkRecord
+from prefixbench.predict.kvcapacity import kv_cache_line
 from prefixbench.report import goodput, shortfall, verdicts
 from prefixbench.report.aggregate import HostView, bench_summary, step7_of, step9_of
 from prefixbench.report.economics import host_time
@@ -27,6 +31,27 @@ from prefixbench.report.vocab import Thresholds
 
 # ReportInputError is re-exported: plugins/action/prefixbench_report.py imports it from here.
 __all__ = ["ReportInputError", "build_summary"]
+
+
+def kv_cache_of(records: Sequence[BenchmarkRecord]) -> str | None:
+    """The KV-cache line of one host (:func:`prefixbench.predict.kvcapacity.kv_cache_line`)
+    from its prefix-caching servers' ``vllm:cache_config_info``, as each record keeps it;
+    distinct lines joined. ``None`` without a record of a prefix-caching server."""
+    lines: list[str] = []
+    labelled = False
+    for record in records:
+        labels = (record.metrics_delta or {}).get("cache_config")
+        if not isinstance(labels, dict) or not labels:
+            continue
+        labelled = True
+        if CacheConfig.from_labels(labels).enable_prefix_caching is False:
+            continue
+        line = kv_cache_line(labels)
+        if line not in lines:
+            lines.append(line)
+    if records and not labelled:
+        return kv_cache_line(None)
+    return "; ".join(lines) or None
 
 
 def build_summary(
@@ -70,7 +95,8 @@ def build_summary(
             fingerprint=data.fingerprints.get(host), failures=tuple(host_failures),
             roles=roles, shortfalls={b.workload: causes for b in benches.values()
                                      if (causes := shortfall.explain(b))},
-            goodput=goodput.goodput_of(tuple(benches.values()), ladder, roles)))
+            goodput=goodput.goodput_of(tuple(benches.values()), ladder, roles),
+            kv_cache=kv_cache_of([r for r in data.records if r.key.host == host])))
     return Summary(
         run_id=data.run_id, run=data.run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),

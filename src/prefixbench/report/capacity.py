@@ -32,8 +32,11 @@ from typing import Any, Final
 from prefixbench.bench.workloads import Workload
 from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.metrics import CacheConfig
 from prefixbench.measure.records import json_safe
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.kvcapacity import usable_blocks
+from prefixbench.predict.whatif import server_cache_model
 from prefixbench.report.build import build_summary
 from prefixbench.report.doclinks import docs_base, verdict_link
 from prefixbench.report.document import Block, Bullets, Heading, Para, Plot, html_of, markdown_of
@@ -222,8 +225,10 @@ def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityR
             measured=view.hit_ratio_queries, predicted=predicted, method=method,
             evictions=view.evictions_sampled, status=status, detail=detail))
         if view.workload is not None and view.block_size:
+            model = (server_cache_model(CacheConfig.from_labels(labels))[1] if labels
+                     else FULL_ATTENTION)
             shapes.setdefault(record.key.workload, (view.workload, view.block_size,
-                                                    RunLayout.of(point_dir)))
+                                                    RunLayout.of(point_dir), model))
     return rows, shapes
 
 
@@ -234,7 +239,11 @@ def _grid(measured: Sequence[int], working_set: int | None) -> list[int]:
 
 
 def _curve(name: str, workload: Workload, block_size: int, layout: RunLayout,
-           measured: Sequence[int]) -> CapacityCurveView:
+           measured: Sequence[int], *, model: CacheModel = FULL_ATTENTION,
+           ) -> CapacityCurveView:
+    """The predicted curve through the servers' cache model (``model``: from the first
+    record's ``vllm:cache_config_info``, :func:`prefixbench.predict.whatif
+    .server_cache_model`; full attention when the kind cannot be told)."""
     from prefixbench.predict import capacity_curve  # noqa: PLC0415 - tokenizer library
     from prefixbench.predict.served import served_curve  # noqa: PLC0415
     from prefixbench.predict.tokenizer import TokenizerError  # noqa: PLC0415
@@ -248,26 +257,29 @@ def _curve(name: str, workload: Workload, block_size: int, layout: RunLayout,
         if workload.is_custom:
             probe = capacity_curve.predict_curve(
                 workload, block_size=block_size, capacities=[max(measured, default=1)],
-                prompts_file=layout.prompts_path(name), tokenizer_dir=tok)
+                prompts_file=layout.prompts_path(name), tokenizer_dir=tok,
+                cache_model=model)
             working = probe.working_set_blocks
             curve = capacity_curve.predict_curve(
                 workload, block_size=block_size, capacities=_grid(measured, working),
-                prompts_file=layout.prompts_path(name), tokenizer_dir=tok)
+                prompts_file=layout.prompts_path(name), tokenizer_dir=tok,
+                cache_model=model)
             bounded, unbounded = list(curve.points), curve.unbounded
         else:
-            _, unbounded = served_curve(workload, tok, block_size, [1])
+            _, unbounded = served_curve(workload, tok, block_size, [1], model)
             bounded, unbounded = served_curve(workload, tok, block_size,
-                                              _grid(measured, unbounded.cached_blocks))
+                                              _grid(measured, unbounded.cached_blocks), model)
     except (capacity_curve.CurveError, TokenizerError, ValueError, OSError) as exc:
         return CapacityCurveView(workload=name, block_size=block_size, points=(),
                                  unbounded_ratio=None, working_set_blocks=None,
                                  note=f"no predicted curve: {exc}")
     pts = tuple((p.capacity_blocks, p.ratio) for p in bounded
                 if p.ratio is not None and p.capacity_blocks is not None)
+    said = None if model.kind == "full" else f"KV-cache model: {model.describe()}"
+    note = "; ".join(n for n in (unbounded.note, said) if n) or None
     return CapacityCurveView(workload=name, block_size=block_size, points=pts,
                              unbounded_ratio=unbounded.ratio,
-                             working_set_blocks=unbounded.cached_blocks,
-                             note=unbounded.note)
+                             working_set_blocks=unbounded.cached_blocks, note=note)
 
 
 def build_capacity(run_dir: str | Path, *, thresholds: CapacityThresholds | None = None,
@@ -299,10 +311,10 @@ def build_capacity(run_dir: str | Path, *, thresholds: CapacityThresholds | None
         for name, shape in point_shapes.items():
             shapes.setdefault(name, shape)
     curves = []
-    for name, (workload, block_size, layout) in sorted(shapes.items()):
+    for name, (workload, block_size, layout, model) in sorted(shapes.items()):
         measured = sorted({r.capacity_blocks for r in rows
                            if r.workload == name and r.capacity_blocks is not None})
-        curves.append(_curve(name, workload, block_size, layout, measured))
+        curves.append(_curve(name, workload, block_size, layout, measured, model=model))
     return CapacitySummary(
         run_id=str(run.get("run_id") or root.name), run=run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),

@@ -150,6 +150,7 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                 Heading(3, "Step 8: sustained load (cached, concurrency 1 vs 4)"),
                 step8_table(h), Bullets(tuple(step8_lines(h))),
                 Heading(3, "Step 9: cache hit rate"), step9_table(h),
+                *((Para(h.kv_cache + "."),) if h.kv_cache else ()),
                 *((Para("Why measured differs from the tutorial's formula, cause by cause "
                         "(percentage points of hit ratio):"),
                    Bullets(tuple(shortfall_lines(h)))) if h.shortfalls else ()),

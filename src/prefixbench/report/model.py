@@ -116,6 +116,9 @@ class HostSummary:
     shortfalls: Mapping[str, tuple[Cause, ...]] = field(default_factory=dict)
     #: The goodput ladder's answer (prefixbench.report.goodput); ``None`` without a ladder.
     goodput: GoodputHost | None = None
+    #: Which KV-cache manager the host's cached server ran and which cache model the
+    #: predictions use (prefixbench.predict.kvcapacity.kv_cache_line); ``None``: no record.
+    kv_cache: str | None = None
 
     def bench(self, configuration: str, workload: str) -> BenchSummary | None:
         for b in self.benches:
@@ -171,6 +174,7 @@ class HostSummary:
             "shortfalls": {w: [c.to_dict() for c in causes]
                            for w, causes in self.shortfalls.items()},
             "goodput": None if self.goodput is None else self.goodput.to_dict(),
+            "kv_cache": self.kv_cache,
         }
 
 

@@ -1,0 +1,151 @@
+"""The callers of the cache models pick the hybrid one for a hybrid server: the what-if
+(``--kv-cache hybrid``), the capacity curve, the served expectation, the bench's record
+and the capacity-sweep report; the report says which KV-cache manager a host ran."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from test_cachesim import FULL_16, HYBRID_16, RECORDED
+from tiny_tokenizer import write_tokenizer
+
+from prefixbench.bench import benchrun
+from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.frontend import cli
+from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.metrics import CacheConfig
+from prefixbench.measure.records import BenchmarkRecord
+from prefixbench.predict import whatif
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.predict.capacity_curve import predict_curve
+from prefixbench.predict.hybridsim import HybridCacheSim
+from prefixbench.predict.kvcapacity import kv_cache_line
+from prefixbench.predict.served import served_curve, served_expectation
+from prefixbench.report import capacity
+from prefixbench.report.build import kv_cache_of
+
+HYBRID = CacheModel("hybrid")
+HIGH_OVERLAP = tutorial_workloads()[0].with_seed(0)  # 5 prefixes of 24 blocks, 50 prompts
+
+
+def long_prefix() -> Workload:
+    """Prefixes of 16 blocks of 16 tokens, twice the 8 blocks a 128-token window needs:
+    the second request of a prefix misses in the sliding-window group."""
+    return Workload.from_dict({
+        "name": "w", "prefix_repetition_prefix_len": 256, "prefix_repetition_suffix_len": 32,
+        "prefix_repetition_num_prefixes": 3, "prefix_repetition_output_len": 4,
+        "num_prompts": 12, "max_concurrency": 1})
+
+
+def _whatif(*extra: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["whatif", "--workload", "high_overlap", *extra], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _ratio(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("predicted ratio"))
+
+
+def test_whatif_kv_cache_hybrid_replays_through_the_hybrid_model() -> None:
+    code, full, _ = _whatif("--capacity-blocks", "600")
+    assert code == 0 and "full attention (one KV cache group)" in full
+    code, hybrid, _ = _whatif("--capacity-blocks", "600", "--kv-cache", "hybrid")
+    assert code == 0 and "hybrid (sliding window 128 + full attention" in hybrid
+    sim = HybridCacheSim(128, 600, sliding_window=128)
+    prompts = whatif.prefix_repetition_tokens(HIGH_OVERLAP)
+    hits = sum(sim.run(p, HIGH_OVERLAP.prefix_repetition_output_len) for p in prompts)
+    assert _ratio(hybrid) == f"predicted ratio: {hits / sim.query_tokens_total:.4%}"
+    assert _ratio(hybrid) != _ratio(full)
+    code, wide, _ = _whatif("--capacity-blocks", "600", "--kv-cache", "hybrid",
+                            "--sliding-window", "4096")
+    assert code == 0 and "sliding window 4096" in wide and _ratio(wide) != _ratio(hybrid)
+    code, _, err = _whatif("--kv-cache", "hybrid", "--sliding-window", "1")
+    assert code == 2 and "--sliding-window" in err and err.count("\n") == 1
+
+
+def test_the_capacity_curve_runs_the_model_asked_for() -> None:
+    curve = predict_curve(HIGH_OVERLAP, block_size=128, capacities=[300, 600],
+                          cache_model=HYBRID)
+    for point in (*curve.points, curve.unbounded):
+        single = whatif.predict(HIGH_OVERLAP, block_size=128,
+                                capacity_blocks=point.capacity_blocks, cache_model=HYBRID)
+        assert (point.ratio, point.evicted_blocks) == (single.ratio, single.evicted_blocks)
+    full = predict_curve(HIGH_OVERLAP, block_size=128, capacities=[300, 600])
+    assert curve.unbounded.ratio is not None and full.unbounded.ratio is not None
+    assert curve.unbounded.ratio < full.unbounded.ratio
+    _, out, _ = _whatif("--capacity-curve", "600", "--kv-cache", "hybrid")
+    assert "hybrid (sliding window 128" in out.splitlines()[0]
+    assert f"{curve.unbounded.ratio:.2%}" in out
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tokenizer(tmp_path_factory.mktemp("run") / "tokenizer")
+
+
+def test_the_served_expectation_replays_through_the_servers_model(tok: Path) -> None:
+    w = long_prefix()
+    full = served_expectation(w, tok, 16)
+    assert full == served_expectation(w, tok, 16, cache_model=FULL_ATTENTION)
+    hybrid = served_expectation(w, tok, 16, cache_model=HYBRID)
+    _, unbounded = served_curve(w, tok, 16, [1], HYBRID)
+    assert hybrid.hit_tokens == hybrid.unbounded_hit_tokens == unbounded.hit_tokens
+    assert hybrid.hit_tokens < full.hit_tokens
+    # The junction counts stay full attention's (re-encoding, not the window group).
+    assert (hybrid.lost_blocks, hybrid.gained_blocks, hybrid.junction_resplits) == (
+        full.lost_blocks, full.gained_blocks, full.junction_resplits)
+    assert hybrid.note is not None and "hybrid (sliding window 128" in hybrid.note
+    bounded = served_expectation(w, tok, 16, capacity_blocks=60, cache_model=HYBRID)
+    [point], _ = served_curve(w, tok, 16, [60], HYBRID)
+    assert bounded.hit_tokens == point.hit_tokens
+
+
+def test_the_bench_record_uses_the_model_its_server_reported(tok: Path) -> None:
+    w = long_prefix()
+    run_dir = tok.parent
+    got = benchrun.served_expected(w, run_dir, 16, CacheConfig.from_labels(HYBRID_16))
+    want = served_expectation(w, tok, 16, capacity_blocks=19999, cache_model=HYBRID)
+    assert got["served_ratio"] == want.ratio
+    assert "hybrid cache model applies" in got["served_note"]
+    full = benchrun.served_expected(w, run_dir, 16, CacheConfig.from_labels(FULL_16))
+    assert full["served_ratio"] == served_expectation(w, tok, 16, capacity_blocks=19999).ratio
+    assert "served_note" not in full and full["served_ratio"] > got["served_ratio"]
+
+
+def test_the_sweep_report_curve_uses_the_servers_model(tok: Path) -> None:
+    w = long_prefix()
+    layout = RunLayout.of(tok.parent)
+    hybrid = capacity._curve("w", w, 16, layout, [60], model=HYBRID)
+    full = capacity._curve("w", w, 16, layout, [60])
+    assert hybrid.unbounded_ratio is not None and full.unbounded_ratio is not None
+    assert hybrid.unbounded_ratio < full.unbounded_ratio
+    assert hybrid.note is not None and "KV-cache model: hybrid" in hybrid.note
+    assert full.note is None or "KV-cache model" not in full.note
+
+
+def _record(labels: dict[str, str] | None) -> BenchmarkRecord:
+    """A test double: kv_cache_of reads only a record's metrics_delta."""
+    return cast(BenchmarkRecord, SimpleNamespace(
+        metrics_delta={"cache_config": labels} if labels is not None else {}))
+
+
+def test_the_report_says_which_kv_cache_manager_a_host_ran() -> None:
+    assert "hybrid (sliding window + full attention" in kv_cache_line(HYBRID_16)
+    assert "sliding window 128" in kv_cache_line(HYBRID_16)
+    gpt_oss: dict[str, Any] = {**HYBRID_16, "sliding_window": "None"}
+    assert "not reported, gpt-oss's 128 assumed" in kv_cache_line(gpt_oss)
+    assert kv_cache_line(RECORDED).startswith("KV cache: full attention (one KV cache group")
+    assert "assumed" in kv_cache_line({"block_size": "16", "num_gpu_blocks": "100"})
+    assert "not told" in kv_cache_line({"block_size": "16", "num_gpu_blocks": "100",
+                                        "sliding_window": "128"})
+    assert "not observed" in kv_cache_line(None)
+    off = {**RECORDED, "enable_prefix_caching": "False"}
+    on = {**HYBRID_16, "enable_prefix_caching": "True"}
+    assert kv_cache_of([_record(off), _record(on)]) == kv_cache_line(on)
+    assert kv_cache_of([_record(None)]) == kv_cache_line(None)
+    assert kv_cache_of([]) is None
