@@ -12,7 +12,7 @@ import pytest
 
 from prefixbench.config import settings
 from prefixbench.hosts import instances
-from prefixbench.servers import server
+from prefixbench.servers import sandbox, server
 
 TUTORIAL: dict[str, Any] = {
     "prefixbench_instance_type": "trn2.48xlarge",
@@ -137,11 +137,11 @@ def test_internal_channels_stay_on_loopback_when_the_api_does() -> None:
     assert {k: local[k] for k in server.LOOPBACK_ENVIRONMENT} == {
         "VLLM_HOST_IP": "127.0.0.1", "VLLM_LOOPBACK_IP": "127.0.0.1",
         "GLOO_SOCKET_IFNAME": "lo"}
-    assert "IPAddressDeny=any" in server.hardening("cpu", loopback_only=True)
+    assert "IPAddressDeny=any" in sandbox.hardening("cpu", loopback_only=True)
     exposed = server.environment({"vllm_service_host": "10.0.0.5",
                                   "prefixbench_platform": "cpu"}, "cached", "/run/x")
     assert not set(server.LOOPBACK_ENVIRONMENT) & set(exposed)
-    assert "IPAddressDeny=any" not in server.hardening("cpu", loopback_only=False)
+    assert "IPAddressDeny=any" not in sandbox.hardening("cpu", loopback_only=False)
     assert server.is_loopback("::1") and server.is_loopback("localhost")
     assert not server.is_loopback("0.0.0.0")
 
@@ -202,9 +202,9 @@ def test_the_unit_runs_with_the_venvs_bin_on_path_and_awss_open_files_limit() ->
 
 
 def test_sandbox_levels_each_directive_with_its_reason() -> None:
-    strict = server.sandbox("neuron", level="strict")
-    relaxed = server.sandbox("neuron", level="relaxed")
-    assert server.sandbox("neuron", level="off") == []
+    strict = sandbox.sandbox("neuron", level="strict")
+    relaxed = sandbox.sandbox("neuron", level="relaxed")
+    assert sandbox.sandbox("neuron", level="off") == []
     assert all(d.reason for d in strict)
     keys = {d.key for d in strict} - {d.key for d in relaxed}
     # relaxed drops what could cut the Neuron runtime's devices, TCP or system calls.
@@ -216,6 +216,6 @@ def test_sandbox_levels_each_directive_with_its_reason() -> None:
     assert server.unit_spec(valid(vllm_service_sandbox="off"), "cached",
                             "/v/bin/vllm").hardening == ()
     with pytest.raises(ValueError, match="vllm_service_sandbox must be one of"):
-        server.sandbox("neuron", level="loose")
+        sandbox.sandbox("neuron", level="loose")
     bad = settings.validate({**TUTORIAL, "vllm_service_sandbox": "loose"}, host="h")
     assert not bad.ok

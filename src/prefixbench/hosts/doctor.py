@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from prefixbench.hosts import instances
 from prefixbench.hosts.provision import device_problems
-from prefixbench.servers import server
+from prefixbench.servers import sandbox, server
 
 PROBE_FILE: Final = Path(__file__).with_name("doctor_probe.py")
 
@@ -96,7 +96,7 @@ def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
         # compile on CPU) runs the C++ compiler.
         "compiler": "neuronx-cc" if neuron else "g++",
         "devices": "/dev/neuron*" if neuron else "",
-        "neuron_ls": f"{server.NEURON_TOOLS_BIN}/neuron-ls",
+        "neuron_ls": f"{sandbox.NEURON_TOOLS_BIN}/neuron-ls",
         "cache_dir": str(settings.get("vllm_service_cache_root", server.DEFAULT_CACHE_ROOT)),
         "nofile": spec.limit_nofile,
         "model_dir": str(settings.get("model_cache_dir", "")),
