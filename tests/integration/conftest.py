@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from helpers.side_by_side import SCENARIOS, SideBySide, started
 
 from prefixbench.sim.fleet import Fleet
 from prefixbench.sim.layout import FleetPaths, SimHost
@@ -70,19 +71,34 @@ def dlami_host(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> SimHost:
     return host
 
 
+@pytest.fixture(scope="session")
+def side_by_side(request: pytest.FixtureRequest, sim_fleet: SimFleetHandle, *,
+                 sim_artifacts: Path, repo_root: Path, ansible_env: dict[str, str],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide]:
+    """The single-host scenarios of this session (helpers/side_by_side.py), each on its
+    own host, all started at once by the first test that asks (deselected ones are not)."""
+    del sim_artifacts  # built: the hosts' package sources and the model
+    selected = {item.name.split("[", 1)[0] for item in request.session.items}
+    wanted = [name for name, s in SCENARIOS.items() if s.test in selected]
+    yield from started(sim_fleet, repo_root, ansible_env,
+                       tmp_path_factory.mktemp("side-by-side"), wanted)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the integration tests in the order the bundle's phases build on each other.
 
     The harness's own tests (test_simfleet.py) come first: their last one (down, nothing
     left, up again) hands every later test freshly booted hosts. Then provision (which
     starts from bare hosts), the server units, and the benchmark (which need provisioned
-    hosts). Only the integration items swap places.
+    hosts); the doctor after the benchmark, which deploys every host (the service user
+    the doctor's probe runs as). The side-by-side scenarios (sweeps, your own traffic)
+    are next to each other. Only the integration items swap places.
     """
     here = Path(__file__).resolve().parent
     slots = [i for i, it in enumerate(items) if here in Path(str(it.path)).resolve().parents]
-    order = ["test_simfleet.py", "test_provision.py", "test_units.py", "test_doctor_fleet.py",
-             "test_benchmark.py",
-             "test_sweep_fleet.py", "test_custom_fleet.py", "test_faults.py"]
+    order = ["test_simfleet.py", "test_provision.py", "test_units.py", "test_benchmark.py",
+             "test_doctor_fleet.py", "test_sweep_fleet.py", "test_custom_fleet.py",
+             "test_faults.py"]
 
     def rank(item: pytest.Item) -> int:
         name = item.path.name

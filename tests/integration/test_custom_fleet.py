@@ -7,14 +7,12 @@ file order, checked the same way."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from helpers.custom_prompts import write_chat_traffic, write_multi_turn_chat
+from helpers.side_by_side import SideBySide
 
 from prefixbench.sim.testing import SimFleetHandle
-from prefixbench.sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
 
@@ -22,26 +20,14 @@ RUN_ID = "integration-custom"
 
 
 def test_custom_prompts_prediction_within_one_point(
-        sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Path,
-        ansible_env: dict[str, str], tmp_path: Path) -> None:
-    host = sim_fleet.hosts[0]
-    prompts = tmp_path / "chat-traffic.jsonl"
-    lines = write_chat_traffic(prompts)
-    turns = tmp_path / "multi-turn.jsonl"
-    turn_lines = write_multi_turn_chat(turns)
+        sim_fleet: SimFleetHandle, side_by_side: SideBySide, repo_root: Path) -> None:
+    # The run (helpers/side_by_side.py): the two prompt files as workloads, one host.
+    run = side_by_side["custom"]
+    host = sim_fleet.host(run.host)
+    lines, turn_lines = run.info["lines"], run.info["turn_lines"]
     run_dir = repo_root / "results" / RUN_ID
-    shutil.rmtree(run_dir, ignore_errors=True)
-    workloads = [{"name": "chat_traffic", "dataset_name": "custom",
-                  "dataset_path": str(prompts), "custom_output_len": 8,
-                  "max_concurrency": 1},
-                 {"name": "chat_turns", "dataset_name": "custom",
-                  "dataset_path": str(turns), "custom_output_len": -1,
-                  "max_concurrency": 1, "disable_shuffle": True}]
-    proc, seconds = playbook(
-        repo_root, ansible_env, "benchmark.yml", "--skip-tags", "provision",
-        "--limit", host.name, "-e", json.dumps({"prefixbench_workloads": workloads}),
-        "-e", f"prefixbench_run_id={RUN_ID}", timeout=2400)
-    out = proc.stdout + proc.stderr
+    proc, seconds = run.result()
+    out = proc.stdout
     assert proc.returncode == 0, out[-8000:]
     print(f"custom prompts ({lines} lines) on 1 host, both servers: {seconds:.0f} s")
 

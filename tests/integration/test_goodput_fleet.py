@@ -73,8 +73,15 @@ def test_goodput_ladder_on_one_host(sim_fleet: SimFleetHandle, sim_artifacts: Pa
           f"{g['no_overlap_no_uplift']}; break-even {g['break_even']}")
     # Caching's 60-70% hits more than halve the prefill: it serves at least the same rate.
     assert high["hit_ratio"] > 0.5, high
-    assert high["cached_rate"] is not None, high
-    assert high["baseline_rate"] is None or high["cached_rate"] >= high["baseline_rate"], high
+    # Whether either meets the target depends on how busy the machine is (it is the same
+    # machine for both): the cached server's p90 TTFT is lower than the baseline's at
+    # every rate, and it serves at least the rate the baseline serves.
+    p90 = {(r["configuration"], r["rate"]): r["ttft_ms"] for r in high["rungs"]}
+    for rate in RATES:
+        assert p90[("cached", rate)] < p90[("baseline", rate)], (rate, p90)
+    if high["baseline_rate"] is not None:
+        assert high["cached_rate"] is not None, high
+        assert high["cached_rate"] >= high["baseline_rate"], high
     # Nothing to reuse on no-overlap: no uplift beyond the ladder's resolution.
     assert all(r["hit_ratio"] == 0 for r in no["rungs"] if r["configuration"] == "cached")
     assert g["no_overlap_no_uplift"]["status"] in ("PASS", "INCONCLUSIVE"), g

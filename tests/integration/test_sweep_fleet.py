@@ -1,4 +1,5 @@
-"""The segment-size sweep on the simulated fleet: two segment sizes, one host, end to end.
+"""The segment-size sweep on the simulated fleet: two segment sizes, one host, end to end;
+and the KV-capacity sweep on another host, at the same time (helpers/side_by_side.py).
 
 Each point is a baseline/cached server pair whose units carry the point's
 max-num-batched-tokens; the run's report compares the points and names the best; the
@@ -8,29 +9,25 @@ inventory's units are back in place afterwards.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers.side_by_side import SideBySide
 
 from prefixbench.sim.testing import SimFleetHandle
-from prefixbench.sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
 
 RUN_ID = "integration-sweep"
 
 
-def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, sim_artifacts: Path,
-                                      repo_root: Path, ansible_env: dict[str, str]) -> None:
-    host = sim_fleet.hosts[0]
+def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, side_by_side: SideBySide,
+                                      repo_root: Path) -> None:
+    run = side_by_side["segment_sweep"]
+    host = sim_fleet.host(run.host)
     run_dir = repo_root / "results" / RUN_ID
-    shutil.rmtree(run_dir, ignore_errors=True)
-    proc, seconds = playbook(
-        repo_root, ansible_env, "benchmark.yml", "--skip-tags", "provision",
-        "--limit", host.name, "-e", "@tests/integration/vars/sweep.yml",
-        "-e", f"prefixbench_run_id={RUN_ID}", timeout=2400)
-    out = proc.stdout + proc.stderr
+    proc, seconds = run.result()
+    out = proc.stdout
     assert proc.returncode == 0, out[-8000:]
     print(f"sweep of 2 segment sizes on 1 host: {seconds:.0f} s")
 
@@ -110,19 +107,15 @@ CAPACITY_RUN_ID = "integration-capacity"
 
 
 def test_capacity_sweep_measures_the_predicted_curve(
-        sim_fleet: SimFleetHandle, sim_artifacts: Path, repo_root: Path,
-        ansible_env: dict[str, str]) -> None:
+        sim_fleet: SimFleetHandle, side_by_side: SideBySide, repo_root: Path) -> None:
     """The cached server at three KV sizes: the hit ratio each measures is the one the
     cache model predicts for the capacity the server reported, within 2 points, and
     eviction shows (the smallest capacity hits least)."""
-    host = sim_fleet.hosts[0]
+    run = side_by_side["capacity_sweep"]
+    host = sim_fleet.host(run.host)
     run_dir = repo_root / "results" / CAPACITY_RUN_ID
-    shutil.rmtree(run_dir, ignore_errors=True)
-    proc, seconds = playbook(
-        repo_root, ansible_env, "benchmark.yml", "--skip-tags", "provision",
-        "--limit", host.name, "-e", "@tests/integration/vars/capacity.yml",
-        "-e", f"prefixbench_run_id={CAPACITY_RUN_ID}", timeout=2400)
-    out = proc.stdout + proc.stderr
+    proc, seconds = run.result()
+    out = proc.stdout
     assert proc.returncode == 0, out[-8000:]
     print(f"capacity sweep of 3 KV sizes on 1 host: {seconds:.0f} s")
 

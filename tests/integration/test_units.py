@@ -98,19 +98,23 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
                                   "vllm_service_model": "openai/gpt-oss-120b"}, "t").settings
     fleet.sh(host, "mkdir -p /var/tmp/pb && cat > /var/tmp/pb/parse.py <<'EOF'\n"
              + (HERE / "helpers" / "parse_vllm_argv.py").read_text() + "\nEOF")
-    for name, values in (("sim", sim), ("tutorial", tutorial)):
-        for configuration in server.CONFIGURATIONS:
-            argv = server.serve_argv(values, configuration)
-            parsed = json.loads(fleet.ssh(host, [VENV_PY, "/var/tmp/pb/parse.py",
-                                                 json.dumps(argv)], timeout=180))
-            # baseline says --no-enable-prefix-caching; cached leaves vLLM's default (on).
-            expected = (None, True) if configuration == "cached" else (False,)
-            assert parsed["enable_prefix_caching"] in expected, (name, parsed)
-            assert parsed["max_num_batched_tokens"] == 1024
-            if name == "tutorial":
-                assert parsed["hf_overrides"] == {"quantization_config": {}}
-                assert parsed["additional_config"]["neuron_config"][
-                    "kv_segment_size_buckets"] == [1024]
+    cases = [(name, values, configuration)
+             for name, values in (("sim", sim), ("tutorial", tutorial))
+             for configuration in server.CONFIGURATIONS]
+    argvs = [server.serve_argv(values, configuration) for _, values, configuration in cases]
+    # One import of vLLM parses all four (each import costs 10-15 s on the shared cores).
+    answers = json.loads(fleet.ssh(host, [VENV_PY, "/var/tmp/pb/parse.py",
+                                          json.dumps(argvs)], timeout=300))
+    assert len(answers) == len(cases), answers
+    for (name, _, configuration), parsed in zip(cases, answers, strict=True):
+        # baseline says --no-enable-prefix-caching; cached leaves vLLM's default (on).
+        expected = (None, True) if configuration == "cached" else (False,)
+        assert parsed["enable_prefix_caching"] in expected, (name, parsed)
+        assert parsed["max_num_batched_tokens"] == 1024
+        if name == "tutorial":
+            assert parsed["hf_overrides"] == {"quantization_config": {}}
+            assert parsed["additional_config"]["neuron_config"][
+                "kv_segment_size_buckets"] == [1024]
 
     # Baseline: healthy, caching off. Then cached: the baseline stops, caching on.
     first = start_and_wait(fleet, repo_root, ansible_env, host.name, "baseline")
