@@ -36,12 +36,18 @@ lint: venv  ## ansible-lint (production), yamllint, syntax-check, ruff, mypy, ge
 	$(BIN)/mypy
 
 test-fast: lint  ## Lint and the fast test tier (no fleet)
-	$(BIN)/pytest -m "not integration" -q
+	$(BIN)/pytest -m "not integration" -q --durations=5
 
+# --durations=0: every integration test's time (the tier's budget is read from it).
 test-integration: venv system-deps  ## The integration tier on the simulated fleet (root)
 	$(BIN)/pytest -m integration -q --durations=0
 
-test: test-fast test-integration  ## Every tier: lint, fast tests, simulated-fleet tests
+test:  ## Every tier: lint, fast tests, simulated-fleet tests; prints each tier's time
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory test-fast; rc=$$?; fast=$$(( $$(date +%s) - start )); \
+	if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory test-integration; rc=$$?; fi; \
+	echo "make test: fast tier (with lint) $${fast} s, total $$(( $$(date +%s) - start )) s, exit $$rc"; \
+	exit $$rc
 
 demo: venv system-deps  ## The whole experiment on a simulated fleet; prints where the report is
 	scripts/demo $(SIM_HOSTS)
