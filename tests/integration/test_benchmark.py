@@ -4,6 +4,7 @@ three workloads (smaller, same proportions); a server killed mid-run; the resume
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.stats import paired_ratio_interval
+from prefixbench.report.verdicts import HIT_RATE, LOWER_TTFT, NO_REGRESSION, RULES, decide
+from prefixbench.report.vocab import Thresholds
 from prefixbench.sim.layout import SimHost
 from prefixbench.sim.testing import SimFleetHandle
 from prefixbench.sim.testing import run_playbook as playbook
@@ -182,10 +186,83 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         assert causes <= {"junction"}, (entry["host"], causes)
         if hi.measured["hit_ratio_queries"] < hi.expected["block_aligned_ratio"] - 0.001:
             assert causes == {"junction"}, (entry["host"], entry["shortfalls"])
+    # Every host's verdicts agree with figures recomputed here from the raw records
+    # (the bench's per-request TTFTs, the /metrics counters around each bench), not from
+    # the summary's own numbers.
+    statuses = check_verdicts_from_raw(summary, layout)
+    print(f"verdicts recomputed from the raw records: {statuses}")
     print(f"\nbenchmark on {len(fleet.hosts)} simulated hosts: {wall:.0f} s "
           f"(one server killed mid-run); resume of {missing} bench(es): {rerun_wall:.0f} s; "
           f"time to healthy: {sorted(compiled)} s compiling, {sorted(restored)} s with "
           f"the graphs restored from the store")
+
+
+def _counter(record: dict, name: str) -> float:
+    return float(record["metrics_after"][name]) - float(record["metrics_before"][name])
+
+
+def _median_ms(ttfts: list[float | None]) -> float:
+    return statistics.median(t for t in ttfts if t is not None) * 1000
+
+
+def check_verdicts_from_raw(summary: dict, layout: RunLayout) -> dict[str, list[str]]:
+    """Assert each host's verdicts from figures recomputed from its raw records; return
+    host -> the four statuses.
+
+    Timing criteria: the medians of the bench's own per-request TTFTs, their ratio, and
+    the interval recomputed from them must give the verdict's status (unless the verdict
+    says the machine's load differed between the two runs, the one rule that overrides
+    an interval). Hit rate: hits / queries and local_cache_hit / (hit + compute) from
+    the counters before and after each cached bench, within 1 point of the record's
+    expectation exactly when the verdict passes.
+    """
+    t = Thresholds()
+    raw = {(r.key.host, r.key.configuration, r.key.workload): json.loads(
+        layout.result_path(r.key).read_text()) for r in layout.load_results()}
+    out: dict[str, list[str]] = {}
+    for entry in summary["hosts"]:
+        host = entry["host"]
+        verdicts = {v["name"]: v for v in entry["verdicts"]}
+        assert set(verdicts) == {rule.name for rule in RULES}, verdicts
+        out[host] = [verdicts[rule.name]["status"] for rule in RULES]
+        for rule, workload, limit in ((LOWER_TTFT, "high_overlap", t.lower_ttft_max_ratio),
+                                      (NO_REGRESSION, "no_overlap",
+                                       1 + t.no_overlap_max_rel_diff)):
+            verdict = verdicts[rule.name]
+            base = raw[(host, "baseline", workload)]["bench"]["ttfts"]
+            cached = raw[(host, "cached", workload)]["bench"]["ttfts"]
+            b_ms, c_ms = _median_ms(base), _median_ms(cached)
+            numbers = verdict["numbers"]
+            assert numbers["baseline_median_ttft_ms"] == pytest.approx(b_ms), (host, numbers)
+            assert numbers["cached_median_ttft_ms"] == pytest.approx(c_ms), (host, numbers)
+            assert numbers["ratio"] == pytest.approx(c_ms / b_ms), (host, numbers)
+            assert numbers["threshold"] == pytest.approx(limit), (host, numbers)
+            iv = paired_ratio_interval([base], [cached], confidence=t.confidence)
+            assert iv is not None
+            status = decide(iv, limit)
+            overridden = f"not decided ({status} on these figures)"  # the load rule
+            if verdict["status"] != status:
+                assert verdict["status"] == "INCONCLUSIVE", (host, rule.name, status, verdict)
+                assert overridden in verdict["detail"], (host, rule.name, status, verdict)
+            if verdict["status"] == "PASS":
+                assert c_ms / b_ms <= limit, (host, rule.name, verdict)
+            if verdict["status"] == "FAIL":
+                assert c_ms / b_ms > limit, (host, rule.name, verdict)
+        within = True
+        for workload in ("high_overlap", "no_overlap"):
+            record = raw[(host, "cached", workload)]
+            expected = record["expected"].get("served_ratio")
+            if expected is None:
+                expected = record["expected"]["block_aligned_ratio"]
+            queries = _counter(record, "prefix_cache_queries")
+            by_query = _counter(record, "prefix_cache_hits") / queries
+            hit = _counter(record, "prompt_tokens_local_cache_hit")
+            by_source = hit / (hit + _counter(record, "prompt_tokens_local_compute"))
+            within &= all(abs(r - expected) <= t.hit_ratio_max_abs_diff
+                          for r in (by_query, by_source))
+        assert verdicts[HIT_RATE.name]["status"] == ("PASS" if within else "FAIL"), \
+            (host, verdicts[HIT_RATE.name])
+    return out
 
 
 def compile_records(run_dir: Path, hosts: list[SimHost]) -> dict[tuple[str, str], dict]:
