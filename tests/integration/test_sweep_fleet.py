@@ -9,6 +9,7 @@ inventory's units are back in place afterwards.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,20 @@ from prefixbench.sim.testing import SimFleetHandle
 pytestmark = pytest.mark.integration
 
 RUN_ID = "integration-sweep"
+
+
+def raw_median_ttft_ms(path: Path) -> float:
+    """The median of a result's per-request TTFTs, in ms, read from the record itself."""
+    ttfts = json.loads(path.read_text())["bench"]["ttfts"]
+    return statistics.median(t for t in ttfts if t is not None) * 1000
+
+
+def raw_counters(path: Path) -> tuple[float, float]:
+    """(prefix-cache hits, queries) during a bench: its /metrics before and after."""
+    record = json.loads(path.read_text())
+    before, after = record["metrics_before"], record["metrics_after"]
+    return (after["prefix_cache_hits"] - before["prefix_cache_hits"],
+            after["prefix_cache_queries"] - before["prefix_cache_queries"])
 
 
 def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, side_by_side: SideBySide,
@@ -43,9 +58,16 @@ def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, side_by_side: S
                                                                         "no_overlap")]
     for row in summary["rows"]:
         assert row["host"] == host.name, row
-        b, c = row["baseline_median_ttft_ms"], row["cached_median_ttft_ms"]
-        assert b is not None and b > 0 and c is not None and c > 0, row
+        # Each figure from the point's raw records: the bench's own per-request TTFTs,
+        # the counters around the cached bench.
+        point = run_dir / "sweep" / f"seg{row['segment_size']}" / host.name
+        b = raw_median_ttft_ms(point / "baseline" / row["workload"] / "rep1.json")
+        c = raw_median_ttft_ms(point / "cached" / row["workload"] / "rep1.json")
+        assert row["baseline_median_ttft_ms"] == pytest.approx(b), row
+        assert row["cached_median_ttft_ms"] == pytest.approx(c), row
         assert row["ttft_reduction_pct"] == pytest.approx((1 - c / b) * 100), row
+        hits, queries = raw_counters(point / "cached" / row["workload"] / "rep1.json")
+        assert row["hit_ratio"] == pytest.approx(hits / queries, abs=1e-12), row
 
     # The best point: the lowest cached median TTFT on high_overlap; the other is next.
     best = summary["best"]
@@ -125,6 +147,10 @@ def test_capacity_sweep_measures_the_predicted_curve(
     rows = {r["point_blocks"]: r for r in summary["rows"]}
     assert sorted(rows) == [16, 26, 64], summary["rows"]
     for blocks, row in rows.items():
+        # The measured ratio from the point's raw counters, not the summary's.
+        hits, queries = raw_counters(run_dir / "sweep" / f"kv{blocks}" / host.name / "cached"
+                                     / "high_overlap" / "rep1.json")
+        assert row["measured"] == pytest.approx(hits / queries, abs=1e-12), row
         # vLLM on CPU counts the null block in num_gpu_blocks: usable = override - 1.
         assert row["capacity_blocks"] == blocks - 1, row
         assert row["method"] == "served", row
