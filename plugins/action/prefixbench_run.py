@@ -49,6 +49,8 @@ class ActionModule(ActionBase):
         try:
             run_dir, resumed = runmeta.open_run(results_dir, run_id, args["settings"],
                                                 args["hosts"], args["inventory"])
+        except runmeta.NoRoom as exc:  # before any server starts
+            raise AnsibleActionFail(str(exc)) from None
         except OSError as exc:  # the results disk: full, read-only, not ours
             raise AnsibleActionFail(
                 f"cannot open the run directory {run_dir}: {exc.strerror or exc}; fix that "

@@ -17,7 +17,9 @@ A. ``ansible-playbook benchmark.yml -vvv`` with an API key on the servers, while
 B. ``prefixbench run`` interrupted (SIGINT, as Ctrl+C) once a bench runs: exit 130 and
    no vLLM server left running on any host.
 C. ``ansible-playbook`` with the controller's results disk (a tmpfs) full: the run stops
-   with one clear line, nothing partial written, earlier records intact.
+   with one clear line when it opens the run directory, before any server starts;
+   nothing partial written, earlier records intact. (The bench action's own check, for
+   a disk that fills during a run, is in tests/unit/test_benchrun_custom.py.)
 D. The rerun completes: every bench has a result, the edited record measured again.
 """
 
@@ -237,6 +239,8 @@ def test_fault_matrix(sim_fleet: SimFleetHandle, *, sim_artifacts: Path,
     assert full.returncode != 0, full.stdout[-6000:]
     assert "results disk full:" in full.stdout, full.stdout[-6000:]
     assert "running vllm bench serve" not in full.stdout, full.stdout[-6000:]
+    for host in (engine_victim, cut_victim):  # refused before any server started
+        assert active_units(fleet, host) == [], host.name
     assert layout.stale_temp_files() == []
     for path, content in before.items():
         if not path.name.endswith(".failed.json"):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixbench import __version__
-from prefixbench.bench import experiment
+from prefixbench.bench import benchrun, experiment
 from prefixbench.measure.atomic import write_json_atomic
 from prefixbench.measure.layout import RunLayout
 from prefixbench.servers import sweep
@@ -47,14 +47,23 @@ def run_meta(run_id: str, settings: Mapping[str, Any], hosts: Sequence[str],
     }
 
 
+class NoRoom(Exception):
+    """The results disk cannot take a bench's record: refused before any host changes."""
+
+
 def open_run(results_dir: Path, run_id: str, settings: Mapping[str, Any],
              hosts: Sequence[str], inventory: Sequence[str]) -> tuple[Path, bool]:
     """Create ``results_dir/run_id/run.json`` unless it exists (a resumed run).
 
     Returns the run directory and whether the run is resumed. A resumed run keeps its
-    first ``started_at`` and gains the hosts of this invocation.
+    first ``started_at`` and gains the hosts of this invocation. A results disk without
+    room for one bench's record raises :class:`NoRoom` (the bench action checks again
+    before each bench: the disk may fill during the run).
     """
     run_dir = results_dir / run_id
+    no_room = benchrun.results_space_problem(run_dir)
+    if no_room:
+        raise NoRoom(no_room)
     meta_path = RunLayout.of(run_dir).meta_path
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if meta_path.exists():
