@@ -93,10 +93,10 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         hi = by_key[(host.name, "cached", "high_overlap")]
         measured = hi.measured["hit_ratio_queries"]
         # Below the block-aligned formula by at most the blocks lost where prefix and
-        # suffix re-split (2.81 pp bound at block 128 for this shape), and equal to the
-        # expectation from the served tokens.
+        # suffix re-split (18 blocks of 128 over 20 prompts of 2048 tokens: 5.63 pp for
+        # this shape), and equal to the expectation from the served tokens.
         aligned = hi.expected["block_aligned_ratio"]
-        assert aligned - 0.0281 <= measured <= aligned + 1e-9, (host.name, measured, aligned)
+        assert aligned - 0.0563 <= measured <= aligned + 1e-9, (host.name, measured, aligned)
         assert measured == hi.expected["served_ratio"], (host.name, measured, hi.expected)
         base = by_key[(host.name, "baseline", "high_overlap")]
         assert base.measured["hit_ratio_by_source"] == 0.0
