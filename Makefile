@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status sim-verify tiny-model bench-overhead bench-scale bench-compile bench-cachesim bench-whatif lock clean
+.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status sim-verify tiny-model tiny-gptoss bench-overhead bench-scale bench-compile bench-cachesim bench-whatif lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -68,6 +68,10 @@ sim-verify: venv system-deps  ## Slow check of the simulated fleet's artifacts (
 tiny-model: venv  ## Build the simulated fleet's tiny model into DIR (no torch, no Hub): make tiny-model DIR=/tmp/tiny
 	@test -n "$(DIR)" || { echo "tiny-model: give DIR=<directory>"; exit 2; }
 	$(BIN)/python -m prefixbench.sim.tinymodel $(DIR)
+
+tiny-gptoss: venv  ## Build a tiny random-weight gpt-oss (hybrid KV cache) into DIR: make tiny-gptoss DIR=/tmp/gptoss
+	@test -n "$(DIR)" || { echo "tiny-gptoss: give DIR=<directory>"; exit 2; }
+	$(BIN)/python -m prefixbench.sim.tinygptoss $(DIR)
 
 # Benchmarks of the bundle itself: they print figures, they are not tests.
 bench-overhead: venv  ## The bundle's own cost: ARGS="run results/<run_id>" or ARGS="plugin HOST -n 3" (simulated fleet)
