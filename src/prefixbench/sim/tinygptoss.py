@@ -22,9 +22,11 @@ with the compile cache warm, 40 s with ``--enforce-eager`` (the tiny Llama: 34.5
 the server logs ``kv cache group sizes (128, 128)`` (the hybrid KV-cache manager); two
 640-token prompts sharing 600 tokens hit 512 tokens.
 
-Not yet the simulated fleet's model: :func:`main` gives the directory the tiny Llama's
+Not yet the simulated fleet's model. :func:`main` gives the directory the tiny Llama's
 byte-level BPE tokenizer, so ``/v1/completions`` works; chat needs o200k_harmony's own
-``tokenizer.json`` (vLLM renders gpt-oss chat with harmony), not built here yet.
+``tokenizer.json`` (vLLM renders gpt-oss chat with harmony), which
+``tests/integration/helpers/build_harmony_tokenizer.py`` builds offline in the fleet's
+vLLM venv (``tests/integration/test_tiny_gptoss.py`` serves the two together).
 """
 
 from __future__ import annotations
