@@ -127,10 +127,12 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
 
     # vLLM's internal channels face no network: every TCP socket the service user's
     # processes listen on is on loopback, and a neighbour cannot connect to any of them.
+    # (an if, not `[ ] && echo`: a last line owned by another user, sshd's, would end
+    # the loop, and under sh -e the script, with status 1; ss lists in no fixed order)
     listening = fleet.sh(host, "ss -Hltnp | grep -F \"pid=\" | while read -r l; do "
                                "pid=${l##*pid=}; pid=${pid%%,*}; "
-                               "[ \"$(ps -o user= -p \"$pid\")\" = vllm ] && "
-                               "echo \"$l\"; done; true")
+                               "if [ \"$(ps -o user= -p \"$pid\")\" = vllm ]; then "
+                               "echo \"$l\"; fi; done")
     addresses = [line.split()[3] for line in listening.splitlines() if line.strip()]
     assert addresses, "the running server listens on nothing?"
     exposed = [a for a in addresses if not a.startswith(("127.0.0.1:", "[::1]:"))]
