@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv system-deps specs lint test-fast test test-integration demo sim-up sim-down sim-status sim-verify tiny-model tiny-gptoss bench-overhead bench-scale bench-compile bench-cachesim bench-whatif lock clean
+.PHONY: help venv system-deps specs lint test-fast test-unit test test-integration demo sim-up sim-down sim-status sim-verify tiny-model tiny-gptoss bench-overhead bench-scale bench-compile bench-cachesim bench-whatif lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,7 +35,12 @@ lint: venv  ## ansible-lint (production), yamllint, syntax-check, ruff, mypy, ge
 	$(BIN)/ruff check src tests plugins library scripts module_utils
 	$(BIN)/mypy
 
-test-fast: lint  ## Lint and the fast test tier (no fleet)
+# Lint and the fast tests are each one process on one core: on 2 cores they run side by
+# side (each one's output printed whole when it ends).
+test-fast: venv  ## Lint and the fast test tier (no fleet)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint test-unit
+
+test-unit: venv  ## The fast tests alone (no lint, no fleet)
 	$(BIN)/pytest -m "not integration" -q --durations=5
 
 # --durations=0: every integration test's time (the tier's budget is read from it).
