@@ -164,4 +164,15 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
         time.sleep(5)
     else:
         pytest.fail("vllm-cached.service did not come back after kill -9")
-    fleet.sh(host, "systemctl stop vllm-cached.service")
+
+    # A deploy that changes the servers' environment stops the server still running the
+    # old one: the next start (a bench's) runs the new environment, not the old process.
+    changed = json.dumps({"vllm_service_environment": {"VLLM_CPU_KVCACHE_SPACE": "1",
+                                                       "PB_CHECK": "changed"}})
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/deploy.yml", "--limit", host.name,
+                       "-e", changed)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "stop a server started with an older configuration" in proc.stdout, \
+        proc.stdout[-5000:]
+    state = fleet.sh(host, "systemctl is-active vllm-cached.service || true").strip()
+    assert state in ("inactive", "failed"), state  # (failed: stopped while it started)
