@@ -90,14 +90,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     The harness's own tests (test_simfleet.py) come first: their last one (down, nothing
     left, up again) hands every later test freshly booted hosts. Then provision (which
     starts from bare hosts), the server units, and the benchmark (which need provisioned
-    hosts); the doctor after the benchmark, which deploys every host (the service user
-    the doctor's probe runs as). The side-by-side scenarios (sweeps, your own traffic)
-    are next to each other. Only the integration items swap places.
+    hosts). The side-by-side scenarios (sweeps, your own traffic) are next to each
+    other; between them they deploy every host, so the doctor (whose probe runs as the
+    service user) comes after them. Only the integration items swap places.
     """
     here = Path(__file__).resolve().parent
     slots = [i for i, it in enumerate(items) if here in Path(str(it.path)).resolve().parents]
     order = ["test_simfleet.py", "test_provision.py", "test_units.py", "test_benchmark.py",
-             "test_doctor_fleet.py", "test_sweep_fleet.py", "test_custom_fleet.py",
+             "test_sweep_fleet.py", "test_custom_fleet.py", "test_doctor_fleet.py",
              "test_faults.py"]
 
     def rank(item: pytest.Item) -> int:

@@ -1,5 +1,12 @@
-"""benchmark.yml on the simulated fleet: every host, both configurations, the tutorial's
-three workloads (smaller, same proportions); a server killed mid-run; the resume."""
+"""benchmark.yml on the simulated fleet: two hosts (a trn2 and a trn3), both
+configurations, the tutorial's three workloads (smaller, same proportions); one host's
+vLLM engine killed mid-run; a finished record edited on disk; the resume, which measures
+both again.
+
+Two hosts, not three (``--limit``): the trn2 and trn3 hosts share their compile keys, so
+they are the leader and the follower of each key; the third, DLAMI-flavoured host would
+add two server starts and six benches to the shared cores and prove nothing more here
+(its adopted venv serves in test_custom_fleet.py, its faults in test_faults.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.records import content_checksum
 from prefixbench.measure.stats import paired_ratio_interval
 from prefixbench.report.verdicts import HIT_RATE, LOWER_TTFT, NO_REGRESSION, RULES, decide
 from prefixbench.report.vocab import Thresholds
@@ -26,10 +34,10 @@ WORKLOADS = ("high_overlap", "no_overlap", "sustained_c4")
 
 
 def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts: Path,
-                                        dlami_host: SimHost, repo_root: Path,
-                                        ansible_env: dict[str, str]) -> None:
+                                        repo_root: Path, ansible_env: dict[str, str]) -> None:
     fleet = sim_fleet
-    victim = fleet.hosts[-1]
+    hosts = [fleet.hosts[0], fleet.hosts[-1]]  # trn2-sim-1, trn3-sim-1
+    victim = hosts[-1]
     results = repo_root / "results"
     run_dir = results / RUN_ID
     if run_dir.exists():
@@ -38,11 +46,14 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     store = results / "compile-cache-benchmark-test"
     subprocess.run(["rm", "-rf", str(store)], check=True)
     args = ["benchmark.yml", "--skip-tags", "provision",
+            "--limit", ",".join(h.name for h in hosts),
             "-e", "@tests/integration/vars/small_workloads.yml",
             "-e", f"prefixbench_run_id={RUN_ID}",
             "-e", f"prefixbench_compile_cache_store={store}"]
 
-    # 1. The whole run, with one host's server killed once its cached phase has begun.
+    # 1. The whole run, with one host's vLLM engine killed (kill -9 of the API server's
+    # children, as the kernel's OOM killer would pick the largest process) once its
+    # cached phase has begun.
     start = time.monotonic()
     proc = subprocess.Popen(["ansible-playbook", "-i", "inventories/sim", *args],
                             cwd=repo_root, env=ansible_env, stdout=subprocess.PIPE,
@@ -52,7 +63,7 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     # simulated hosts' cores with another host's high-overlap bench, whose TTFT is
     # compared with the baseline's below.
     triggers = [run_dir / h.name / "cached" / "high_overlap" / "rep1.json"
-                for h in fleet.hosts]
+                for h in hosts]
     killed = False
     while proc.poll() is None and time.monotonic() - start < 2400:
         # Kill while a bench is running: killed between two benches, the server is back
@@ -61,7 +72,7 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         if not killed and all(t.exists() for t in triggers) and fleet.sh(
                 victim, "pgrep -f 'vllm [b]ench serve' || true").strip():
             pid = fleet.sh(victim, "systemctl show -p MainPID --value vllm-cached.service")
-            fleet.ssh(victim, ["kill", "-9", pid.strip()])
+            fleet.sh(victim, f"pkill -9 -P {pid.strip()}")
             killed = True
         time.sleep(0.5)
     out, _ = proc.communicate(timeout=600)
@@ -85,7 +96,7 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     # Every other host has its 2 x 3 results; the ratios are the tutorial's.
     by_key = {(r.key.host, r.key.configuration, r.key.workload): r
               for r in layout.load_results()}
-    for host in fleet.hosts:
+    for host in hosts:
         expected_keys = {(host.name, c, w) for c in ("baseline", "cached") for w in WORKLOADS}
         have = {k for k in by_key if k[0] == host.name}
         if host is not victim:
@@ -105,7 +116,7 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         if no is not None:
             assert no.measured["hit_ratio_queries"] <= 0.01, (host.name, no.measured)
     assert (run_dir / "summary.json").exists() and (run_dir / "report.html").exists()
-    for host in fleet.hosts:
+    for host in hosts:
         fp = json.loads((run_dir / host.name / "fingerprint.json").read_text())
         assert set(fp["units"]) == {"vllm-baseline.service", "vllm-cached.service"}
         assert fp["vllm_version"] and fp["neuron_packages"]["aws-neuronx-runtime-lib"]
@@ -114,12 +125,12 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     # Compile once per fleet: per configuration and key, one host (the leader) compiled
     # and published; every other host restored the store's copy before its start and
     # compiled nothing. No start hit vLLM's AOT load failure (VLLM_USE_AOT_COMPILE=0).
-    starts = compile_records(run_dir, fleet.hosts)
+    starts = compile_records(run_dir, hosts)
     for conf in ("baseline", "cached"):
-        keys = {starts[(h.name, conf)]["key"] for h in fleet.hosts}
+        keys = {starts[(h.name, conf)]["key"] for h in hosts}
         assert None not in keys, starts
         for key in keys:
-            sharing = [starts[(h.name, conf)] for h in fleet.hosts
+            sharing = [starts[(h.name, conf)] for h in hosts
                        if starts[(h.name, conf)]["key"] == key]
             leaders = [s for s in sharing if s["role"] == "leader"]
             assert len(leaders) == 1 and leaders[0]["published"], (conf, sharing)
@@ -131,9 +142,11 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
                 assert follower["restored_files"] + follower["kept_files"] > 0, follower
                 assert not follower["compiled"], follower
             assert (store / f"{key}.tar.gz").is_file() and (store / f"{key}.json").is_file()
-    assert any(s["compiled"] for s in starts.values()), "no start compiled anything"
-    # The trn2 and trn3 hosts share their graphs (same CPU; the DLAMI-flavoured host's
-    # unit differs, so it has keys of its own): one of them waited and restored.
+    # (Whether the leader compiled depends on what ran on it before: test_units leaves
+    # trn2-sim-1's own cache holding these graphs, and the leader publishes them
+    # without compiling. A leader that compiles on a fresh host is test_compile_s3's.)
+    # The trn2 and trn3 hosts share their graphs (same CPU, same units): one of them
+    # waited and restored.
     for conf in ("baseline", "cached"):
         assert [h for (h, c), s in starts.items() if c == conf and s["role"] == "follower"], \
             (conf, starts)
@@ -145,22 +158,42 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     compiled = [timings[k] for k, s in starts.items() if s["compiled"]]
     restored = [timings[k] for k, s in starts.items() if s["role"] == "follower"]
 
-    # The DLAMI-flavoured host ran everything from its adopted venv (provisioning is
-    # skipped here, so the units must have found it by themselves), and its service
-    # user can open devices under the neuron group rule.
-    unit = fleet.sh(dlami_host, "systemctl cat vllm-cached.service")
-    assert "ExecStart=/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0/bin/vllm" \
-        in unit, unit
-    assert "neuron" in fleet.sh(dlami_host, "id -nG vllm").split()
+    # 2. A finished record edited on disk (the victim's cached high-overlap bench, whose
+    # server the rerun starts anyway): the report rejects it with its checksum kept,
+    # and with the checksum removed too, unless a run of an older version is read with
+    # --accept-unchecksummed, which the report then shows.
+    edited = layout.result_path(next(k for k in sorted(done) if k.host == victim.name and
+                                     k.configuration == "cached"))
+    rel = str(edited.relative_to(run_dir))
+    record = json.loads(edited.read_text())
+    record["bench"]["median_ttft_ms"] = 1.0
+    edited.write_text(json.dumps(record))
+    report = prefixbench_report(repo_root, ansible_env, run_dir)
+    assert f"warning: {rel}: skipped, unreadable" in report.stderr and \
+        "checksum mismatch" in report.stderr, report.stderr[-3000:]
+    assert rejection(run_dir, rel).startswith("result rejected, checksum mismatch")
+    del record["checksum"]
+    edited.write_text(json.dumps(record))
+    report = prefixbench_report(repo_root, ansible_env, run_dir)
+    assert rejection(run_dir, rel).startswith("result rejected, no checksum"), \
+        report.stderr[-3000:]
+    report = prefixbench_report(repo_root, ansible_env, run_dir, "--accept-unchecksummed")
+    assert json.loads((run_dir / "summary.json").read_text())["unchecksummed"] == [rel], \
+        report.stderr[-3000:]
+    assert "without a checksum are used" in (run_dir / "report.md").read_text()
 
-    # 2. The rerun with the same run id does only what is missing.
-    missing = len(failures)
+    # 3. The rerun with the same run id does only what is missing: the killed bench and
+    # the edited one.
+    missing = len(failures) + 1
     rerun, rerun_wall = playbook(repo_root, ansible_env, *args, timeout=2400)
     assert rerun.returncode == 0, rerun.stdout[-8000:]
     ran = rerun.stdout.count("running vllm bench serve")
     assert ran == missing, (ran, missing)
     assert layout.failures() == {}
-    assert len(layout.completed()) == len(done) + missing == len(fleet.hosts) * 6
+    assert len(layout.completed()) == len(done) + missing - 1 == len(hosts) * 6
+    again = json.loads(edited.read_text())
+    assert again["checksum"] == content_checksum(again)
+    assert again["bench"]["median_ttft_ms"] != 1.0
     # The rerun's start found the key in the store and its own cache: no compilation.
     again = compile_records(run_dir, [victim])[(victim.name, "cached")]
     assert again["role"] == "restore" and not again["compiled"], again
@@ -191,10 +224,25 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     # the summary's own numbers.
     statuses = check_verdicts_from_raw(summary, layout)
     print(f"verdicts recomputed from the raw records: {statuses}")
-    print(f"\nbenchmark on {len(fleet.hosts)} simulated hosts: {wall:.0f} s "
+    print(f"\nbenchmark on {len(hosts)} simulated hosts: {wall:.0f} s "
           f"(one server killed mid-run); resume of {missing} bench(es): {rerun_wall:.0f} s; "
           f"time to healthy: {sorted(compiled)} s compiling, {sorted(restored)} s with "
           f"the graphs restored from the store")
+
+
+def prefixbench_report(root: Path, env: dict[str, str], run_dir: Path,
+                       *extra: str) -> subprocess.CompletedProcess[str]:
+    """``prefixbench report RUN_DIR`` (exit status not checked: a rejected record fails)."""
+    return subprocess.run(["prefixbench", "report", str(run_dir), *extra], cwd=root,
+                          env=env, capture_output=True, text=True, check=False)
+
+
+def rejection(run_dir: Path, rel: str) -> str:
+    """The summary's error for the record at ``rel`` (asserted to be listed)."""
+    errors = [f["error"] for f in json.loads((run_dir / "summary.json").read_text())[
+        "failures"] if f.get("path") == rel]
+    assert errors, f"{rel} is not among the summary's failures"
+    return errors[0]
 
 
 def _counter(record: dict, name: str) -> float:

@@ -13,8 +13,8 @@ configurations through the directory store.
 Checked, on a tiny workload: per configuration and key, one host compiled and uploaded,
 every other host of the key restored from S3 and compiled nothing; the bucket holds one
 manifest and one archive per key, nothing lands in the controller's store. Then a rerun
-with one host's cache emptied again (a fresh instance on the next run): no start
-compiles anywhere, that host restores from S3. The secret key appears in no output.
+on one host whose cache is emptied again (a fresh instance on the next run): it
+compiles nothing and restores from S3. The secret key appears in no output.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from s3_fabric import KEY_ID, SECRET, Fabric, s3_fabric
 
 from prefixbench.config.catalogue import BY_NAME
 from prefixbench.servers.server import COMPILE_CACHE_SUBDIRS
+from prefixbench.sim.layout import SimHost
 from prefixbench.sim.testing import SimFleetHandle
 from prefixbench.sim.testing import run_playbook as playbook
 
@@ -83,21 +84,21 @@ def test_compile_once_through_an_s3_store(sim_fleet: SimFleetHandle, s3_fabric: 
     }))
     outputs: list[str] = []
 
-    def run(run_id: str) -> dict[tuple[str, str], dict]:
+    def run(run_id: str, on: list[SimHost]) -> dict[tuple[str, str], dict]:
         proc, _ = playbook(repo_root, ansible_env, "benchmark.yml", "--skip-tags",
-                           "provision", "--limit", ",".join(h.name for h in hosts),
+                           "provision", "--limit", ",".join(h.name for h in on),
                            "-e", f"@{extra}", "-e",
                            f"prefixbench_run_id={run_id}", timeout=1800)
         outputs.append(proc.stdout + proc.stderr)
         assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-2000:]
         got = starts(results / run_id)
-        assert len(got) == len(hosts), got
+        assert len(got) == len(on), got
         return got
 
     # 1. Fresh hosts, empty bucket: one compile and one upload per key.
     for host in hosts:
         fleet.sh(host, f"rm -rf {CACHE}")
-    first = run(RUNS[0])
+    first = run(RUNS[0], hosts)
     keys = {s["key"] for s in first.values()}
     assert None not in keys, first
     for key in keys:
@@ -117,10 +118,12 @@ def test_compile_once_through_an_s3_store(sim_fleet: SimFleetHandle, s3_fabric: 
     after = sorted(controller_store.glob("*")) if controller_store.exists() else []
     assert after == before, "archives went through the controller's store"
 
-    # 2. The next run, one host fresh again: every start restores, none compiles.
+    # 2. The next run on a fresh host (its cache emptied again, as on a new instance):
+    # its start restores from S3 and compiles nothing. (Only that host: the other one's
+    # start would keep its own cache, which test_benchmark's rerun already shows.)
     fresh = hosts[0]
     fleet.sh(fresh, f"rm -rf {CACHE}")
-    second = run(RUNS[1])
+    second = run(RUNS[1], [fresh])
     assert not [s for s in second.values() if s["compiled"]], second
     assert all(s["role"] == "restore" for s in second.values()), second
     restored = second[(fresh.name, "cached")]

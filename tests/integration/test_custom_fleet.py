@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers.side_by_side import SideBySide
 
+from prefixbench.sim.layout import SimHost
 from prefixbench.sim.testing import SimFleetHandle
 
 pytestmark = pytest.mark.integration
@@ -20,7 +21,8 @@ RUN_ID = "integration-custom"
 
 
 def test_custom_prompts_prediction_within_one_point(
-        sim_fleet: SimFleetHandle, side_by_side: SideBySide, repo_root: Path) -> None:
+        sim_fleet: SimFleetHandle, dlami_host: SimHost, side_by_side: SideBySide,
+        repo_root: Path) -> None:
     # The run (helpers/side_by_side.py): the two prompt files as workloads, one host.
     run = side_by_side["custom"]
     host = sim_fleet.host(run.host)
@@ -60,3 +62,12 @@ def test_custom_prompts_prediction_within_one_point(
     baseline = rows[("baseline", "chat_traffic")]
     assert baseline["hit_ratio_queries"] is None
     assert baseline["hit_ratio_by_source"] == 0
+
+    # The host is the DLAMI-flavoured one: it ran both servers from its adopted venv
+    # (provisioning is skipped here, so the units must have found it by themselves), and
+    # its service user can open devices under the neuron group rule.
+    assert host == dlami_host
+    unit = sim_fleet.sh(host, "systemctl cat vllm-cached.service")
+    assert "ExecStart=/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0/bin/vllm" \
+        in unit, unit
+    assert "neuron" in sim_fleet.sh(host, "id -nG vllm").split()

@@ -1,4 +1,4 @@
-"""The goodput ladder on the simulated fleet: one host, both configurations, three rates.
+"""The goodput ladder on the simulated fleet: one host, both configurations, two rates.
 
 Every rung's TTFT percentile is the one its own result JSON gives, each configuration's
 goodput rate follows from its rungs, the high-overlap workload is served at a rate at
@@ -21,7 +21,7 @@ from prefixbench.sim.testing import run_playbook as playbook
 pytestmark = pytest.mark.integration
 
 RUN_ID = "integration-goodput"
-RATES = [15.0, 60.0, 120.0]
+RATES = [15.0, 120.0]
 TARGET_MS = 200.0
 
 

@@ -3,10 +3,11 @@
 The local S3 is the fabric's moto server (:mod:`s3_fabric`), where the tiny model is
 uploaded; boto3 reaches the hosts through the role's ``venv`` way. The role runs through
 a two-play playbook (preflight, then model_cache) into its own directory, so the
-URL-sourced model the other tests use is untouched.
+URL-sourced model the other tests use is untouched. One host (``--limit``): the role's
+work is per host.
 
-Checked: check mode on fresh hosts changes nothing; the first run puts the exact bytes on
-every host and records the revision computed here from the files; a second run and check
+Checked: check mode on a fresh host changes nothing; the first run puts the exact bytes on
+the host and records the revision computed here from the files; a second run and check
 mode change nothing; a changed and an added object are the only files replaced (inode
 numbers) and check mode reports them without touching the host; the secret key appears
 nowhere (output at -vv, the host's files, its journal).
@@ -74,6 +75,9 @@ def host_files(fleet: SimFleetHandle, host: Any) -> dict[str, tuple[str, str]]:
 def test_model_from_s3(sim_fleet: SimFleetHandle, s3_fabric: Fabric, repo_root: Path,
                        ansible_env: dict[str, str], tmp_path: Path) -> None:
     fleet = sim_fleet
+    # One host (--limit): the role's work is per host, and a second or third host would
+    # add only forks of the same tasks to every one of the six runs.
+    hosts = [fleet.hosts[1]]
     source = s3_fabric.www / "models" / MODEL_NAME
     model = {p.name: p for p in sorted(source.iterdir()) if p.is_file()}
     upload(s3_fabric, model)
@@ -105,17 +109,17 @@ def test_model_from_s3(sim_fleet: SimFleetHandle, s3_fabric: Fabric, repo_root: 
     outputs: list[str] = []
 
     def run(*args: str) -> tuple[dict[str, dict[str, int]], float]:
-        proc, seconds = playbook(repo_root, ansible_env, str(play), "-vvv",
-                                 "-e", f"@{extra}", *args)
+        proc, seconds = playbook(repo_root, ansible_env, str(play), "-vvv", "--limit",
+                                 ",".join(h.name for h in hosts), "-e", f"@{extra}", *args)
         outputs.append(proc.stdout + proc.stderr)
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
         # The preflight play also runs on the controller (localhost).
         rec = {h: r for h, r in recap(proc.stdout).items() if h != "localhost"}
-        assert set(rec) == {h.name for h in fleet.hosts}, proc.stdout[-3000:]
+        assert set(rec) == {h.name for h in hosts}, proc.stdout[-3000:]
         return rec, seconds
 
     def cleanup() -> None:
-        for host in fleet.hosts:
+        for host in hosts:
             fleet.sh(host, f"rm -rf {DEST} {Path(VENV).parent}")
 
     cleanup()
@@ -123,7 +127,7 @@ def test_model_from_s3(sim_fleet: SimFleetHandle, s3_fabric: Fabric, repo_root: 
         # 1. Check mode on fresh hosts reports the work and does none of it.
         rec, _ = run("--check")
         assert all(r["changed"] > 0 for r in rec.values()), rec
-        for host in fleet.hosts:
+        for host in hosts:
             assert fleet.sh(host, f"test -e {DEST} || test -e {VENV} || echo absent"
                             ).strip() == "absent"
 
@@ -134,7 +138,7 @@ def test_model_from_s3(sim_fleet: SimFleetHandle, s3_fabric: Fabric, repo_root: 
                    for rel, p in model.items()}
         revision = prefixbench_s3.revision_of(entries)
         before = {}
-        for host in fleet.hosts:
+        for host in hosts:
             files = host_files(fleet, host)
             assert {rel: d for rel, (d, _) in files.items()} == \
                 {rel: e["sha256"] for rel, e in entries.items()}
@@ -159,11 +163,11 @@ def test_model_from_s3(sim_fleet: SimFleetHandle, s3_fabric: Fabric, repo_root: 
         upload(s3_fabric, {"config.json": changed, "NOTICE.txt": added})
         rec, _ = run("--check")
         assert all(r["changed"] > 0 for r in rec.values()), rec
-        for host in fleet.hosts:
+        for host in hosts:
             assert host_files(fleet, host) == before[host.name]
         rec, third = run()
         assert all(r["changed"] > 0 for r in rec.values()), rec
-        for host in fleet.hosts:
+        for host in hosts:
             after = host_files(fleet, host)
             assert after["config.json"][0] == sha256(changed)
             assert after["NOTICE.txt"][0] == sha256(added)
@@ -176,12 +180,12 @@ def test_model_from_s3(sim_fleet: SimFleetHandle, s3_fabric: Fabric, repo_root: 
         # 5. Neither key is anywhere, at -vvv: output, the host's files, its journal.
         for secret in (SECRET, KEY_ID):
             assert not [i for i, out in enumerate(outputs) if secret in out], secret
-            for host in fleet.hosts:
+            for host in hosts:
                 found = fleet.sh(host, f"grep -rlF {secret} {DEST} /etc /var/log /root "
                                        "/tmp /var/tmp 2>/dev/null || true; journalctl "
                                        f"--no-pager -o cat | grep -cF {secret} || true")
                 assert found.strip() == "0", (secret, found)
-        print(f"\nmodel from S3 on {len(fleet.hosts)} simulated hosts "
+        print(f"\nmodel from S3 on {len(hosts)} simulated hosts "
               f"({sum(e['size'] for e in entries.values())} bytes each): first run "
               f"{first:.0f} s (boto3 install + sync), second {second:.0f} s, check mode "
               f"{check:.0f} s, one changed + one new object {third:.0f} s")
