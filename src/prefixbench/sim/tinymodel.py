@@ -53,7 +53,7 @@ import io
 import json
 import tarfile
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -109,7 +109,11 @@ def model_files(spec: TinyLlamaSpec) -> dict[str, bytes]:
 
 def write_model_dir(dest: Path, spec: TinyLlamaSpec | None = None) -> Path:
     """Write the model directory ``dest`` (replacing it); files 0644, dirs 0755."""
-    files = model_files(spec or TinyLlamaSpec())
+    return write_files_dir(dest, model_files(spec or TinyLlamaSpec()))
+
+
+def write_files_dir(dest: Path, files: Mapping[str, bytes]) -> Path:
+    """Write ``files`` and their ``SHA256SUMS`` as the directory ``dest`` (replacing it)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     for name, data in files.items():
@@ -163,26 +167,34 @@ class PublishedModel:
 def build_model(www: Path, spec: TinyLlamaSpec | None = None) -> PublishedModel:
     """Publish the tiny model under ``<www>/models/`` (a no-op when unchanged)."""
     sp = spec or TinyLlamaSpec()
+    inputs = {"spec": sp.__dict__, "layout": _LAYOUT,
+              "source": [sha256_file(Path(str(f))) for f in _SOURCES],
+              "tokenizers": _tokenizers_version(sp)}
+    return publish(www, MODEL_NAME, inputs, lambda: model_files(sp))
+
+
+def publish(www: Path, name: str, inputs: Mapping[str, Any],
+            files: Callable[[], Mapping[str, bytes]]) -> PublishedModel:
+    """Publish a model as ``<www>/models/<name>/`` (with ``SHA256SUMS``),
+    ``<name>.tar.gz`` (reproducible) and its ``.sha256``; ``files`` is called only when
+    ``inputs`` (with the source date epoch) changed since the last build."""
     models = www / "models"
-    directory = models / MODEL_NAME
-    tarball = models / f"{MODEL_NAME}.tar.gz"
-    checksum = models / f"{MODEL_NAME}.tar.gz.sha256"
-    stamp = models / f".{MODEL_NAME}.inputs.sha256"
-    digest = digest_inputs({"spec": sp.__dict__, "layout": _LAYOUT,
-                            "source": [sha256_file(Path(str(f))) for f in _SOURCES],
-                            "epoch": source_date_epoch(),
-                            "tokenizers": _tokenizers_version(sp)})
+    directory = models / name
+    tarball = models / f"{name}.tar.gz"
+    checksum = models / f"{name}.tar.gz.sha256"
+    stamp = models / f".{name}.inputs.sha256"
+    digest = digest_inputs({**inputs, "epoch": source_date_epoch()})
     if stamp_matches(stamp, digest) and tarball.is_file() and checksum.is_file():
-        log(f"tiny model up to date: {directory}")
+        log(f"model {name} up to date: {directory}")
         return PublishedModel(directory, tarball, checksum.read_text().split()[0])
     models.mkdir(parents=True, exist_ok=True)
-    write_model_dir(directory, sp)
-    data = tarball_bytes(directory, MODEL_NAME, source_date_epoch())
+    write_files_dir(directory, files())
+    data = tarball_bytes(directory, name, source_date_epoch())
     atomic_write(tarball, data, FILE_MODE)
     digest_tar = sha256_file(tarball)
     atomic_write(checksum, f"{digest_tar}  {tarball.name}\n", FILE_MODE)
     write_stamp(stamp, digest)
-    log(f"tiny model written: {directory} and {tarball.name} ({len(data) / 1e6:.2f} MB)")
+    log(f"model {name} written: {directory} and {tarball.name} ({len(data) / 1e6:.2f} MB)")
     return PublishedModel(directory, tarball, digest_tar)
 
 
