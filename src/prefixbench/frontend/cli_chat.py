@@ -109,7 +109,7 @@ def _tokenizer(args: argparse.Namespace) -> Tokenizer | None:
         tokenizer = load(args.tokenizer)
     except TokenizerError as exc:
         raise UsageError(str(exc)) from None
-    if tokenizer.chat_template is None:
+    if not tokenizer.renders_chat:
         raise UsageError(f"--tokenizer {args.tokenizer}: no chat template, so chat lines "
                          f"cannot be rendered")
     return tokenizer

@@ -27,7 +27,10 @@ for a BPE model, as transformers 5 refuses it). :meth:`Tokenizer.roundtrip` and
 ``encode(decode(ids), add_special_tokens=False)`` and ``tokenizer.vocab_size`` (the
 vocabulary without added tokens, as a Hugging Face fast tokenizer counts it).
 
-:meth:`Tokenizer.render_chat` renders a conversation with the tokenizer's chat template
+:meth:`Tokenizer.render_chat` renders a conversation as vLLM does: for gpt-oss (the model's
+``config.json`` beside the tokenizer says ``model_type: gpt_oss``) in the harmony format
+(:mod:`prefixbench.predict.harmony`), as vLLM ignores the chat template there; else
+with the tokenizer's chat template
 the way ``transformers`` ``apply_chat_template(..., add_generation_prompt=True,
 tokenize=False)`` does: jinja2's ``ImmutableSandboxedEnvironment(trim_blocks=True,
 lstrip_blocks=True)`` with the loop-controls extension, a ``tojson`` filter that does
@@ -52,6 +55,7 @@ __all__ = ["Tokenizer", "TokenizerError", "load", "serial_batches"]
 TOKENIZER_JSON: Final = "tokenizer.json"
 TOKENIZER_CONFIG: Final = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE: Final = "chat_template.jinja"
+MODEL_CONFIG: Final = "config.json"
 
 
 class TokenizerError(ValueError):
@@ -70,6 +74,19 @@ class Tokenizer:
     config: Mapping[str, Any] = field(default_factory=dict)
     chat_template: str | None = None
     _template: Any = None
+    #: The model's ``config.json`` when it sits beside the tokenizer (the model's
+    #: directory, or the run's copy of its tokenizer files).
+    model_config: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def harmony(self) -> bool:
+        """The server renders chat with harmony, not with a chat template (gpt-oss)."""
+        return self.model_config.get("model_type") == "gpt_oss"
+
+    @property
+    def renders_chat(self) -> bool:
+        """Chat messages can be rendered: harmony, or a chat template."""
+        return self.harmony or self.chat_template is not None
 
     @property
     def vocab_size(self) -> int:
@@ -143,7 +160,16 @@ class Tokenizer:
         return out
 
     def render_chat(self, messages: Sequence[Message]) -> str:
-        """The conversation as the prompt text, generation prompt appended."""
+        """The conversation as the prompt text, generation prompt appended: through
+        harmony for gpt-oss (:mod:`prefixbench.predict.harmony`; vLLM ignores the chat
+        template there), else through the chat template."""
+        if self.harmony:
+            from prefixbench.predict import harmony  # noqa: PLC0415 - gpt-oss only
+
+            try:
+                return harmony.render(messages)
+            except harmony.HarmonyError as exc:
+                raise TokenizerError(f"{self.source}: gpt-oss's chat format: {exc}") from None
         if self.chat_template is None:
             raise TokenizerError(f"{self.source}: the tokenizer has no chat template "
                                  f"(tokenizer_config.json chat_template or "
@@ -280,4 +306,17 @@ def load(path: Path) -> Tokenizer:
             raise TokenizerError(f"{cfg_path}: expected a JSON object")
         config = loaded
     return Tokenizer(source=file, backend=backend, config=config,
-                     chat_template=_chat_template(directory, config))
+                     chat_template=_chat_template(directory, config),
+                     model_config=_model_config(directory))
+
+
+def _model_config(directory: Path | None) -> dict[str, Any]:
+    """``config.json`` beside the tokenizer, or nothing when absent or unreadable (it only
+    tells how chat is rendered and which cache model applies)."""
+    if directory is None or not (directory / MODEL_CONFIG).is_file():
+        return {}
+    try:
+        loaded = json.loads((directory / MODEL_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
