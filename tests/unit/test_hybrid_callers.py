@@ -5,6 +5,7 @@ and the capacity-sweep report; the report says which KV-cache manager a host ran
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -149,3 +150,27 @@ def test_the_report_says_which_kv_cache_manager_a_host_ran() -> None:
     assert kv_cache_of([_record(off), _record(on)]) == kv_cache_line(on)
     assert kv_cache_of([_record(None)]) == kv_cache_line(None)
     assert kv_cache_of([]) is None
+
+
+def test_the_model_config_tells_the_cache_model(tmp_path: Path) -> None:
+    from prefixbench.predict.cachemodel import from_model_config, from_model_dir  # noqa: PLC0415
+    from prefixbench.sim import tinyconfig, tinygptoss  # noqa: PLC0415
+
+    gptoss = tinygptoss.model_config(tinygptoss.TinyGptOssSpec(sliding_window=64))
+    assert from_model_config(gptoss) == CacheModel("hybrid", sliding_window=64)
+    llama = tinyconfig.model_config(tinyconfig.TinyLlamaSpec())
+    assert from_model_config(llama) == FULL_ATTENTION
+    assert from_model_config({"sliding_window": 4096, "architectures": ["X"]}) is None
+    assert from_model_dir(tmp_path) is None
+    directory = write_tokenizer(tmp_path / "tok")
+    (directory / "config.json").write_text(json.dumps(gptoss))
+    assert from_model_dir(directory) == CacheModel("hybrid", sliding_window=64)
+    # The what-if without --kv-cache takes it from there; --kv-cache full overrides it.
+    out = io.StringIO()
+    args = ["whatif", "--workload", "high_overlap", "--tokenizer", str(directory)]
+    assert cli.main([*args, "--num-prompts", "10"], out=out, err=io.StringIO()) == 0
+    assert "hybrid (sliding window 64" in out.getvalue()
+    out = io.StringIO()
+    assert cli.main([*args, "--num-prompts", "10", "--kv-cache", "full"], out=out,
+                    err=io.StringIO()) == 0
+    assert "full attention" in out.getvalue()

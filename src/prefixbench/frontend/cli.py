@@ -145,11 +145,12 @@ def _whatif_parser(sub: Any) -> None:
     whatif.add_argument("--capacity-blocks", type=int, metavar="N",
                         help="usable KV capacity in blocks: the server's num_gpu_blocks - 1 "
                         "(block 0 is vLLM's null block); default unbounded")
-    whatif.add_argument("--kv-cache", choices=("full", "hybrid"), default="full",
+    whatif.add_argument("--kv-cache", choices=("full", "hybrid"),
                         help="the server's KV-cache manager: full (full attention in every "
                         "layer) or hybrid (vLLM's hybrid manager: sliding-window and "
                         "full-attention layers sharing one block pool, as gpt-oss); "
-                        "default full")
+                        "default: what the model's config.json beside --tokenizer says, "
+                        "else full")
     whatif.add_argument("--sliding-window", type=int, default=128, metavar="N",
                         help="with --kv-cache hybrid: the sliding window in tokens "
                         "(default 128, gpt-oss's)")

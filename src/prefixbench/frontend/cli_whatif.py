@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
 
 __all__ = ["cache_model", "run_whatif", "whatif_workload"]
 
@@ -104,7 +104,11 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cache_model(args: argparse.Namespace) -> CacheModel:
-    """The cache model ``--kv-cache`` / ``--sliding-window`` ask for."""
+    """The cache model ``--kv-cache`` / ``--sliding-window`` ask for; without
+    ``--kv-cache``, the one the model's ``config.json`` beside ``--tokenizer`` implies
+    (gpt-oss: hybrid, with its own window), else full attention."""
+    if args.kv_cache is None:
+        return from_model_dir(args.tokenizer) or FULL_ATTENTION
     if args.kv_cache == "full":
         return FULL_ATTENTION
     if args.sliding_window < 2:

@@ -27,7 +27,11 @@ on CPU/GPU. On a real host the report's ``kv_cache`` line, taken from the server
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench.predict.hybridsim import (
@@ -37,7 +41,7 @@ from prefixbench.predict.hybridsim import (
     cache_sim_for,
 )
 
-__all__ = ["FULL_ATTENTION", "CacheModel"]
+__all__ = ["FULL_ATTENTION", "CacheModel", "from_model_config", "from_model_dir"]
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,32 @@ class CacheModel:
 
 #: The model of a server with full attention in every layer.
 FULL_ATTENTION: CacheModel = CacheModel()
+
+
+def from_model_config(config: Mapping[str, Any]) -> CacheModel | None:
+    """The cache model vLLM (CPU/GPU, prefix caching on) serves a model with, from its
+    ``config.json``: hybrid when it has sliding-window and full-attention layers (gpt-oss,
+    whose even layers vLLM makes sliding whatever ``layer_types`` says), full attention
+    when it has no sliding window, ``None`` when it cannot be told."""
+    window = config.get("sliding_window")
+    layer_types = config.get("layer_types")
+    if config.get("model_type") == "gpt_oss" or (
+            isinstance(layer_types, list) and "sliding_attention" in layer_types
+            and "full_attention" in layer_types):
+        return CacheModel("hybrid", sliding_window=window if isinstance(window, int)
+                          and window >= 2 else None)
+    if window is None and config.get("architectures"):
+        return FULL_ATTENTION
+    return None
+
+
+def from_model_dir(directory: Path | None) -> CacheModel | None:
+    """:func:`from_model_config` of ``<directory>/config.json`` (the model's directory, or
+    a run's copy of its tokenizer files); ``None`` without a readable one."""
+    if directory is None or not (Path(directory) / "config.json").is_file():
+        return None
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return from_model_config(config) if isinstance(config, dict) else None

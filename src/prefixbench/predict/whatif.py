@@ -51,7 +51,7 @@ from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.measure.ratios import block_aligned_expected
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
 from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
 from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 from prefixbench.predict.progress import Progress
@@ -253,10 +253,12 @@ def predict(
     """The predicted hit ratio of one bench of ``workload`` on an empty cache.
 
     ``capacity_blocks`` is the usable capacity (``None``: unbounded) and ``cache_model``
-    the cache model (default full attention). Give the server's ``cache_config`` instead
-    to take both from ``vllm:cache_config_info`` with :func:`server_cache_model`
-    (``num_gpu_blocks - 1``; the hybrid model when the server runs vLLM's hybrid
-    KV-cache manager; the note says so, or why the kind is unknown).
+    the cache model (default: the one the model's ``config.json`` beside the tokenizer
+    implies, :func:`prefixbench.predict.cachemodel.from_model_dir`, else full attention).
+    Give the server's ``cache_config`` instead to take both from
+    ``vllm:cache_config_info`` with :func:`server_cache_model` (``num_gpu_blocks - 1``;
+    the hybrid model when the server runs vLLM's hybrid KV-cache manager; the note says
+    so, or why the kind is unknown).
 
     ``prompts_file``: a custom workload's prepared file (``<run_dir>/prompts/<name>.jsonl``);
     without it the workload's own ``dataset_path`` is prepared (chat lines need the
@@ -275,7 +277,8 @@ def predict(
         return _predict(workload, block_size=block_size, capacity_blocks=capacity_blocks,
                         prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
                         workers=workers, progress=progress,
-                        cache_model=cache_model or FULL_ATTENTION)
+                        cache_model=(cache_model or from_model_dir(tokenizer_dir)
+                                     or FULL_ATTENTION))
     capacity, model, cap_note = server_cache_model(cache_config)
     pred = _predict(workload, block_size=block_size, capacity_blocks=capacity,
                     prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
