@@ -124,3 +124,32 @@ def test_cold_flags_mark_first_use_of_each_prefix() -> None:
     assert cold_flags([4, 0, 4, 2, 0]) == [True, True, False, True, False]
     order = [p for p, _ in prefix_order(0, 50, 5)]
     assert sum(cold_flags(order)) == 5
+
+
+def test_prompts_are_aligned_to_the_server_only_when_the_first_one_disagrees() -> None:
+    from prefixbench.bench.prefix_repetition import align_to_server  # noqa: PLC0415
+
+    # A test double of a server tokenizer: one token per character, except that "ab"
+    # is one token (so "a" + "b" drawn as two tokens re-encode as one).
+    def encode(text: str) -> list[int]:
+        ids, i = [], 0
+        while i < len(text):
+            if text.startswith("ab", i):
+                ids.append(1000)
+                i += 2
+            else:
+                ids.append(ord(text[i]))
+                i += 1
+        return ids
+
+    def decode(ids: list[int]) -> str:
+        return "".join("ab" if i == 1000 else chr(i) for i in ids)
+
+    # The first prompt encodes to its drawn length: nothing changes, even where a later
+    # prompt would encode longer.
+    assert align_to_server(["xyz", "xxxx"], [3, 3], encode, decode) == ["xyz", "xxxx"]
+    # The first disagrees: every prompt longer than drawn is cut to its length in server
+    # tokens; shorter ones are sent as they are.
+    assert align_to_server(["xab", "xxxx", "ab"], [3, 3, 2], encode, decode) == \
+        ["xab", "xxx", "ab"]
+    assert align_to_server([], [], encode, decode) == []

@@ -33,6 +33,15 @@ Reproduction here:
   then encode, as ``tokenizer.encode(tokenizer.decode(ids), add_special_tokens=False)``)
   and ``vocab_size = tokenizer.vocab_size``; the adjustment loop below mirrors vLLM's
   ``gen_prompt_decode_to_target_len``.
+
+Then the bench aligns the prompts to the server's tokenizer (vLLM 0.32
+``vllm/benchmarks/serve.py`` ``_align_prompts_to_server_tokenizer``, for the random and
+prefix_repetition datasets): when the server's ``/tokenize`` of the first prompt (no
+special tokens) is not the length the dataset drew, every prompt the server encodes
+longer than its drawn length is cut to that many server tokens and detokenized; the
+others are sent as they are. :func:`align_to_server` does the same with the server's
+tokenizer, which decides whether a re-split at the prefix/suffix junction of the first
+prompt is cut away from every prompt.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from dataclasses import dataclass
 __all__ = [
     "LegacyNumpyRandom",
     "PromptSpec",
+    "align_to_server",
     "cold_flags",
     "generate_prompts",
     "prefix_order",
@@ -201,3 +211,19 @@ def prefix_repetition_cold_flags(
     if pre_requests > 0 and flags:
         flags[0] = False
     return flags
+
+
+def align_to_server(texts: Sequence[str], lengths: Sequence[int],
+                    encode: Callable[[str], list[int]],
+                    decode: Callable[[list[int]], str]) -> list[str]:
+    """The prompts ``vllm bench serve`` sends after aligning them to the server's
+    tokenizer (the module's docstring): ``texts`` in send order with the lengths the
+    dataset drew, ``encode`` the server's encoding without special tokens, ``decode`` its
+    detokenization."""
+    if not texts or len(encode(texts[0])) == lengths[0]:
+        return list(texts)
+    out = []
+    for text, length in zip(texts, lengths, strict=True):
+        ids = encode(text)
+        out.append(decode(ids[:length]) if len(ids) > length else text)
+    return out

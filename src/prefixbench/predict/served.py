@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.prefix_repetition import generate_prompts
+from prefixbench.bench.prefix_repetition import align_to_server, generate_prompts
 from prefixbench.bench.workloads import Workload
 from prefixbench.measure.ratios import block_aligned_expected, block_aligned_hit_tokens
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
@@ -72,6 +72,9 @@ class ServedExpectation:
     #: ``tokenizer.vocab_size`` as vLLM reads it (the draws' upper bound).
     vocab_size: int
     note: str | None = None
+    #: Hits of the same prompts with full attention and an unbounded cache: below it, a
+    #: hybrid server's ``unbounded_hit_tokens`` is what its sliding-window group costs.
+    full_attention_hit_tokens: int | None = None
 
     @property
     def ratio(self) -> float:
@@ -144,8 +147,9 @@ def _sent(w: Workload, tokenizer_dir: Path | str | Tokenizer,
                              suffix_len=w.prefix_repetition_suffix_len,
                              vocab_size=tok.base_vocab_size,
                              shuffle=not w.disable_shuffle, roundtrip=tok.roundtrip)
-    served = [array("I", ids) for ids in tok.encode_batch([tok.decode(p.tokens)
-                                                           for p in specs])]
+    texts = align_to_server([tok.decode(p.tokens) for p in specs],
+                            [len(p.tokens) for p in specs], tok.encode_plain, tok.decode)
+    served = [array("I", ids) for ids in tok.encode_batch(texts)]
     keys = [(p.prefix_index, p.suffix_index) for p in specs]
     return _Sent(tokenizer=tok, specs=list(specs), served=served,
                  keys=[keys[0]] * pre + keys, prompts=[served[0]] * pre + served, pre=pre)
@@ -251,4 +255,5 @@ def served_expectation(
         lost_blocks=sum(d for d in lost if d > 0) // block_size,
         gained_blocks=-sum(d for d in lost if d < 0) // block_size,
         block_size=block_size, capacity_blocks=capacity_blocks, bos_tokens=bos,
-        vocab_size=vocab, note="; ".join(notes) or None)
+        vocab_size=vocab, note="; ".join(notes) or None,
+        full_attention_hit_tokens=free.hit_tokens_total)
