@@ -76,3 +76,15 @@ def test_the_report_names_the_causes_it_found(tmp_path: Path) -> None:
     text = markdown_of(blocks(s))
     assert "Why measured differs from the tutorial's formula" in text
     assert "no_overlap: formula 0.00%, measured 3.88%; +3.88 pp extra hits" in text
+
+
+def test_a_hybrid_servers_sliding_window_is_its_own_cause(cached: BenchSummary) -> None:
+    # The tiny gpt-oss's high-overlap bench on the simulated fleet: 56.25% block-aligned,
+    # 55.63% replayed with full attention (one junction block lost), 37.19% with the
+    # hybrid model, measured 37.19%.
+    assert codes(crafted(cached, 0.371875, expected_tutorial=0.5625,
+                         expected_block_aligned=0.5625, expected_served=0.371875,
+                         expected_served_unbounded=0.371875,
+                         expected_served_full_attention=0.55625,
+                         junction_lost_blocks=1.0)) == [("junction", -0.62),
+                                                        ("sliding_window", -18.44)]

@@ -224,6 +224,12 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         # served_unbounded_ratio - served_ratio (prefixbench.report.shortfall).
         "served_unbounded_ratio": (served.unbounded_hit_tokens / served.query_tokens
                                    if served.query_tokens else 0.0),
+        # ... and with full attention: what a hybrid server's sliding-window layers cost is
+        # served_full_attention_ratio - served_unbounded_ratio.
+        "served_full_attention_ratio": (
+            served.full_attention_hit_tokens / served.query_tokens
+            if served.query_tokens and served.full_attention_hit_tokens is not None
+            else None),
         "served_evicted_blocks": served.evicted_blocks,
         "junction_resplits": served.junction_resplits,
         "junction_lost_blocks": served.lost_blocks,

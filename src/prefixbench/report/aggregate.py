@@ -134,6 +134,8 @@ def bench_summary(views: Sequence[RecordView]) -> BenchSummary:
         junction_lost_blocks=_sum(v.junction_lost_blocks for v in views),
         expected_served_unbounded=_median_or_none(
             [v.expected_served_unbounded for v in views]),
+        expected_served_full_attention=_median_or_none(
+            [v.expected_served_full_attention for v in views]),
         other_load=agg([_other_share(v.record.extra) for v in views]))
 
 

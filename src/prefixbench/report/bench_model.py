@@ -160,6 +160,10 @@ class BenchSummary:
     #: The served expectation with an unbounded cache (``None`` in older records): below
     #: it, ``expected_served`` is what the server's KV capacity lets the prompts hit.
     expected_served_unbounded: float | None = None
+    #: The same prompts replayed with full attention and an unbounded cache (hybrid
+    #: servers' records only): above ``expected_served_unbounded`` by what the
+    #: sliding-window layers do not keep.
+    expected_served_full_attention: float | None = None
     #: Share of the machine's CPU that others used during each repetition
     #: (prefixbench.measure.hostload); ``None`` when the records do not say.
     other_load: Agg | None = None
@@ -203,6 +207,7 @@ class BenchSummary:
             "expected_served": finite(self.expected_served),
             "junction_lost_blocks": finite(self.junction_lost_blocks),
             "expected_served_unbounded": finite(self.expected_served_unbounded),
+            "expected_served_full_attention": finite(self.expected_served_full_attention),
         } | ({} if self.other_load is None else {"other_load": agg_dict(self.other_load)})
 
 

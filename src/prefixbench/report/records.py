@@ -84,6 +84,7 @@ class RecordView:
     expected_served: float | None = None
     junction_lost_blocks: float | None = None
     expected_served_unbounded: float | None = None
+    expected_served_full_attention: float | None = None
 
 
 def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_dir: Path,
@@ -143,6 +144,7 @@ def record_view(record: BenchmarkRecord, known: Mapping[str, Workload],
         expected_served=as_float(e.get("served_ratio")),
         junction_lost_blocks=as_float(e.get("junction_lost_blocks")),
         expected_served_unbounded=as_float(e.get("served_unbounded_ratio")),
+        expected_served_full_attention=as_float(e.get("served_full_attention_ratio")),
         record=record, workload=w, hit_ratio_queries=hq, hit_ratio_by_source=hs,
         hit_tokens=hits, query_tokens=queries, expected_block_aligned=exp_block,
         expected_tutorial=exp_tut, block_size=block_size,

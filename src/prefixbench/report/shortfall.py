@@ -19,10 +19,14 @@ reason is visible in the data the run already keeps:
    an unbounded cache (``served_unbounded_ratio``); or, beyond that expectation, the
    server evicted or preempted (``vllm:`` counters), so cached blocks were gone before
    their reuse.
-4. **requests racing on a prefix not yet cached**: above concurrency 1, requests that
+4. **the sliding-window layers** (a server on vLLM's hybrid KV-cache manager, gpt-oss):
+   the replay of the served prompts with full attention (``served_full_attention_ratio``)
+   against the same replay with the hybrid model (``served_unbounded_ratio``); the
+   junction is then counted on full attention's replay.
+5. **requests racing on a prefix not yet cached**: above concurrency 1, requests that
    share a prefix arrive before the first of them has finished its prefill, so they
    compute it too (the expectation replays one request at a time).
-5. **more hits than expected**: prompts an earlier workload on the same server left in
+6. **more hits than expected**: prompts an earlier workload on the same server left in
    the cache (see the common issue of that name), and **unexplained**: a gap none of the
    above accounts for.
 
@@ -74,7 +78,9 @@ def explain(b: BenchSummary, tolerance: float = TOLERANCE) -> tuple[Cause, ...]:
                              "the prefix's partial last block is never reused (only whole "
                              f"{b.block_size}-token blocks are)"))
     unbounded = b.expected_served_unbounded
-    tokens_side = unbounded if unbounded is not None else served
+    full = b.expected_served_full_attention
+    hybrid = full is not None and unbounded is not None
+    tokens_side = full if hybrid else unbounded if unbounded is not None else served
     if aligned is not None and tokens_side is not None and aligned - tokens_side > tolerance:
         lost = b.junction_lost_blocks
         if lost:
@@ -85,6 +91,12 @@ def explain(b: BenchSummary, tolerance: float = TOLERANCE) -> tuple[Cause, ...]:
             out.append(Cause("tokens", (tokens_side - aligned) * 100,
                              "the tokens the server sees share less than the token counts "
                              "say (a chat template or other rewriting of the prompts)"))
+    if hybrid and full is not None and unbounded is not None and full - unbounded > tolerance:
+        out.append(Cause("sliding_window", (unbounded - full) * 100,
+                         "vLLM's hybrid KV-cache manager: the sliding-window layers keep "
+                         "only the window before each prompt's end (and before a shared "
+                         "prefix's end once a request has found that prefix), so the first "
+                         "repeat of a prefix misses; full attention would hit it"))
     if unbounded is not None and served is not None and unbounded - served > tolerance:
         out.append(Cause("eviction", (served - unbounded) * 100,
                          "the KV cache is smaller than the working set: replayed at the "
