@@ -103,12 +103,17 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
             assert have == expected_keys, (host.name, have)
         hi = by_key[(host.name, "cached", "high_overlap")]
         measured = hi.measured["hit_ratio_queries"]
-        # Below the block-aligned formula by at most the blocks lost where prefix and
-        # suffix re-split (18 blocks of 128 over 20 prompts of 2048 tokens: 5.63 pp for
-        # this shape), and equal to the expectation from the served tokens.
+        # gpt-oss on vLLM's hybrid KV-cache manager: equal to the expectation from the
+        # served tokens (the hybrid cache model); below full attention's replay of the same
+        # tokens by the first repeat of each prefix (2 of 20 prompts, 1536 of 2048 tokens
+        # each: 7.5 pp), which is below the block-aligned formula by at most the blocks
+        # lost where prefix and suffix re-split (18 blocks of 128 over 20 prompts of 2048
+        # tokens: 5.63 pp for this shape).
         aligned = hi.expected["block_aligned_ratio"]
-        assert aligned - 0.0563 <= measured <= aligned + 1e-9, (host.name, measured, aligned)
+        full = hi.expected["served_full_attention_ratio"]
         assert measured == hi.expected["served_ratio"], (host.name, measured, hi.expected)
+        assert aligned - 0.0563 <= full <= aligned + 1e-9, (host.name, full, aligned)
+        assert abs(full - measured - 0.075) < 0.01, (host.name, full, measured)
         base = by_key[(host.name, "baseline", "high_overlap")]
         assert base.measured["hit_ratio_by_source"] == 0.0
         assert hi.bench["median_ttft_ms"] < base.bench["median_ttft_ms"], host.name
@@ -199,8 +204,9 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     assert again["role"] == "restore" and not again["compiled"], again
 
     # The expectation from the tokens the server sees (the bench's own prompts re-encoded
-    # by the simulated model's byte-level BPE and replayed) is exact at concurrency 1,
-    # whether or not prefix and suffix re-split at their junction.
+    # with the tiny gpt-oss's o200k_harmony and replayed through the hybrid cache model)
+    # is exact at concurrency 1, whether or not prefix and suffix re-split at their
+    # junction.
     for record in layout.load_results():
         if record.key.configuration != "cached" or record.key.workload == "sustained_c4":
             continue
@@ -208,7 +214,8 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
             == (record.measured["hit_tokens"], record.measured["query_tokens"]), record.key
     # Every record says how busy the rest of the machine was (here: the other hosts on
     # the same cores), and the report labels why a concurrency-1 hit ratio is below the
-    # formula: the junction re-split, the one cause this workload has.
+    # formula: the sliding-window layers (hybrid manager), and the junction re-split
+    # when prefix and suffix re-split.
     for record in layout.load_results():
         load = record.extra.get("host_load")
         assert load and 0.0 <= load["other_share"] <= 1.0 and load["ncpu"] >= 1, record.key
@@ -216,9 +223,11 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     for entry in summary["hosts"]:
         causes = {c["code"] for c in entry["shortfalls"].get("high_overlap", [])}
         hi = by_key[(entry["host"], "cached", "high_overlap")]
-        assert causes <= {"junction"}, (entry["host"], causes)
-        if hi.measured["hit_ratio_queries"] < hi.expected["block_aligned_ratio"] - 0.001:
-            assert causes == {"junction"}, (entry["host"], entry["shortfalls"])
+        assert "sliding_window" in causes, (entry["host"], entry["shortfalls"])
+        assert causes <= {"junction", "sliding_window"}, (entry["host"], causes)
+        if hi.expected["served_full_attention_ratio"] < \
+                hi.expected["block_aligned_ratio"] - 0.001:
+            assert "junction" in causes, (entry["host"], entry["shortfalls"])
     # Every host's verdicts agree with figures recomputed here from the raw records
     # (the bench's per-request TTFTs, the /metrics counters around each bench), not from
     # the summary's own numbers.

@@ -161,5 +161,5 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     for host in fleet.hosts:
         listing = fleet.sh(host, "/opt/aws/neuron/bin/neuron-ls -j")
         assert listing.strip().startswith("[")
-        assert fleet.sh(host, "test -r /opt/models/tiny-llama/config.json && echo ok").strip() \
+        assert fleet.sh(host, "test -r /opt/models/tiny-gptoss/config.json && echo ok").strip() \
             == "ok"

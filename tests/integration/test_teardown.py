@@ -18,7 +18,7 @@ DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0"
 #: What the bundle leaves on a host (the scripts run under sh -eu: every command must
 #: succeed when what it looks for is gone).
 LEFTOVERS = ("ls -d /etc/systemd/system/vllm-*.service /opt/vllm-prefixbench "
-             "/opt/models/tiny-llama /var/cache/vllm-prefixbench /var/lib/vllm-prefixbench "
+             "/opt/models/tiny-gptoss /var/cache/vllm-prefixbench /var/lib/vllm-prefixbench "
              "/etc/apt/sources.list.d/prefixbench-neuron.list /etc/apt/keyrings/neuron.asc "
              "/etc/profile.d/neuron.sh 2>/dev/null || true; getent passwd vllm || true; "
              "apt-mark showhold")

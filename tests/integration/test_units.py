@@ -12,6 +12,7 @@ import jinja2
 import pytest
 
 from prefixbench.config import settings
+from prefixbench.predict.tokenizer import load as load_tokenizer
 from prefixbench.servers import server
 from prefixbench.sim.testing import SimFleetHandle, recap
 from prefixbench.sim.testing import run_playbook as playbook
@@ -92,7 +93,7 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
     # vLLM's own parser accepts the argv of both configurations, sim and tutorial (Neuron).
     sim = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
                              "prefixbench_platform": "cpu",
-                             "vllm_service_model": "/opt/models/tiny-llama",
+                             "vllm_service_model": "/opt/models/tiny-gptoss",
                              "vllm_service_hf_overrides": {}}, "sim").settings
     tutorial = settings.validate({"prefixbench_instance_type": "trn3.48xlarge",
                                   "vllm_service_model": "openai/gpt-oss-120b"}, "t").settings
@@ -124,6 +125,25 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
     states = fleet.sh(host, "systemctl is-active vllm-baseline.service "
                             "vllm-cached.service || true").split()
     assert states == ["inactive", "active"]
+
+    # gpt-oss as the fleet serves it: vLLM runs its hybrid KV-cache manager (a
+    # sliding-window and a full-attention group), and renders chat with harmony exactly
+    # as the bundle renders a chat line (predict.harmony through the run's tokenizer): the
+    # server's prompt ids equal ours, id for id.
+    journal = fleet.sh(host, "journalctl -u vllm-cached.service --no-pager -o cat")
+    assert "kv cache group sizes (128, 128)" in journal, journal[-3000:]
+    chat = [{"role": "system", "content": "You answer in one word. Be kind."},
+            {"role": "user", "content": "What colour is the sky?"},
+            {"role": "assistant", "content": "Blue.", "reasoning": "Easy one."},
+            {"role": "user", "content": "And the sea, at night?"}]
+    body = json.dumps({"model": "tiny-gptoss", "messages": chat, "max_tokens": 1,
+                       "return_token_ids": True})
+    reply = json.loads(fleet.ssh(host, [
+        "curl", "-fsS", "http://127.0.0.1:8000/v1/chat/completions",
+        "-H", "content-type: application/json", "-d", body]))
+    ours = load_tokenizer(fleet.paths.www / "models" / "tiny-gptoss")
+    assert ours.harmony
+    assert reply["prompt_token_ids"] == ours.encode(ours.render_chat(chat))
 
     # vLLM's internal channels face no network: every TCP socket the service user's
     # processes listen on is on loopback, and a neighbour cannot connect to any of them.

@@ -78,7 +78,7 @@ def _plugin(host_name: str, runs: int) -> int:
             spans.append(_span(record["started_at"], record["ended_at"]))
             req = BenchRequest(host=host_name, configuration="cached", workload=wl_b,
                                repetition=1, base_url="http://127.0.0.1:8000",
-                               model="tiny-llama", tokenizer="/opt/models/tiny-llama",
+                               model="tiny-gptoss", tokenizer="/opt/models/tiny-gptoss",
                                vllm_executable="/opt/vllm-prefixbench/venv/bin/vllm")
             t0 = time.monotonic()
             out = fleet.ssh(host, req.argv("/var/lib/vllm-prefixbench", 3600), timeout=3600)
