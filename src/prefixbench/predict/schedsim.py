@@ -1,0 +1,537 @@
+"""A step-by-step model of vLLM's scheduler and prefix cache, to predict hits at
+concurrency.
+
+:class:`prefixbench.predict.cachesim.PrefixCacheSim` replays requests one at a time.
+:class:`SchedulerSim` replays them the way a client with a concurrency cap sends them
+to one vLLM server: the client keeps up to N requests in flight and sends the next one
+when one finishes, and the server's scheduler admits, chunks, decodes and preempts them
+step by step, sharing one block pool. It is the full-attention ``KVCacheManager`` of
+:mod:`prefixbench.predict.cachesim` (same keys, same LRU free queue, same copies) driven
+by a model of the synchronous v1 ``Scheduler``.
+
+What is modelled, read from vLLM 0.32's ``vllm/v1/core/sched/scheduler.py``
+(``schedule``, ``_preempt_request``, ``update_from_output``), ``kv_cache_manager.py``
+(``get_computed_blocks``, ``allocate_slots``), ``single_type_kv_cache_manager.py``
+(``FullAttentionManager``) and ``block_pool.py``, and checked request by request against
+vLLM's own ``Scheduler`` (``tests/integration/test_schedsim_vs_vllm.py``):
+
+* **A step.** The token budget is ``max_num_batched_tokens``. Running requests come
+  first, in admission order: each is given the tokens it still lacks (the rest of its
+  prompt, or one decode token), at most the budget left, so a long prompt is prefilled
+  in chunks. Then, if nothing was preempted in the step, waiting requests are admitted
+  in arrival order while budget is left and fewer than ``max_num_seqs`` run; the first
+  one that does not fit stops admission for the step (FCFS, no skipping).
+* **The hit** is looked up when a request is admitted (``num_computed_tokens`` from the
+  prefix cache): the longest run of leading full blocks cached, at most
+  ``(num_tokens - 1) // block_size`` blocks.
+* **When a block becomes visible.** vLLM caches a request's full blocks inside
+  ``allocate_slots``, i.e. when the step that computes them is *scheduled*, not after
+  the model ran. So a request admitted later in the same step already hits the blocks
+  an earlier request of that step is about to compute (only Mamba groups defer such
+  same-step hits, ``cached_blocks_this_step``). With full attention a request therefore
+  sees every block an earlier request was scheduled for; what it misses is what the
+  budget has not yet scheduled, and what was evicted.
+* **Admission** (``scheduler_reserve_full_isl``, on by default): a waiting request is
+  admitted only if the free queue (never-used, freed uncached, and cached unused blocks)
+  covers its whole sequence minus its hit, plus its hit blocks that sit in the free
+  queue (taking them removes them from it). Its first chunk then takes its blocks: free
+  uncached blocks first, then the least recently freed cached ones (evicting them).
+* **Decode.** After a step that completes a request's prompt (or its recomputation) and
+  after every decode step, one token is sampled; the request finishes when it has
+  ``output_len`` tokens, and its blocks are freed tail first (cached ones to the back of
+  the free queue, the others to the front). Finished requests are freed in the order
+  they were scheduled in the step. The client then sends its next request, which is
+  waiting before the next step is scheduled.
+* **Preemption.** When a running request cannot get the block its next tokens need,
+  the last running request is preempted (FCFS: the most recently admitted), repeatedly,
+  until it fits or it preempted itself. A preempted request frees its blocks, forgets
+  its computed tokens and goes to the front of the waiting queue; it keeps its generated
+  tokens, so when it is admitted again it looks up prompt + output so far and may hit
+  its own blocks, still cached. No new request is admitted in a step that preempted.
+* **Counting.** As vLLM's ``PrefixCacheStats``: a request's first admission adds its
+  prompt length to queries and its hit to hits (``vllm:prefix_cache_queries`` /
+  ``vllm:prefix_cache_hits``); the lookups of preempted requests being admitted again
+  are counted apart (``preempted_queries`` / ``preempted_hits``, not in those counters).
+* **Generated tokens** are unique to their request (no other prompt or request has
+  them), as the oracle's stand-in model runner makes them; their blocks are cached under
+  keys of their own, so they take room and age, and only their own request hits them
+  (after a preemption).
+
+Concurrency 1 reduces to :meth:`PrefixCacheSim.replay`: the same hits and evictions
+(``tests/unit/test_schedsim.py`` checks it on seeded workloads).
+
+Simplifications, stated so a reader can judge: the synchronous ``Scheduler`` only
+(vLLM enables ``AsyncScheduler`` by default on a server; it schedules a step before the
+previous one's output is processed, so requests finish and free their blocks a step
+later, which can change what a tight cache evicts, not which blocks a full-attention
+request sees); a finished request's successor arrives before the next step (no client,
+network or tokenizer latency); optional arrival times are in steps, not seconds; the
+FCFS policy (not ``priority``); no speculative decoding, LoRA, multimodal inputs,
+KV connectors, watermark, ``long_prefill_token_threshold`` or prompt logprobs; stop
+strings and EOS are not modelled (every request generates ``output_len`` tokens, as
+``ignore_eos``); ``max_model_len`` is not enforced; keys are 64-bit Python hashes
+(vLLM: sha256). **vLLM's hybrid KV-cache manager (gpt-oss's sliding-window + full
+attention) is not modelled at concurrency yet**: :class:`SchedulerSim` refuses it
+(:class:`SchedModelError`); :class:`prefixbench.predict.hybridsim.HybridCacheSim`
+models it one request at a time.
+
+Speed: steps in which every running request only decodes and no request can be admitted
+are skipped in bulk up to the next block boundary or finish; ``make bench-schedsim``
+measures requests per second.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from prefixbench.predict.cachesim import (
+    _UNIQUE_BASE,
+    CapacityError,
+    ReplayResult,
+    Tokens,
+    _kind,
+    block_hashes,
+)
+
+__all__ = [
+    "DEFAULT_MAX_NUM_BATCHED_TOKENS",
+    "DEFAULT_MAX_NUM_SEQS",
+    "SchedModelError",
+    "SchedReplayResult",
+    "SchedulerSim",
+    "sched_replay",
+]
+
+#: The tutorial server's ``--max-num-seqs`` (the settings catalogue's
+#: ``vllm_service_max_num_seqs``).
+DEFAULT_MAX_NUM_SEQS: Final = 4
+#: The tutorial server's ``--max-num-batched-tokens``
+#: (``vllm_service_max_num_batched_tokens``).
+DEFAULT_MAX_NUM_BATCHED_TOKENS: Final = 1024
+
+#: Free blocks of an unbounded cache: more than any replay can take.
+_UNBOUNDED: Final = 1 << 62
+
+
+class SchedModelError(ValueError):
+    """A configuration the scheduler model does not cover (e.g. the hybrid manager)."""
+
+
+@dataclass
+class SchedReplayResult(ReplayResult):
+    """Per-request hits at first admission (what vLLM's counters count), with the
+    scheduler's own figures."""
+
+    #: Times each request was preempted.
+    preemptions: list[int] = field(default_factory=list)
+    #: Lookups of preempted requests admitted again (not in vLLM's hit/query counters).
+    preempted_hit_tokens: int = 0
+    preempted_query_tokens: int = 0
+    #: Scheduler steps the replay took.
+    steps: int = 0
+
+
+class _Request:
+    """One request in the server: its block keys, block table and progress."""
+
+    __slots__ = ("computed", "hit", "index", "keys", "num_cached", "num_tokens",
+                 "out", "out_len", "preemptions", "prompt_len", "scheduled", "table")
+
+    def __init__(self, index: int, keys: list[int], prompt_len: int, out_len: int) -> None:
+        self.index = index
+        #: Keys of the full blocks known so far (prompt, then generated, unique).
+        self.keys = keys
+        self.prompt_len = prompt_len
+        self.num_tokens = prompt_len
+        self.out_len = out_len
+        self.out = 0
+        self.computed = 0
+        #: Physical block ids, in block order; the first ``num_cached`` are cached.
+        self.table: list[int] = []
+        self.num_cached = 0
+        self.scheduled = 0
+        self.preemptions = 0
+        self.hit = -1
+
+
+class SchedulerSim:
+    """One vLLM server (scheduler + full-attention prefix cache) and its client.
+
+    ``capacity_blocks``: usable KV blocks, vLLM's ``num_gpu_blocks`` minus its null
+    block (:func:`prefixbench.predict.kvcapacity.usable_blocks`); ``None``: unbounded
+    (nothing is evicted, nothing preempted). ``max_num_seqs`` and
+    ``max_num_batched_tokens`` are the server's flags. ``kind`` is the KV-cache manager
+    (:class:`prefixbench.predict.cachemodel.CacheModel`); only ``"full"`` is modelled.
+
+    Keep one instance across phases (e.g. the ready check at concurrency 1, then the
+    warmups and the run at N) to carry the cache over: :meth:`send` each request with
+    the client's current concurrency cap, :meth:`drain` between phases.
+    """
+
+    def __init__(
+        self,
+        block_size: int,
+        capacity_blocks: int | None = None,
+        *,
+        max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        kind: str = "full",
+    ) -> None:
+        if kind != "full":
+            raise SchedModelError(
+                f"the scheduler model covers full attention only; vLLM's {kind!r} "
+                f"KV-cache manager is not modelled at concurrency yet (replay it at "
+                f"concurrency 1 with HybridCacheSim)")
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        if capacity_blocks is not None and capacity_blocks <= 0:
+            raise ValueError(f"capacity_blocks must be positive, got {capacity_blocks}")
+        if max_num_seqs < 1 or max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_seqs and max_num_batched_tokens must be >= 1, got "
+                             f"{max_num_seqs} and {max_num_batched_tokens}")
+        self.block_size = block_size
+        self.capacity = capacity_blocks
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        # -- the block pool ------------------------------------------------------------
+        #: Free blocks never used or freed without a key (the front of vLLM's queue).
+        self._free_new = _UNBOUNDED if capacity_blocks is None else capacity_blocks
+        #: Cached blocks nobody holds, least recently freed first (the queue's back).
+        self._lru: OrderedDict[int, None] = OrderedDict()
+        #: Cached blocks held by requests: holder count.
+        self._ref: dict[int, int] = {}
+        #: Key -> ids of its live cached copies, oldest first (a hit uses the first).
+        self._copies: dict[int, list[int]] = {}
+        #: Id -> key of every live cached block.
+        self._key_of: dict[int, int] = {}
+        self._next_id = 1
+        self._next_unique = _UNIQUE_BASE
+        self._token_kind: str | None = None
+        # -- the scheduler ---------------------------------------------------------------
+        self._waiting: deque[_Request] = deque()
+        self._running: list[_Request] = []
+        self._in_flight = 0
+        self._requests: list[_Request] = []
+        self.steps = 0
+        self.evicted_blocks = 0
+        self.hit_tokens_total = 0
+        self.query_tokens_total = 0
+        self.preempted_hit_tokens = 0
+        self.preempted_query_tokens = 0
+
+    # -- queries ---------------------------------------------------------------------
+    @property
+    def cached_blocks(self) -> int:
+        """Physical blocks holding a key (in use or evictable)."""
+        return len(self._key_of)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not finished."""
+        return self._in_flight
+
+    def _free_total(self) -> int:
+        return self._free_new + len(self._lru)
+
+    # -- the client --------------------------------------------------------------------
+    def send(self, tokens: Tokens, output_len: int = 0, *, concurrency: int = 1,
+             arrival_step: int | None = None) -> int:
+        """Send one request as a client keeping at most ``concurrency`` in flight: wait
+        (run steps) until fewer are, and until step ``arrival_step`` if given; return
+        its index (its hit is known once admitted: :meth:`hit_tokens`). ``output_len``:
+        tokens it generates (at least one is)."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        while self._in_flight >= concurrency:
+            self._advance(None)
+        if arrival_step is not None:
+            while self.steps < arrival_step:
+                if not self._in_flight:
+                    self.steps = arrival_step
+                    break
+                self._advance(arrival_step)
+        kind = _kind(tokens)
+        if self._token_kind is None:
+            self._token_kind = kind
+        elif kind != self._token_kind:
+            raise TypeError(
+                f"this cache was fed {self._token_kind} prompts and now {kind}: their "
+                f"block keys differ, so hits would be missed; use one representation")
+        req = _Request(len(self._requests), block_hashes(tokens, self.block_size),
+                       len(tokens), max(output_len, 1))
+        if not req.prompt_len:
+            raise ValueError("a request needs at least one prompt token")
+        self._requests.append(req)
+        self._waiting.append(req)
+        self._in_flight += 1
+        return req.index
+
+    def drain(self) -> None:
+        """Run until every request sent has finished."""
+        while self._in_flight:
+            self._advance(None)
+
+    def hit_tokens(self, index: int) -> int:
+        """Hit tokens of request ``index`` at its first admission (-1: not yet)."""
+        return self._requests[index].hit
+
+    def replay(self, prompts: Iterable[Tokens], output_len: int | Sequence[int] = 0, *,
+               concurrency: int = 1, arrival_steps: Sequence[int] | None = None,
+               ) -> SchedReplayResult:
+        """Send ``prompts`` in order with at most ``concurrency`` in flight (from step
+        ``arrival_steps[i]`` on, if given), run until all finished; per-request hits."""
+        first = len(self._requests)
+        steps0, evicted0 = self.steps, self.evicted_blocks
+        ph0, pq0 = self.preempted_hit_tokens, self.preempted_query_tokens
+        outs = [output_len] if isinstance(output_len, int) else output_len
+        each = isinstance(output_len, int)
+        for i, tokens in enumerate(prompts):
+            self.send(tokens, outs[0 if each else i], concurrency=concurrency,
+                      arrival_step=None if arrival_steps is None else arrival_steps[i])
+        self.drain()
+        done = self._requests[first:]
+        return SchedReplayResult(
+            hit_tokens=[r.hit for r in done],
+            query_tokens=sum(r.prompt_len for r in done),
+            evicted_blocks=self.evicted_blocks - evicted0,
+            prompt_lens=[r.prompt_len for r in done],
+            preemptions=[r.preemptions for r in done],
+            preempted_hit_tokens=self.preempted_hit_tokens - ph0,
+            preempted_query_tokens=self.preempted_query_tokens - pq0,
+            steps=self.steps - steps0)
+
+    # -- the block pool ------------------------------------------------------------------
+    def _take(self, count: int) -> list[int]:
+        """``count`` blocks from the front of the free queue: uncached first, then the
+        least recently freed cached ones, whose keys are evicted."""
+        fresh = min(count, self._free_new)
+        self._free_new -= fresh
+        evict = count - fresh
+        if evict:
+            self.evicted_blocks += evict
+            popitem = self._lru.popitem
+            copies, key_of = self._copies, self._key_of
+            for _ in range(evict):
+                block = popitem(last=False)[0]
+                key = key_of.pop(block)
+                live = copies[key]
+                if len(live) == 1:
+                    del copies[key]
+                else:
+                    live.remove(block)
+        first = self._next_id
+        self._next_id += count
+        return list(range(first, first + count))
+
+    def _keys_to(self, req: _Request, full_blocks: int) -> list[int]:
+        """The request's keys, extended with unique keys for blocks of generated
+        tokens up to ``full_blocks``."""
+        keys = req.keys
+        missing = full_blocks - len(keys)
+        if missing > 0:
+            first = self._next_unique
+            self._next_unique += missing
+            keys.extend(range(first, first + missing))
+        return keys
+
+    def _cache(self, req: _Request, num_tokens: int) -> None:
+        """Cache the request's full blocks up to ``num_tokens`` (vLLM's
+        ``cache_full_blocks``; a copy of a key already cached is cached too)."""
+        full = num_tokens // self.block_size
+        start = req.num_cached
+        if full <= start:
+            return
+        keys = self._keys_to(req, full)
+        table, copies, key_of, ref = req.table, self._copies, self._key_of, self._ref
+        for i in range(start, full):
+            block = table[i]
+            key = keys[i]
+            live = copies.get(key)
+            if live is None:
+                copies[key] = [block]
+            else:
+                live.append(block)
+            key_of[block] = key
+            ref[block] = 1
+        req.num_cached = full
+
+    def _free(self, req: _Request) -> None:
+        """Free the request's blocks tail first: uncached ones to the front of the free
+        queue, cached ones whose last holder it was to the back."""
+        table = req.table
+        self._free_new += len(table) - req.num_cached
+        ref, lru = self._ref, self._lru
+        for i in range(req.num_cached - 1, -1, -1):
+            block = table[i]
+            count = ref[block] - 1
+            if count:
+                ref[block] = count
+            else:
+                del ref[block]
+                lru[block] = None
+        req.table = []
+        req.num_cached = 0
+
+    # -- the scheduler ---------------------------------------------------------------------
+    def _advance(self, until: int | None) -> None:
+        """One step, or several identical decode-only steps at once (not past step
+        ``until``)."""
+        skip = self._decode_only_steps()
+        if until is not None:
+            skip = min(skip, until - self.steps)
+        if skip > 1:
+            self._skip(skip - 1)
+        else:
+            self._step()
+
+    def _decode_only_steps(self) -> int:
+        """How many steps from now on only decode, allocate nothing, finish nothing
+        before the last, and admit nothing (0: this step may do more)."""
+        running = self._running
+        if not running or len(running) > self.max_num_batched_tokens:
+            return 0
+        if self._waiting and len(running) < self.max_num_seqs and \
+                len(running) < self.max_num_batched_tokens:
+            return 0
+        bs = self.block_size
+        steps = 1 << 62
+        for req in running:
+            if req.num_tokens - req.computed != 1:
+                return 0
+            steps = min(steps, len(req.table) * bs - req.computed, req.out_len - req.out)
+        return steps
+
+    def _skip(self, steps: int) -> None:
+        for req in self._running:
+            req.computed += steps
+            req.num_tokens += steps
+            req.out += steps
+            self._cache(req, req.computed)
+        self.steps += steps
+
+    def _step(self) -> None:
+        self.steps += 1
+        budget = self.max_num_batched_tokens
+        scheduled: list[_Request] = []
+        budget, preempted = self._schedule_running(budget, scheduled)
+        if not preempted:
+            self._schedule_waiting(budget, scheduled)
+        for req in scheduled:
+            req.computed += req.scheduled
+        finished = False
+        for req in scheduled:
+            if req.computed >= req.num_tokens:  # a token is sampled
+                req.num_tokens += 1
+                req.out += 1
+                if req.out >= req.out_len:
+                    self._free(req)
+                    req.scheduled = -1  # finished
+                    self._in_flight -= 1
+                    finished = True
+        if finished:
+            self._running = [r for r in self._running if r.scheduled != -1]
+
+    def _schedule_running(self, budget: int, scheduled: list[_Request]) -> tuple[int, bool]:
+        bs = self.block_size
+        running = self._running
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = min(req.num_tokens - req.computed, budget)
+            end = req.computed + n
+            need = -(-end // bs) - len(req.table)
+            while need > self._free_total():
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    if not running:
+                        raise CapacityError(
+                            f"a request of {req.prompt_len} prompt tokens cannot grow to "
+                            f"{end} tokens even alone in the KV cache (capacity "
+                            f"{self.capacity} blocks of {bs} tokens): vLLM would preempt "
+                            f"it forever")
+                    return budget, preempted
+            if need > 0:
+                req.table.extend(self._take(need))
+            self._cache(req, min(end, req.num_tokens))
+            req.scheduled = n
+            scheduled.append(req)
+            budget -= n
+            i += 1
+        return budget, preempted
+
+    def _preempt(self, req: _Request) -> None:
+        self._free(req)
+        req.computed = 0
+        req.preemptions += 1
+        self._waiting.appendleft(req)
+
+    def _schedule_waiting(self, budget: int, scheduled: list[_Request]) -> None:
+        bs = self.block_size
+        waiting, running = self._waiting, self._running
+        copies, lru, ref = self._copies, self._lru, self._ref
+        while budget > 0 and waiting and len(running) < self.max_num_seqs:
+            req = waiting[0]
+            num_tokens = req.num_tokens
+            keys = self._keys_to(req, num_tokens // bs)
+            max_blocks = (num_tokens - 1) // bs
+            hit = 0
+            while hit < max_blocks and keys[hit] in copies:
+                hit += 1
+            blocks = [copies[key][0] for key in keys[:hit]]
+            evictable = sum(1 for block in blocks if block in lru)
+            if -(-num_tokens // bs) - hit + evictable > self._free_total():
+                if not running:
+                    raise CapacityError(
+                        f"a request of {num_tokens} tokens needs "
+                        f"{-(-num_tokens // bs)} KV blocks of {bs} tokens but the cache "
+                        f"has {self.capacity}")
+                return
+            for block in blocks:  # touch: take the hit out of the free queue
+                if block in lru:
+                    del lru[block]
+                    ref[block] = 1
+                else:
+                    ref[block] += 1
+            hit_tokens = hit * bs
+            n = min(num_tokens - hit_tokens, budget)
+            req.table = blocks
+            req.num_cached = hit
+            new = -(-(hit_tokens + n) // bs) - hit
+            if new > 0:
+                blocks.extend(self._take(new))
+            self._cache(req, hit_tokens + n)
+            if req.preemptions:
+                self.preempted_hit_tokens += hit_tokens
+                self.preempted_query_tokens += num_tokens
+            else:
+                req.hit = hit_tokens
+                self.hit_tokens_total += hit_tokens
+                self.query_tokens_total += num_tokens
+            waiting.popleft()
+            running.append(req)
+            req.computed = hit_tokens
+            req.scheduled = n
+            scheduled.append(req)
+            budget -= n
+
+
+def sched_replay(
+    prompts: Iterable[Tokens],
+    block_size: int,
+    capacity_blocks: int | None = None,
+    output_len: int | Sequence[int] = 0,
+    *,
+    concurrency: int = 1,
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+) -> SchedReplayResult:
+    """Replay ``prompts`` through a fresh server at ``concurrency``."""
+    sim = SchedulerSim(block_size, capacity_blocks, max_num_seqs=max_num_seqs,
+                       max_num_batched_tokens=max_num_batched_tokens)
+    return sim.replay(prompts, output_len, concurrency=concurrency)
