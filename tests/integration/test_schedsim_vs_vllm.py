@@ -56,9 +56,13 @@ class Case:
     num_gpu_blocks: int | None
     max_output_len: int = 12
     vocab: int = 1 << 30
+    #: Hand-made requests instead of a seeded workload.
+    given: tuple[tuple[tuple[int, ...], int], ...] = ()
 
     def items(self) -> list[tuple[tuple[int, ...], int]]:
         """(prompt, output_len) per request, in send order."""
+        if self.given:
+            return list(self.given)
         return prefix_sharing_requests(self.seed, self.requests, self.block_size,
                                        max_blocks=self.max_prompt_blocks,
                                        max_output_len=self.max_output_len,
@@ -122,7 +126,17 @@ def _cases() -> list[Case]:
     return cases
 
 
-CASES = _cases()
+#: Two requests sharing a 32-token prefix sent at once, both admitted in step 1 (budget
+#: 100, 40 tokens each): vLLM caches A's blocks when it schedules them, so B, admitted
+#: after A in the same step, hits all 8 shared blocks.
+_PREFIX = tuple(range(1, 33))
+SAME_STEP = Case("same-step", seed=0, requests=2, block_size=4, max_prompt_blocks=10,
+                 concurrency=2, max_num_seqs=4, max_num_batched_tokens=100,
+                 num_gpu_blocks=None,
+                 given=((_PREFIX + tuple(range(100, 108)), 3),
+                        (_PREFIX + tuple(range(200, 208)), 3)))
+
+CASES = [*_cases(), SAME_STEP]
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +207,12 @@ def test_the_cases_preempt() -> None:
         if case.num_gpu_blocks is not None and case.concurrency >= 4:
             got = model_replay(case, usable_blocks(case.num_gpu_blocks))
             assert sum(got.preemptions) > 0, case.name
+
+
+def test_same_step_admission_sees_the_earlier_requests_blocks(
+        vllm_served: dict[str, dict[str, Any]]) -> None:
+    """What vLLM does, not only that the model agrees: the second request of a step hits
+    the blocks the first one is scheduled to compute in that very step."""
+    want = vllm_served[SAME_STEP.name]
+    assert want["steps"] == 3  # both admitted in step 1: prefill, then 2 decode steps
+    assert want["hit_tokens"] == [0, 32]
