@@ -269,6 +269,21 @@ class SchedulerSim:
         self._in_flight += 1
         return req.index
 
+    @property
+    def running(self) -> int:
+        """Requests admitted and not finished or preempted."""
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        """Requests sent (or preempted) and not admitted."""
+        return len(self._waiting)
+
+    def step(self) -> None:
+        """Run exactly one scheduler step (for tests and tracing; :meth:`send` and
+        :meth:`drain` run steps as needed)."""
+        self._step()
+
     def drain(self) -> None:
         """Run until every request sent has finished."""
         while self._in_flight:
