@@ -18,7 +18,8 @@ from prefixbench.bench.workloads import Workload, tutorial_workloads
 from prefixbench.frontend import cli
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
-from prefixbench.predict.schedsim import SchedulerSim, Serving
+from prefixbench.predict.schedconfig import Serving
+from prefixbench.predict.schedsim import SchedulerSim
 
 
 def sustained_c4() -> Workload:

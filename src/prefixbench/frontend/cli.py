@@ -39,7 +39,7 @@ from prefixbench.frontend.runview import (
     EXIT_REGRESSION,
     EXIT_USAGE,
 )
-from prefixbench.predict.schedsim import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
+from prefixbench.predict.schedconfig import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 
 __all__ = ["build_parser", "main"]
 

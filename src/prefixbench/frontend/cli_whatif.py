@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.predict.schedsim import Serving
+from prefixbench.predict.schedconfig import Serving
 
 __all__ = ["cache_model", "run_whatif", "serving", "whatif_workload"]
 

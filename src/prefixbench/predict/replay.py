@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Final
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import CapacityError
 from prefixbench.predict.progress import ENCODING, Progress
-from prefixbench.predict.schedsim import SERIAL, SchedulerSim, Serving
+from prefixbench.predict.schedconfig import SERIAL, Serving
+from prefixbench.predict.schedsim import SchedulerSim
 from prefixbench.predict.tokenizer import Tokenizer, serial_batches
 
 if TYPE_CHECKING:

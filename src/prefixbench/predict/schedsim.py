@@ -75,6 +75,9 @@ attention) is not modelled at concurrency yet**: :class:`SchedulerSim` refuses i
 (:class:`SchedModelError`); :class:`prefixbench.predict.hybridsim.HybridCacheSim`
 models it one request at a time.
 
+The block pool is :class:`prefixbench.predict.schedpool.BlockPool`; the client's and
+server's settings a prediction uses, :class:`prefixbench.predict.schedconfig.Serving`.
+
 Speed: steps in which every running request only decodes and no request can be admitted
 are skipped in bulk up to the next block boundary or finish; ``make bench-schedsim``
 measures requests per second.
@@ -82,87 +85,29 @@ measures requests per second.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
 
 from prefixbench.predict.cachesim import (
-    _UNIQUE_BASE,
     CapacityError,
     ReplayResult,
     Tokens,
     _kind,
     block_hashes,
 )
+from prefixbench.predict.schedconfig import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    SchedModelError,
+)
+from prefixbench.predict.schedpool import BlockPool, BlockTable
 
 __all__ = [
-    "DEFAULT_MAX_NUM_BATCHED_TOKENS",
-    "DEFAULT_MAX_NUM_SEQS",
-    "SERIAL",
-    "SchedModelError",
     "SchedReplayResult",
     "SchedulerSim",
-    "Serving",
     "sched_replay",
 ]
-
-#: The tutorial server's ``--max-num-seqs`` (the settings catalogue's
-#: ``vllm_service_max_num_seqs``).
-DEFAULT_MAX_NUM_SEQS: Final = 4
-#: The tutorial server's ``--max-num-batched-tokens``
-#: (``vllm_service_max_num_batched_tokens``).
-DEFAULT_MAX_NUM_BATCHED_TOKENS: Final = 1024
-
-#: Free blocks of an unbounded cache: more than any replay can take.
-_UNBOUNDED: Final = 1 << 62
-
-
-class SchedModelError(ValueError):
-    """A configuration the scheduler model does not cover (e.g. the hybrid manager)."""
-
-
-@dataclass(frozen=True)
-class Serving:
-    """How a prediction's requests reach the server: the client's concurrency cap and
-    the server's scheduler limits (``--max-num-seqs``, ``--max-num-batched-tokens``).
-    ``ready`` requests are sent one at a time first (``vllm bench serve``'s ready check),
-    then ``warmups`` at ``concurrency``, then the rest; each phase ends before the next
-    starts. Concurrency 1 replays one request at a time
-    (:class:`prefixbench.predict.cachesim.PrefixCacheSim`, the same hits); above 1,
-    through :class:`SchedulerSim`."""
-
-    concurrency: int = 1
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
-    ready: int = 0
-    warmups: int = 0
-
-    def __post_init__(self) -> None:
-        if min(self.concurrency, self.max_num_seqs, self.max_num_batched_tokens) < 1:
-            raise ValueError(f"concurrency, max_num_seqs and max_num_batched_tokens must "
-                             f"be >= 1, got {self.concurrency}, {self.max_num_seqs} and "
-                             f"{self.max_num_batched_tokens}")
-        if min(self.ready, self.warmups) < 0:
-            raise ValueError("ready and warmups must be >= 0")
-
-    @property
-    def scheduled(self) -> bool:
-        """Whether the replay goes through the scheduler model (concurrency above 1)."""
-        return self.concurrency > 1
-
-    def describe(self) -> str:
-        """One short phrase for output and notes."""
-        if not self.scheduled:
-            return "one request at a time (concurrency 1)"
-        return (f"vLLM scheduler model at concurrency {self.concurrency} (max_num_seqs "
-                f"{self.max_num_seqs}, max_num_batched_tokens "
-                f"{self.max_num_batched_tokens})")
-
-
-#: One request at a time, today's replay.
-SERIAL: Final = Serving()
-
 
 @dataclass
 class SchedReplayResult(ReplayResult):
@@ -178,30 +123,26 @@ class SchedReplayResult(ReplayResult):
     steps: int = 0
 
 
-class _Request:
-    """One request in the server: its block keys, block table and progress."""
+class _Request(BlockTable):
+    """One request in the server: its blocks and its progress."""
 
-    __slots__ = ("computed", "hit", "index", "keys", "num_cached", "num_tokens",
-                 "out", "out_len", "preemptions", "prompt_len", "scheduled", "table")
+    __slots__ = ("computed", "hit", "index", "num_tokens", "out", "out_len", "preemptions",
+                 "prompt_len", "scheduled")
 
     def __init__(self, index: int, keys: list[int], prompt_len: int, out_len: int) -> None:
+        super().__init__(keys)
         self.index = index
-        #: Keys of the full blocks known so far (prompt, then generated, unique).
-        self.keys = keys
         self.prompt_len = prompt_len
         self.num_tokens = prompt_len
         self.out_len = out_len
         self.out = 0
         self.computed = 0
-        #: Physical block ids, in block order; the first ``num_cached`` are cached.
-        self.table: list[int] = []
-        self.num_cached = 0
         self.scheduled = 0
         self.preemptions = 0
         self.hit = -1
 
 
-class SchedulerSim:
+class SchedulerSim(BlockPool):
     """One vLLM server (scheduler + full-attention prefix cache) and its client.
 
     ``capacity_blocks``: usable KV blocks, vLLM's ``num_gpu_blocks`` minus its null
@@ -229,58 +170,29 @@ class SchedulerSim:
                 f"the scheduler model covers full attention only; vLLM's {kind!r} "
                 f"KV-cache manager is not modelled at concurrency yet (replay it at "
                 f"concurrency 1 with HybridCacheSim)")
-        if block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {block_size}")
-        if capacity_blocks is not None and capacity_blocks <= 0:
-            raise ValueError(f"capacity_blocks must be positive, got {capacity_blocks}")
+        super().__init__(block_size, capacity_blocks)
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError(f"max_num_seqs and max_num_batched_tokens must be >= 1, got "
                              f"{max_num_seqs} and {max_num_batched_tokens}")
-        self.block_size = block_size
-        self.capacity = capacity_blocks
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        # -- the block pool ------------------------------------------------------------
-        #: Free blocks never used or freed without a key (the front of vLLM's queue).
-        self._free_new = _UNBOUNDED if capacity_blocks is None else capacity_blocks
-        #: Cached blocks nobody holds, least recently freed first (the queue's back).
-        self._lru: OrderedDict[int, None] = OrderedDict()
-        #: Cached blocks held by requests: holder count.
-        self._ref: dict[int, int] = {}
-        #: Key -> ids of its live cached copies, oldest first (a hit uses the first).
-        self._copies: dict[int, list[int]] = {}
-        #: Id -> key of every live cached block.
-        self._key_of: dict[int, int] = {}
-        self._next_id = 1
-        self._next_unique = _UNIQUE_BASE
         self._token_kind: str | None = None
-        # -- the scheduler ---------------------------------------------------------------
         self._waiting: deque[_Request] = deque()
         self._running: list[_Request] = []
         self._in_flight = 0
         self._requests: list[_Request] = []
         self.steps = 0
-        self.evicted_blocks = 0
         self.hit_tokens_total = 0
         self.query_tokens_total = 0
         self.preempted_hit_tokens = 0
         self.preempted_query_tokens = 0
 
-    # -- queries ---------------------------------------------------------------------
-    @property
-    def cached_blocks(self) -> int:
-        """Physical blocks holding a key (in use or evictable)."""
-        return len(self._key_of)
-
+    # -- the client --------------------------------------------------------------------
     @property
     def in_flight(self) -> int:
         """Requests sent and not finished."""
         return self._in_flight
 
-    def _free_total(self) -> int:
-        return self._free_new + len(self._lru)
-
-    # -- the client --------------------------------------------------------------------
     def send(self, tokens: Tokens, output_len: int = 0, *, concurrency: int = 1,
              arrival_step: int | None = None) -> int:
         """Send one request as a client keeping at most ``concurrency`` in flight: wait
@@ -361,78 +273,6 @@ class SchedulerSim:
             preempted_hit_tokens=self.preempted_hit_tokens - ph0,
             preempted_query_tokens=self.preempted_query_tokens - pq0,
             steps=self.steps - steps0)
-
-    # -- the block pool ------------------------------------------------------------------
-    def _take(self, count: int) -> list[int]:
-        """``count`` blocks from the front of the free queue: uncached first, then the
-        least recently freed cached ones, whose keys are evicted."""
-        fresh = min(count, self._free_new)
-        self._free_new -= fresh
-        evict = count - fresh
-        if evict:
-            self.evicted_blocks += evict
-            popitem = self._lru.popitem
-            copies, key_of = self._copies, self._key_of
-            for _ in range(evict):
-                block = popitem(last=False)[0]
-                key = key_of.pop(block)
-                live = copies[key]
-                if len(live) == 1:
-                    del copies[key]
-                else:
-                    live.remove(block)
-        first = self._next_id
-        self._next_id += count
-        return list(range(first, first + count))
-
-    def _keys_to(self, req: _Request, full_blocks: int) -> list[int]:
-        """The request's keys, extended with unique keys for blocks of generated
-        tokens up to ``full_blocks``."""
-        keys = req.keys
-        missing = full_blocks - len(keys)
-        if missing > 0:
-            first = self._next_unique
-            self._next_unique += missing
-            keys.extend(range(first, first + missing))
-        return keys
-
-    def _cache(self, req: _Request, num_tokens: int) -> None:
-        """Cache the request's full blocks up to ``num_tokens`` (vLLM's
-        ``cache_full_blocks``; a copy of a key already cached is cached too)."""
-        full = num_tokens // self.block_size
-        start = req.num_cached
-        if full <= start:
-            return
-        keys = self._keys_to(req, full)
-        table, copies, key_of, ref = req.table, self._copies, self._key_of, self._ref
-        for i in range(start, full):
-            block = table[i]
-            key = keys[i]
-            live = copies.get(key)
-            if live is None:
-                copies[key] = [block]
-            else:
-                live.append(block)
-            key_of[block] = key
-            ref[block] = 1
-        req.num_cached = full
-
-    def _free(self, req: _Request) -> None:
-        """Free the request's blocks tail first: uncached ones to the front of the free
-        queue, cached ones whose last holder it was to the back."""
-        table = req.table
-        self._free_new += len(table) - req.num_cached
-        ref, lru = self._ref, self._lru
-        for i in range(req.num_cached - 1, -1, -1):
-            block = table[i]
-            count = ref[block] - 1
-            if count:
-                ref[block] = count
-            else:
-                del ref[block]
-                lru[block] = None
-        req.table = []
-        req.num_cached = 0
 
     # -- the scheduler ---------------------------------------------------------------------
     def _advance(self, until: int | None) -> None:
@@ -532,17 +372,12 @@ class SchedulerSim:
 
     def _schedule_waiting(self, budget: int, scheduled: list[_Request]) -> None:
         bs = self.block_size
-        waiting, running = self._waiting, self._running
-        copies, lru, ref = self._copies, self._lru, self._ref
+        waiting, running, lru = self._waiting, self._running, self._lru
         while budget > 0 and waiting and len(running) < self.max_num_seqs:
             req = waiting[0]
             num_tokens = req.num_tokens
-            keys = self._keys_to(req, num_tokens // bs)
-            max_blocks = (num_tokens - 1) // bs
-            hit = 0
-            while hit < max_blocks and keys[hit] in copies:
-                hit += 1
-            blocks = [copies[key][0] for key in keys[:hit]]
+            blocks = self._hit(self._keys_to(req, num_tokens // bs), (num_tokens - 1) // bs)
+            hit = len(blocks)
             evictable = sum(1 for block in blocks if block in lru)
             if -(-num_tokens // bs) - hit + evictable > self._free_total():
                 if not running:
@@ -551,12 +386,7 @@ class SchedulerSim:
                         f"{-(-num_tokens // bs)} KV blocks of {bs} tokens but the cache "
                         f"has {self.capacity}")
                 return
-            for block in blocks:  # touch: take the hit out of the free queue
-                if block in lru:
-                    del lru[block]
-                    ref[block] = 1
-                else:
-                    ref[block] += 1
+            self._touch(blocks)
             hit_tokens = hit * bs
             n = min(num_tokens - hit_tokens, budget)
             req.table = blocks

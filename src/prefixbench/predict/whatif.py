@@ -64,7 +64,7 @@ from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
 from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import Prediction, concurrency_note, replay_requests, replay_sent
-from prefixbench.predict.schedsim import SERIAL, Serving
+from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
 from prefixbench.predict.tokenizer import load as load_tokenizer
 
