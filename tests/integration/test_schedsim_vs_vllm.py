@@ -123,6 +123,13 @@ def _cases() -> list[Case]:
                           block_size=2, max_prompt_blocks=16, concurrency=conc,
                           max_num_seqs=seqs, max_num_batched_tokens=budget // 2,
                           num_gpu_blocks=30, max_output_len=8, vocab=3))
+    # Blocks of 16, prompts chunked over several steps, more sequences allowed than sent.
+    cases.append(Case("c8-block16-chunked-evicts", seed=408, requests=200, block_size=16,
+                      max_prompt_blocks=12, concurrency=8, max_num_seqs=16,
+                      max_num_batched_tokens=48, num_gpu_blocks=36, max_output_len=40))
+    cases.append(Case("c32-block16-never-evicts", seed=432, requests=300, block_size=16,
+                      max_prompt_blocks=12, concurrency=32, max_num_seqs=8,
+                      max_num_batched_tokens=128, num_gpu_blocks=None, max_output_len=40))
     return cases
 
 
