@@ -148,3 +148,13 @@ def test_the_whatif_command_refuses_what_it_cannot_replay(argv: list[str], messa
     code, _, err = run("--workload", "high_overlap", *argv)
     assert code == 2
     assert message in err and err.count("\n") == 1
+
+
+def test_an_unbounded_replay_at_concurrency_reports_no_working_set() -> None:
+    """Its cached blocks count generated tokens' blocks and copies: not the working set
+    a one-at-a-time replay reports; the hits are the same."""
+    w = sustained_c4()
+    serial = whatif.predict(w, block_size=128)
+    pred = whatif.predict(w, block_size=128, serving=Serving(4))
+    assert serial.cached_blocks == 5 * 24 + 200 * 8 and pred.cached_blocks is None
+    assert pred.hit_tokens == serial.hit_tokens

@@ -130,7 +130,7 @@ class _Replay:
             return method
         return f"{method}, {self.cache_model.describe()} KV-cache model"
 
-    def _totals(self) -> tuple[int, int, int, int]:
+    def _totals(self) -> tuple[int, int, int, int | None]:
         """Hit tokens, query tokens, evicted blocks and cached blocks so far."""
         sim = self.sim
         return self.hits, sim.query_tokens_total, sim.evicted_blocks, sim.cached_blocks
@@ -180,10 +180,12 @@ class _SchedReplay(_Replay):
     def finish(self) -> None:
         self.sched.drain()
 
-    def _totals(self) -> tuple[int, int, int, int]:
+    def _totals(self) -> tuple[int, int, int, int | None]:
+        """As one at a time, but an unbounded cache's cached blocks are not the working
+        set here (generated tokens' blocks and copies count too): ``None``."""
         sched = self.sched
         return (sched.hit_tokens_total, sched.query_tokens_total, sched.evicted_blocks,
-                sched.cached_blocks)
+                None if self.capacity_blocks is None else sched.cached_blocks)
 
 
 def _replay_for(block_size: int, capacity_blocks: int | None, cache_model: CacheModel,
