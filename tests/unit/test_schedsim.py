@@ -172,7 +172,7 @@ def test_no_request_is_admitted_in_a_step_that_preempted() -> None:
 
 
 def test_a_request_that_cannot_fit_alone_is_refused() -> None:
-    with pytest.raises(CapacityError, match="needs 3 KV blocks"):
+    with pytest.raises(CapacityError, match="needs more KV blocks than the cache has"):
         SchedulerSim(4, 2).replay([tuple(range(10))])
     with pytest.raises(CapacityError, match="even alone"):
         SchedulerSim(4, 3).replay([tuple(range(10))], 8)

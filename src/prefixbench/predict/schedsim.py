@@ -216,8 +216,8 @@ class SchedulerSim(BlockPool):
             raise TypeError(
                 f"this cache was fed {self._token_kind} prompts and now {kind}: their "
                 f"block keys differ, so hits would be missed; use one representation")
-        req = _Request(len(self._requests), block_hashes(tokens, self.block_size),
-                       len(tokens), max(output_len, 1))
+        req = self._new_request(len(self._requests), block_hashes(tokens, self.block_size),
+                                len(tokens), max(output_len, 1))
         if not req.prompt_len:
             raise ValueError("a request needs at least one prompt token")
         self._requests.append(req)
@@ -239,6 +239,10 @@ class SchedulerSim(BlockPool):
         """Run exactly one scheduler step (for tests and tracing; :meth:`send` and
         :meth:`drain` run steps as needed)."""
         self._step()
+
+    def _new_request(self, index: int, keys: list[int], prompt_len: int, out_len: int
+                     ) -> _Request:
+        return _Request(index, keys, prompt_len, out_len)
 
     def drain(self) -> None:
         """Run until every request sent has finished."""
@@ -342,8 +346,7 @@ class SchedulerSim(BlockPool):
             req = running[i]
             n = min(req.num_tokens - req.computed, budget)
             end = req.computed + n
-            need = -(-end // bs) - len(req.table)
-            while need > self._free_total():
+            while not self._grow(req, end):
                 victim = running.pop()
                 self._preempt(victim)
                 preempted = True
@@ -355,14 +358,22 @@ class SchedulerSim(BlockPool):
                             f"{self.capacity} blocks of {bs} tokens): vLLM would preempt "
                             f"it forever")
                     return budget, preempted
-            if need > 0:
-                req.table.extend(self._take(need))
-            self._cache(req, min(end, req.num_tokens))
             req.scheduled = n
             scheduled.append(req)
             budget -= n
             i += 1
         return budget, preempted
+
+    def _grow(self, req: _Request, end: int) -> bool:
+        """Give a running request the blocks its first ``end`` tokens need and cache
+        its full ones (vLLM's ``allocate_slots``); False if too few blocks are free."""
+        need = -(-end // self.block_size) - len(req.table)
+        if need > self._free_total():
+            return False
+        if need > 0:
+            req.table.extend(self._take(need))
+        self._cache(req, min(end, req.num_tokens))
+        return True
 
     def _preempt(self, req: _Request) -> None:
         self._free(req)
@@ -371,30 +382,17 @@ class SchedulerSim(BlockPool):
         self._waiting.appendleft(req)
 
     def _schedule_waiting(self, budget: int, scheduled: list[_Request]) -> None:
-        bs = self.block_size
-        waiting, running, lru = self._waiting, self._running, self._lru
+        waiting, running = self._waiting, self._running
         while budget > 0 and waiting and len(running) < self.max_num_seqs:
             req = waiting[0]
             num_tokens = req.num_tokens
-            blocks = self._hit(self._keys_to(req, num_tokens // bs), (num_tokens - 1) // bs)
-            hit = len(blocks)
-            evictable = sum(1 for block in blocks if block in lru)
-            if -(-num_tokens // bs) - hit + evictable > self._free_total():
+            hit_tokens = self._admit(req, budget)
+            if hit_tokens is None:
                 if not running:
                     raise CapacityError(
-                        f"a request of {num_tokens} tokens needs "
-                        f"{-(-num_tokens // bs)} KV blocks of {bs} tokens but the cache "
-                        f"has {self.capacity}")
+                        f"a request of {num_tokens} tokens needs more KV blocks than the "
+                        f"cache has ({self.capacity} blocks of {self.block_size} tokens)")
                 return
-            self._touch(blocks)
-            hit_tokens = hit * bs
-            n = min(num_tokens - hit_tokens, budget)
-            req.table = blocks
-            req.num_cached = hit
-            new = -(-(hit_tokens + n) // bs) - hit
-            if new > 0:
-                blocks.extend(self._take(new))
-            self._cache(req, hit_tokens + n)
             if req.preemptions:
                 self.preempted_hit_tokens += hit_tokens
                 self.preempted_query_tokens += num_tokens
@@ -404,10 +402,33 @@ class SchedulerSim(BlockPool):
                 self.query_tokens_total += num_tokens
             waiting.popleft()
             running.append(req)
-            req.computed = hit_tokens
-            req.scheduled = n
             scheduled.append(req)
-            budget -= n
+            budget -= req.scheduled
+
+    def _admit(self, req: _Request, budget: int) -> int | None:
+        """Look up a waiting request's hit and, if the admission gate lets it in, hold
+        the hit, allocate and cache its first chunk (at most ``budget`` tokens); its hit
+        tokens, or None."""
+        bs = self.block_size
+        num_tokens = req.num_tokens
+        blocks = self._hit(self._keys_to(req, num_tokens // bs), (num_tokens - 1) // bs)
+        hit = len(blocks)
+        lru = self._lru
+        evictable = sum(1 for block in blocks if block in lru)
+        if -(-num_tokens // bs) - hit + evictable > self._free_total():
+            return None
+        self._touch(blocks)
+        hit_tokens = hit * bs
+        n = min(num_tokens - hit_tokens, budget)
+        req.table = blocks
+        req.num_cached = hit
+        new = -(-(hit_tokens + n) // bs) - hit
+        if new > 0:
+            blocks.extend(self._take(new))
+        self._cache(req, hit_tokens + n)
+        req.computed = hit_tokens
+        req.scheduled = n
+        return hit_tokens
 
 
 def sched_replay(
