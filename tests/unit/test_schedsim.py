@@ -9,7 +9,6 @@ from array import array
 import pytest
 
 from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
-from prefixbench.predict.schedconfig import SchedModelError
 from prefixbench.predict.schedsim import SchedulerSim, sched_replay
 
 
@@ -214,8 +213,3 @@ def test_array_prompts_hit_as_tuples_do() -> None:
     tuples = sched_replay(prompts, 4, 40, 4, concurrency=4)
     arrays = sched_replay([array("I", p) for p in prompts], 4, 40, 4, concurrency=4)
     assert tuples.hit_tokens == arrays.hit_tokens
-
-
-def test_the_hybrid_manager_is_not_modelled_yet() -> None:
-    with pytest.raises(SchedModelError, match="not modelled at concurrency yet"):
-        SchedulerSim(16, 100, kind="hybrid")

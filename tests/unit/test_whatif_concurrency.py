@@ -18,7 +18,9 @@ from prefixbench.bench.workloads import Workload, tutorial_workloads
 from prefixbench.frontend import cli
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
+from prefixbench.predict.cachemodel import CacheModel
 from prefixbench.predict.schedconfig import Serving
+from prefixbench.predict.schedhybrid import HybridSchedulerSim
 from prefixbench.predict.schedsim import SchedulerSim
 
 
@@ -101,14 +103,19 @@ def test_custom_prompts_at_concurrency_for_any_workers(tmp_path: Path) -> None:
     assert serial.evicted_blocks < pred.evicted_blocks
 
 
-def test_the_hybrid_model_is_refused_at_concurrency() -> None:
+def test_the_hybrid_model_at_concurrency_is_the_hybrid_scheduler_replay() -> None:
     w = sustained_c4()
-    from prefixbench.predict.cachemodel import CacheModel  # noqa: PLC0415 - this test only
-
-    pred = whatif.predict(w, block_size=128, capacity_blocks=500,
+    pred = whatif.predict(w, block_size=128, capacity_blocks=150,
                           cache_model=CacheModel("hybrid"), serving=Serving(4))
-    assert pred.ratio is None
-    assert pred.note is not None and "not modelled at concurrency yet" in pred.note
+    want = HybridSchedulerSim(128, 150, sliding_window=128).replay(
+        whatif.prefix_repetition_tokens(w), w.prefix_repetition_output_len, concurrency=4)
+    assert (pred.hit_tokens, pred.evicted_blocks) == (want.total_hit_tokens,
+                                                      want.evicted_blocks)
+    assert pred.method.endswith("vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
+                                "max_num_batched_tokens 1024), hybrid (sliding window 128 + "
+                                "full attention, one shared block pool) KV-cache model")
+    full = whatif.predict(w, block_size=128, capacity_blocks=150, serving=Serving(4))
+    assert full.evicted_blocks != pred.evicted_blocks
 
 
 def run(*argv: str) -> tuple[int, str, str]:
@@ -135,12 +142,16 @@ def test_the_whatif_command_says_which_model_it_replayed() -> None:
     assert "replayed at concurrency 8; the workload runs at 4" in out
     code, out, _ = run("--workload", "high_overlap")
     assert code == 0 and "replayed:        one request at a time (concurrency 1)" in out
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "150",
+                       "--concurrency", "4", "--kv-cache", "hybrid")
+    assert code == 0
+    assert "hybrid (sliding window 128 + full attention, one shared block pool)" in out
+    assert "replayed:        vLLM scheduler model at concurrency 4" in out
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
     (["--concurrency", "2", "--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
-    (["--concurrency", "2", "--kv-cache", "hybrid"], "not modelled at concurrency yet"),
     (["--concurrency", "2", "--capacity-curve", "64,128"], "without --concurrency"),
 ])
 def test_the_whatif_command_refuses_what_it_cannot_replay(argv: list[str], message: str

@@ -175,7 +175,7 @@ def _whatif_parser(sub: Any) -> None:
     whatif.add_argument("--concurrency", type=int, default=1, metavar="N",
                         help="requests the client keeps in flight (vllm bench serve "
                         "--max-concurrency). Above 1 the requests go through a model of "
-                        "vLLM's scheduler (full attention only) with --max-num-seqs and "
+                        "vLLM's scheduler (either --kv-cache) with --max-num-seqs and "
                         "--max-num-batched-tokens; default 1: one request at a time")
     whatif.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
                         metavar="N", help="the server's --max-num-seqs, with --concurrency "

@@ -120,10 +120,6 @@ def serving(args: argparse.Namespace) -> Serving:
                         ("--max-num-batched-tokens", args.max_num_batched_tokens)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
-    if args.concurrency > 1 and args.kv_cache != "full":
-        raise UsageError(f"--concurrency {args.concurrency}: the scheduler model covers "
-                         f"full attention only; --kv-cache {args.kv_cache} (vLLM's hybrid "
-                         f"KV-cache manager) is not modelled at concurrency yet")
     return Serving(concurrency=args.concurrency, max_num_seqs=args.max_num_seqs,
                    max_num_batched_tokens=args.max_num_batched_tokens)
 

@@ -2,9 +2,10 @@
 :class:`prefixbench.predict.cachesim.PrefixCacheSim` (or, for a server running vLLM's hybrid
 KV-cache manager, :class:`prefixbench.predict.hybridsim.HybridCacheSim`: every function takes
 a ``cache_model``, default full attention), counted as a :class:`Prediction`. Every function
-also takes a ``serving`` (:class:`prefixbench.predict.schedsim.Serving`, default one request
+also takes a ``serving`` (:class:`prefixbench.predict.schedconfig.Serving`, default one request
 at a time); above concurrency 1 the requests go through the scheduler model,
-:class:`prefixbench.predict.schedsim.SchedulerSim` (full attention only).
+:class:`prefixbench.predict.schedsim.SchedulerSim` (or its hybrid-manager subclass,
+:class:`prefixbench.predict.schedhybrid.HybridSchedulerSim`).
 
 :func:`replay_requests` replays token id arrays already built (prefix_repetition, the
 served expectation). :func:`replay_sent` encodes custom prompts on worker threads and
@@ -41,7 +42,7 @@ from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import CapacityError
 from prefixbench.predict.progress import ENCODING, Progress
 from prefixbench.predict.schedconfig import SERIAL, Serving
-from prefixbench.predict.schedsim import SchedulerSim
+from prefixbench.predict.schedhybrid import scheduler_sim_for
 from prefixbench.predict.tokenizer import Tokenizer, serial_batches
 
 if TYPE_CHECKING:
@@ -158,10 +159,10 @@ class _SchedReplay(_Replay):
 
     def __init__(self, block_size: int, capacity_blocks: int | None,
                  cache_model: CacheModel, serving: Serving) -> None:
-        self.sched = SchedulerSim(block_size, capacity_blocks,
-                                  max_num_seqs=serving.max_num_seqs,
-                                  max_num_batched_tokens=serving.max_num_batched_tokens,
-                                  kind=cache_model.kind)
+        self.sched = scheduler_sim_for(
+            cache_model.kind, block_size, capacity_blocks,
+            sliding_window=cache_model.sliding_window, max_num_seqs=serving.max_num_seqs,
+            max_num_batched_tokens=serving.max_num_batched_tokens)
         self.serving = serving
         self.cache_model = cache_model
         self.block_size = block_size
@@ -191,8 +192,7 @@ class _SchedReplay(_Replay):
 def _replay_for(block_size: int, capacity_blocks: int | None, cache_model: CacheModel,
                 serving: Serving) -> _Replay:
     """A fresh replay: one request at a time, or through the scheduler model above
-    concurrency 1 (:class:`~prefixbench.predict.schedsim.SchedModelError` for a cache
-    model it does not cover)."""
+    concurrency 1."""
     if serving.scheduled:
         return _SchedReplay(block_size, capacity_blocks, cache_model, serving)
     return _Replay(block_size, capacity_blocks, cache_model)
@@ -210,9 +210,7 @@ def replay_requests(
     serving: Serving = SERIAL,
 ) -> Prediction:
     """Replay requests (token id arrays, in send order) through a fresh cache, as
-    ``serving`` sends them (default one at a time). Raises
-    :class:`~prefixbench.predict.schedsim.SchedModelError` for a cache model the
-    scheduler model does not cover."""
+    ``serving`` sends them (default one at a time)."""
     replay = _replay_for(block_size, capacity_blocks, cache_model, serving)
     try:
         for tokens, out in zip(prompts, output_lens, strict=True):

@@ -70,10 +70,9 @@ FCFS policy (not ``priority``); no speculative decoding, LoRA, multimodal inputs
 KV connectors, watermark, ``long_prefill_token_threshold`` or prompt logprobs; stop
 strings and EOS are not modelled (every request generates ``output_len`` tokens, as
 ``ignore_eos``); ``max_model_len`` is not enforced; keys are 64-bit Python hashes
-(vLLM: sha256). **vLLM's hybrid KV-cache manager (gpt-oss's sliding-window + full
-attention) is not modelled at concurrency yet**: :class:`SchedulerSim` refuses it
-(:class:`SchedModelError`); :class:`prefixbench.predict.hybridsim.HybridCacheSim`
-models it one request at a time.
+(vLLM: sha256). vLLM's hybrid KV-cache manager (gpt-oss's sliding-window + full
+attention) is the subclass :class:`prefixbench.predict.schedhybrid.HybridSchedulerSim`
+(:func:`prefixbench.predict.schedhybrid.scheduler_sim_for` picks one).
 
 The block pool is :class:`prefixbench.predict.schedpool.BlockPool`; the client's and
 server's settings a prediction uses, :class:`prefixbench.predict.schedconfig.Serving`.
@@ -99,7 +98,6 @@ from prefixbench.predict.cachesim import (
 from prefixbench.predict.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
-    SchedModelError,
 )
 from prefixbench.predict.schedpool import BlockPool, BlockTable
 
@@ -148,8 +146,7 @@ class SchedulerSim(BlockPool):
     ``capacity_blocks``: usable KV blocks, vLLM's ``num_gpu_blocks`` minus its null
     block (:func:`prefixbench.predict.kvcapacity.usable_blocks`); ``None``: unbounded
     (nothing is evicted, nothing preempted). ``max_num_seqs`` and
-    ``max_num_batched_tokens`` are the server's flags. ``kind`` is the KV-cache manager
-    (:class:`prefixbench.predict.cachemodel.CacheModel`); only ``"full"`` is modelled.
+    ``max_num_batched_tokens`` are the server's flags.
 
     Keep one instance across phases (e.g. the ready check at concurrency 1, then the
     warmups and the run at N) to carry the cache over: :meth:`send` each request with
@@ -163,13 +160,7 @@ class SchedulerSim(BlockPool):
         *,
         max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
         max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-        kind: str = "full",
     ) -> None:
-        if kind != "full":
-            raise SchedModelError(
-                f"the scheduler model covers full attention only; vLLM's {kind!r} "
-                f"KV-cache manager is not modelled at concurrency yet (replay it at "
-                f"concurrency 1 with HybridCacheSim)")
         super().__init__(block_size, capacity_blocks)
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError(f"max_num_seqs and max_num_batched_tokens must be >= 1, got "

@@ -30,13 +30,14 @@ number of workers.
 
 Concurrency: by default requests are replayed one at a time (concurrency 1), and the
 :attr:`Prediction.note` says so when the workload runs at a higher one. Given a
-:class:`prefixbench.predict.schedsim.Serving` above concurrency 1, they are replayed
-through the model of vLLM's scheduler (:mod:`prefixbench.predict.schedsim`, full
-attention only): the client keeps that many requests in flight and the server admits,
-chunks, decodes and preempts them step by step with its ``max_num_seqs`` and
-``max_num_batched_tokens``. (vLLM caches a block when the step computing it is
-scheduled, so with full attention and an unbounded cache concurrency changes no hit;
-with a bounded one, requests in flight hold more blocks and the cache evicts more.)
+:class:`prefixbench.predict.schedconfig.Serving` above concurrency 1, they are
+replayed through the model of vLLM's scheduler (:mod:`prefixbench.predict.schedsim`;
+:mod:`prefixbench.predict.schedhybrid` for the hybrid cache model): the client keeps
+that many requests in flight and the server admits, chunks, decodes and preempts them
+step by step with its ``max_num_seqs`` and ``max_num_batched_tokens``. (vLLM caches a
+block when the step computing it is scheduled, so with full attention and an unbounded
+cache concurrency changes no hit; with a bounded one, requests in flight hold more
+blocks and the cache evicts more.)
 With a bounded capacity, each request holds its decode blocks (``output_tokens``) while
 it runs, as the model assumes every request generates all of them (``ignore_eos``).
 
@@ -309,8 +310,7 @@ def predict(
     ``max_num_batched_tokens`` (default one request at a time). Above concurrency 1 the
     requests go through the scheduler model (:mod:`prefixbench.predict.schedsim`): the
     workload's ready check one at a time, its warmups, then its prompts, each phase
-    finished before the next; full attention only (the hybrid model gives
-    ``ratio=None`` and a note).
+    finished before the next; with the full-attention or the hybrid cache model.
     """
     serving = replace(serving, ready=1 if (workload.ready_check_timeout_sec or 0) > 0 else 0,
                       warmups=workload.num_warmups)
@@ -345,11 +345,6 @@ def _predict(
     if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
         return _none(f"block_size ({block_size}) and capacity_blocks ({capacity_blocks}) "
                      f"must be positive", block_size, capacity_blocks)
-    if serving.scheduled and cache_model.kind != "full":
-        return _none(f"cannot replay at concurrency {serving.concurrency}: the scheduler "
-                     f"model covers full attention only; vLLM's {cache_model.describe()} "
-                     f"KV-cache manager is not modelled at concurrency yet (replay it at "
-                     f"concurrency 1)", block_size, capacity_blocks)
     tokenizer: Tokenizer | None = None
     if tokenizer_dir is not None:
         try:
