@@ -30,7 +30,8 @@ import pytest
 from vllm_venv import vllm_python
 
 from prefixbench.predict.kvcapacity import usable_blocks
-from prefixbench.predict.schedsim import SchedReplayResult, SchedulerSim
+from prefixbench.predict.schedhybrid import scheduler_sim_for
+from prefixbench.predict.schedsim import SchedReplayResult
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +59,8 @@ class Case:
     vocab: int = 1 << 30
     #: Hand-made requests instead of a seeded workload.
     given: tuple[tuple[tuple[int, ...], int], ...] = ()
+    #: gpt-oss's layout with this sliding window (tokens); None: full attention only.
+    hybrid: int | None = None
 
     def items(self) -> list[tuple[tuple[int, ...], int]]:
         """(prompt, output_len) per request, in send order."""
@@ -72,7 +75,8 @@ class Case:
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
         bs = self.block_size
-        return 2 + sum(-(-(len(p) + out - 1) // bs) for p, out in items)
+        groups = 1 if self.hybrid is None else 2
+        return 2 + groups * sum(-(-(len(p) + out - 1) // bs) for p, out in items)
 
 
 def prefix_sharing_requests(seed: int, num_requests: int, block_size: int, *,
@@ -130,6 +134,21 @@ def _cases() -> list[Case]:
     cases.append(Case("c32-block16-never-evicts", seed=432, requests=300, block_size=16,
                       max_prompt_blocks=12, concurrency=32, max_num_seqs=8,
                       max_num_batched_tokens=128, num_gpu_blocks=None, max_output_len=40))
+    # gpt-oss's layout: window 128 over blocks of 16 (a hit needs 8 contiguous cached
+    # sliding-window blocks), prompts up to twice the window, chunked; and a window of 16
+    # over blocks of 4 with a tiny vocabulary.
+    for conc, seqs in ((1, 4), (2, 4), (4, 4), (8, 4), (32, 8)):
+        cases.append(Case(f"hybrid-c{conc}-evicts", seed=500 + conc, requests=200,
+                          block_size=16, max_prompt_blocks=18, concurrency=conc,
+                          max_num_seqs=seqs, max_num_batched_tokens=64, num_gpu_blocks=64,
+                          max_output_len=40, hybrid=128))
+        cases.append(Case(f"hybrid-c{conc}-evicts-tiny-vocab", seed=600 + conc,
+                          requests=200, block_size=4, max_prompt_blocks=16,
+                          concurrency=conc, max_num_seqs=seqs, max_num_batched_tokens=24,
+                          num_gpu_blocks=40, max_output_len=12, vocab=3, hybrid=16))
+    cases.append(Case("hybrid-c8-never-evicts", seed=708, requests=300, block_size=16,
+                      max_prompt_blocks=24, concurrency=8, max_num_seqs=8,
+                      max_num_batched_tokens=128, num_gpu_blocks=None, hybrid=128))
     return cases
 
 
@@ -169,6 +188,7 @@ def vllm_served(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
     for case in CASES:
         items = case.items()
         cases.append({"block_size": case.block_size, "num_blocks": case.gpu_blocks(items),
+                      "hybrid": case.hybrid,
                       "max_num_seqs": case.max_num_seqs,
                       "max_num_batched_tokens": case.max_num_batched_tokens,
                       "concurrency": case.concurrency,
@@ -188,8 +208,10 @@ def vllm_served(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
 
 def model_replay(case: Case, capacity: int | None) -> SchedReplayResult:
     items = case.items()
-    sim = SchedulerSim(case.block_size, capacity, max_num_seqs=case.max_num_seqs,
-                       max_num_batched_tokens=case.max_num_batched_tokens)
+    sim = scheduler_sim_for("full" if case.hybrid is None else "hybrid", case.block_size,
+                            capacity, sliding_window=case.hybrid,
+                            max_num_seqs=case.max_num_seqs,
+                            max_num_batched_tokens=case.max_num_batched_tokens)
     return sim.replay([p for p, _ in items], [out for _, out in items],
                       concurrency=case.concurrency)
 

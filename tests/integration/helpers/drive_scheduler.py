@@ -17,7 +17,10 @@ vLLM's own synchronous ``Scheduler`` (``async_scheduling=False``) built from a r
 ``VllmConfig`` whose model is a config-only stand-in (a one-layer llama ``config.json``
 written to a temporary directory: no weights, no tokenizer, nothing runs on it), with
 one full-attention KV cache group, prefix caching on, sha256 block hashes and
-``log_stats`` on.
+``log_stats`` on. A case with ``"hybrid": WINDOW`` gets gpt-oss's layout instead: a
+``SlidingWindowSpec`` group (0) and a ``FullAttentionSpec`` group (1) of equal page size
+in one pool (vLLM's ``HybridKVCacheCoordinator``), retention interval 0 as the server's
+``CacheConfig`` defaults to.
 
 The client keeps ``concurrency`` requests in flight: it adds the next request (in list
 order) to the scheduler as soon as one finishes, before the next ``schedule()``. Each
@@ -56,7 +59,12 @@ from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
@@ -111,15 +119,27 @@ def make_scheduler(model_dir: Path, case: dict[str, Any]) -> Scheduler:
     assert not sc.async_scheduling and sc.policy == "fcfs" and sc.watermark == 0
     assert sc.long_prefill_token_threshold == 0
     assert sc.max_num_batched_tokens == int(case["max_num_batched_tokens"])
+    assert config.max_in_flight_tokens == sc.max_num_batched_tokens  # one batch in flight
     full = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
                              dtype=torch.float32)
-    kv_config = KVCacheConfig(num_blocks=int(case["num_blocks"]), kv_cache_tensors=[],
-                              kv_cache_groups=[KVCacheGroupSpec(["layer.0"], full)])
+    window = case.get("hybrid")
+    if window is None:
+        kv_config = KVCacheConfig(num_blocks=int(case["num_blocks"]), kv_cache_tensors=[],
+                                  kv_cache_groups=[KVCacheGroupSpec(["layer.0"], full)])
+    else:  # gpt-oss's layout: a sliding-window group (0) and a full-attention group (1)
+        swa = SlidingWindowSpec(block_size=block_size, num_kv_heads=1, head_size=1,
+                                dtype=torch.float32, sliding_window=int(window))
+        kv_config = KVCacheConfig(
+            num_blocks=int(case["num_blocks"]), kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec(["layer.0"], swa),
+                             KVCacheGroupSpec(["layer.1"], full)],
+            prefix_cache_retention_interval=0)  # the server's CacheConfig default
     scheduler = Scheduler(vllm_config=config, kv_cache_config=kv_config,
                           structured_output_manager=StructuredOutputManager(config),
                           block_size=block_size, log_stats=True)
     kind = type(scheduler.kv_cache_manager.coordinator).__name__
-    assert kind == "UnitaryKVCacheCoordinator", kind
+    want = "UnitaryKVCacheCoordinator" if window is None else "HybridKVCacheCoordinator"
+    assert kind == want, f"vLLM built a {kind}, not a {want}"
     return scheduler
 
 
