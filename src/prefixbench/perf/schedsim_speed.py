@@ -10,6 +10,7 @@ the process is pinned to one core.
     make bench-schedsim                                  # 200,000 x 192+64 tokens, c=32
     make bench-schedsim ARGS="--concurrency 4 --max-num-seqs 4"   # the tutorial server
     make bench-schedsim ARGS="--prefix-len 3072 --suffix-len 1024 --block-size 128"
+    make bench-schedsim ARGS="--kv-cache hybrid"          # gpt-oss's layout, window 128
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from array import array
 
 from prefixbench.perf.stream_args import add_stream_arguments
-from prefixbench.predict.schedsim import SchedulerSim
+from prefixbench.predict.schedhybrid import scheduler_sim_for
 
 
 def _pin_one_core() -> str:
@@ -42,6 +43,8 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=16)
     ap.add_argument("--max-num-seqs", type=int, default=32)
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    ap.add_argument("--kv-cache", choices=("full", "hybrid"), default="full")
+    ap.add_argument("--sliding-window", type=int, default=128)
     args = ap.parse_args()
     pinned = _pin_one_core()
 
@@ -53,9 +56,10 @@ def main() -> int:
                 for i in range(args.num_prefixes)]
     start = args.num_prefixes * args.prefix_len
     span = pool_len - start - args.suffix_len
-    sim = SchedulerSim(args.block_size, args.capacity_blocks or None,
-                       max_num_seqs=args.max_num_seqs,
-                       max_num_batched_tokens=args.max_num_batched_tokens)
+    sim = scheduler_sim_for(args.kv_cache, args.block_size, args.capacity_blocks or None,
+                            sliding_window=args.sliding_window,
+                            max_num_seqs=args.max_num_seqs,
+                            max_num_batched_tokens=args.max_num_batched_tokens)
     build = run = 0.0
     done = 0
     while done < args.prompts:
@@ -75,7 +79,8 @@ def main() -> int:
         done += n
     cap = args.capacity_blocks or "unbounded"
     print(f"requests:       {done:,} x {args.prefix_len}+{args.suffix_len} tokens, "
-          f"{args.output_len} output each, block {args.block_size}, capacity {cap} blocks")
+          f"{args.output_len} output each, block {args.block_size}, capacity {cap} blocks, "
+          f"{args.kv_cache} KV-cache manager")
     print(f"server/client:  concurrency {args.concurrency}, max_num_seqs "
           f"{args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}; "
           f"{pinned}")
