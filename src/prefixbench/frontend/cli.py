@@ -39,6 +39,7 @@ from prefixbench.frontend.runview import (
     EXIT_REGRESSION,
     EXIT_USAGE,
 )
+from prefixbench.predict.schedconfig import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 
 __all__ = ["build_parser", "main"]
 
@@ -172,6 +173,19 @@ def _whatif_parser(sub: Any) -> None:
     whatif.add_argument("--workers", type=int, metavar="N",
                         help="threads encoding a prompts file (default: one more than the "
                         "usable cores; the prediction is the same for any number)")
+    whatif.add_argument("--concurrency", type=int, default=1, metavar="N",
+                        help="requests the client keeps in flight (vllm bench serve "
+                        "--max-concurrency). Above 1 the requests go through a model of "
+                        "vLLM's scheduler (either --kv-cache) with --max-num-seqs and "
+                        "--max-num-batched-tokens; default 1: one request at a time")
+    whatif.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
+                        metavar="N", help="the server's --max-num-seqs, with --concurrency "
+                        f"above 1 (default {DEFAULT_MAX_NUM_SEQS}, the tutorial server's)")
+    whatif.add_argument("--max-num-batched-tokens", type=int,
+                        default=DEFAULT_MAX_NUM_BATCHED_TOKENS, metavar="N",
+                        help="the server's --max-num-batched-tokens, with --concurrency "
+                        f"above 1 (default {DEFAULT_MAX_NUM_BATCHED_TOKENS}, the tutorial "
+                        "server's)")
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,

@@ -1,6 +1,9 @@
 """``prefixbench whatif``: the predicted prefix-cache hit ratio of a prompts file or a
 workload, printed (one prediction, or hit ratio against KV capacity with
-``--capacity-curve``).
+``--capacity-curve``). With ``--concurrency N`` above 1 the requests are replayed through
+the model of vLLM's scheduler (:mod:`prefixbench.predict.schedsim`) with the server's
+``--max-num-seqs`` / ``--max-num-batched-tokens``; the ``replayed:`` line says which model
+was used.
 
 The workload comes from the arguments (:func:`whatif_workload`); the prediction is
 :mod:`prefixbench.predict.whatif`'s, the curve :mod:`prefixbench.predict.capacity_curve`'s.
@@ -15,8 +18,9 @@ from typing import Any, TextIO
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
+from prefixbench.predict.schedconfig import Serving
 
-__all__ = ["cache_model", "run_whatif", "whatif_workload"]
+__all__ = ["cache_model", "run_whatif", "serving", "whatif_workload"]
 
 
 def whatif_workload(args: argparse.Namespace) -> Any:
@@ -75,13 +79,17 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     model = cache_model(args)
+    served = serving(args)
     if args.capacity_curve is not None:
+        if served.scheduled:
+            raise UsageError("--capacity-curve replays one request at a time: give it "
+                             "without --concurrency")
         return _curve(args, workload, model, out, err)
     with ProgressBar(err) as bar:
         pred = whatif.predict(workload, block_size=args.block_size,
                               capacity_blocks=args.capacity_blocks, prompts_file=None,
                               tokenizer_dir=args.tokenizer, workers=args.workers,
-                              progress=bar, cache_model=model)
+                              progress=bar, cache_model=model, serving=served)
     if pred.ratio is None:
         raise UsageError(pred.note or "no prediction")
     cap = "unbounded" if args.capacity_blocks is None else f"{args.capacity_blocks} blocks"
@@ -90,6 +98,7 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
           f"{'file order' if workload.disable_shuffle else 'shuffled'}", file=out)
     print(f"cache:           block {args.block_size}, capacity {cap}, "
           f"{model.describe()}", file=out)
+    print(f"replayed:        {served.describe()}", file=out)
     print(f"predicted ratio: {pred.ratio:.4%}", file=out)
     print(f"hit tokens:      {pred.hit_tokens:,} of {pred.query_tokens:,} queried, "
           f"{pred.requests:,} requests", file=out)
@@ -101,6 +110,18 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if pred.note:
         print(f"note:            {pred.note}", file=out)
     return EXIT_OK
+
+
+def serving(args: argparse.Namespace) -> Serving:
+    """How ``--concurrency``, ``--max-num-seqs`` and ``--max-num-batched-tokens`` send
+    the requests (the workload's ready check and warmups are added by the prediction)."""
+    for flag, value in (("--concurrency", args.concurrency),
+                        ("--max-num-seqs", args.max_num_seqs),
+                        ("--max-num-batched-tokens", args.max_num_batched_tokens)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    return Serving(concurrency=args.concurrency, max_num_seqs=args.max_num_seqs,
+                   max_num_batched_tokens=args.max_num_batched_tokens)
 
 
 def cache_model(args: argparse.Namespace) -> CacheModel:

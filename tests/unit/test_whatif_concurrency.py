@@ -1,0 +1,171 @@
+"""The what-if at concurrency: ``prefixbench whatif --concurrency N`` and
+``whatif.predict(serving=...)`` replay through the scheduler model
+(prefixbench.predict.schedsim), phases and all."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from array import array
+from pathlib import Path
+
+import pytest
+from test_whatif_stream import mixed_file, workload
+from tiny_tokenizer import write_tokenizer
+
+from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.frontend import cli
+from prefixbench.predict import tokenizer as tk
+from prefixbench.predict import whatif
+from prefixbench.predict.cachemodel import CacheModel
+from prefixbench.predict.schedconfig import Serving
+from prefixbench.predict.schedhybrid import HybridSchedulerSim
+from prefixbench.predict.schedsim import SchedulerSim
+
+
+def sustained_c4() -> Workload:
+    return {w.name: w for w in tutorial_workloads()}["sustained_c4"]
+
+
+def test_prefix_repetition_at_concurrency_is_the_scheduler_replay() -> None:
+    w = sustained_c4()
+    pred = whatif.predict(w, block_size=128, capacity_blocks=200, serving=Serving(4))
+    prompts = whatif.prefix_repetition_tokens(w)
+    want = SchedulerSim(128, 200).replay(prompts, w.prefix_repetition_output_len,
+                                         concurrency=4)
+    assert (pred.hit_tokens, pred.query_tokens, pred.requests, pred.evicted_blocks) == (
+        want.total_hit_tokens, want.query_tokens, 200, want.evicted_blocks)
+    assert pred.method.endswith("vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
+                                "max_num_batched_tokens 1024)")
+    assert pred.note == ("request_rate 2/s not modelled: each request is sent as soon as "
+                         "one of the 4 in flight finishes")
+    # Four requests holding their blocks at once evict more than one at a time.
+    serial = whatif.predict(w, block_size=128, capacity_blocks=200)
+    assert pred.ratio is not None and serial.ratio is not None
+    assert pred.ratio < serial.ratio
+    # Concurrency 1 is today's prediction, note and all.
+    assert whatif.predict(w, block_size=128, capacity_blocks=200, serving=Serving(1)
+                          ) == serial
+
+
+def test_the_ready_check_runs_alone_and_the_warmups_before_the_prompts() -> None:
+    w = Workload.from_dict({**sustained_c4().to_dict(), "num_prompts": 40, "seed": 3,
+                            "ready_check_timeout_sec": 5, "num_warmups": 3,
+                            "request_rate": "inf"})
+    serving = Serving(4, max_num_seqs=3, max_num_batched_tokens=512)
+    pred = whatif.predict(w, block_size=128, capacity_blocks=150, serving=serving)
+    prompts = whatif.prefix_repetition_tokens(w)
+    sim = SchedulerSim(128, 150, max_num_seqs=3, max_num_batched_tokens=512)
+    out = w.prefix_repetition_output_len
+    sim.send(prompts[0], out)
+    sim.drain()
+    for tokens in prompts[1:4]:
+        sim.send(tokens, out, concurrency=4)
+    sim.drain()
+    for tokens in prompts[4:]:
+        sim.send(tokens, out, concurrency=4)
+    sim.drain()
+    assert pred.requests == 44
+    assert (pred.hit_tokens, pred.evicted_blocks) == (sim.hit_tokens_total,
+                                                      sim.evicted_blocks)
+    assert pred.note is None  # the workload's own concurrency, all at once
+
+
+def test_custom_prompts_at_concurrency_for_any_workers(tmp_path: Path) -> None:
+    path = mixed_file(tmp_path / "p.jsonl")
+    tokdir = write_tokenizer(tmp_path / "tok")
+    tok = tk.load(tokdir)
+    w = workload(path, seed=5, num_warmups=2, max_concurrency=3)
+    serving = Serving(3, max_num_seqs=2, max_num_batched_tokens=32)
+    preds = [whatif.predict(w, block_size=16, capacity_blocks=14, tokenizer_dir=tokdir,
+                            workers=n, serving=serving) for n in (1, 3)]
+    assert preds[0] == preds[1]
+    # The reference: every line in memory, vLLM's order, warmups then the prompts.
+    with path.open(encoding="utf-8") as handle:
+        items = [json.loads(line) for line in handle if line.strip()]
+    texts = [item["prompt"] if "prompt" in item else tok.render_chat(item["messages"])
+             for item in items]
+    outs = [item.get("output_tokens", 9) for item in items]
+    order = list(range(len(items)))
+    random.Random(5).shuffle(order)  # noqa: S311 - vLLM's shuffle
+    sim = SchedulerSim(16, 14, max_num_seqs=2, max_num_batched_tokens=32)
+    for phase in ([order[0]] * 2, order):
+        for i in phase:
+            sim.send(array("I", tok.encode(texts[i])), outs[i], concurrency=3)
+        sim.drain()
+    pred = preds[0]
+    assert (pred.hit_tokens, pred.query_tokens, pred.requests, pred.evicted_blocks) == (
+        sim.hit_tokens_total, sim.query_tokens_total, 62, sim.evicted_blocks)
+    assert pred.hit_tokens > 0 and pred.evicted_blocks > 0
+    # Two requests running at once in 14 blocks evict more than one at a time.
+    serial = whatif.predict(w, block_size=16, capacity_blocks=14, tokenizer_dir=tokdir)
+    assert serial.evicted_blocks < pred.evicted_blocks
+
+
+def test_the_hybrid_model_at_concurrency_is_the_hybrid_scheduler_replay() -> None:
+    w = sustained_c4()
+    pred = whatif.predict(w, block_size=128, capacity_blocks=150,
+                          cache_model=CacheModel("hybrid"), serving=Serving(4))
+    want = HybridSchedulerSim(128, 150, sliding_window=128).replay(
+        whatif.prefix_repetition_tokens(w), w.prefix_repetition_output_len, concurrency=4)
+    assert (pred.hit_tokens, pred.evicted_blocks) == (want.total_hit_tokens,
+                                                      want.evicted_blocks)
+    assert pred.method.endswith("vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
+                                "max_num_batched_tokens 1024), hybrid (sliding window 128 + "
+                                "full attention, one shared block pool) KV-cache model")
+    full = whatif.predict(w, block_size=128, capacity_blocks=150, serving=Serving(4))
+    assert full.evicted_blocks != pred.evicted_blocks
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["whatif", *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_whatif_command_says_which_model_it_replayed() -> None:
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+                       "--concurrency", "4")
+    assert code == 0
+    assert ("replayed:        vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
+            "max_num_batched_tokens 1024)") in out.splitlines()
+    pred = whatif.predict(sustained_c4(), block_size=128, capacity_blocks=200,
+                          serving=Serving(4))
+    assert f"predicted ratio: {pred.ratio:.4%}" in out
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+                       "--concurrency", "8", "--max-num-seqs", "8",
+                       "--max-num-batched-tokens", "2048")
+    assert code == 0
+    assert ("replayed:        vLLM scheduler model at concurrency 8 (max_num_seqs 8, "
+            "max_num_batched_tokens 2048)") in out
+    assert "replayed at concurrency 8; the workload runs at 4" in out
+    code, out, _ = run("--workload", "high_overlap")
+    assert code == 0 and "replayed:        one request at a time (concurrency 1)" in out
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "150",
+                       "--concurrency", "4", "--kv-cache", "hybrid")
+    assert code == 0
+    assert "hybrid (sliding window 128 + full attention, one shared block pool)" in out
+    assert "replayed:        vLLM scheduler model at concurrency 4" in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
+    (["--concurrency", "2", "--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
+    (["--concurrency", "2", "--capacity-curve", "64,128"], "without --concurrency"),
+])
+def test_the_whatif_command_refuses_what_it_cannot_replay(argv: list[str], message: str
+                                                          ) -> None:
+    code, _, err = run("--workload", "high_overlap", *argv)
+    assert code == 2
+    assert message in err and err.count("\n") == 1
+
+
+def test_an_unbounded_replay_at_concurrency_reports_no_working_set() -> None:
+    """Its cached blocks count generated tokens' blocks and copies: not the working set
+    a one-at-a-time replay reports; the hits are the same."""
+    w = sustained_c4()
+    serial = whatif.predict(w, block_size=128)
+    pred = whatif.predict(w, block_size=128, serving=Serving(4))
+    assert serial.cached_blocks == 5 * 24 + 200 * 8 and pred.cached_blocks is None
+    assert pred.hit_tokens == serial.hit_tokens
