@@ -99,7 +99,7 @@ def host_time(run_dir: Path, host: str, spans: Sequence[tuple[str, str]],
         elapsed = data.get("elapsed_s") if isinstance(data, Mapping) else None
         if isinstance(elapsed, int | float):
             startup[path.parent.name] = float(elapsed)
-        healthy = _time(data.get("healthy_at")) if isinstance(data, Mapping) else None
+        healthy = _time(str(data.get("healthy_at") or "")) if isinstance(data, Mapping) else None
         first = _time((first_bench or {}).get(path.parent.name, ""))
         if healthy is not None and first is not None and first >= healthy:
             idle[path.parent.name] = (first - healthy).total_seconds()
