@@ -178,3 +178,33 @@ def test_the_model_config_tells_the_cache_model(tmp_path: Path) -> None:
     assert cli.main([*args, "--num-prompts", "10", "--kv-cache", "full"], out=out,
                     err=io.StringIO()) == 0
     assert "full attention" in out.getvalue()
+
+
+def test_the_expectation_at_the_benchs_concurrency(tok: Path) -> None:
+    from prefixbench.predict.replay import replay_requests  # noqa: PLC0415
+    from prefixbench.predict.schedconfig import Serving  # noqa: PLC0415
+    from prefixbench.predict.served import _sent  # noqa: PLC0415
+
+    w = Workload.from_dict({**long_prefix().to_dict(), "max_concurrency": 4})
+    four = Serving(concurrency=4, max_num_seqs=4, max_num_batched_tokens=64)
+    serial = served_expectation(w, tok, 16, cache_model=HYBRID)
+    scheduled = served_expectation(w, tok, 16, cache_model=HYBRID, serving=four)
+    # Unbounded: the hits the scheduler model gives (here the same as one at a time).
+    assert scheduled.hit_tokens == scheduled.unbounded_hit_tokens == serial.hit_tokens
+    assert scheduled.note is not None and "scheduler model at concurrency 4" in scheduled.note
+    assert serial.note is not None and "replayed one request at a time" in serial.note
+    # Bounded: the scheduler model's replay at that capacity, not the serial one (at 100
+    # blocks four requests in flight hold more blocks: 1280 hit tokens against 1536).
+    sent = _sent(w, tok, None)
+    want = replay_requests(sent.prompts, [4] * len(sent.prompts), block_size=16,
+                           capacity_blocks=100, method="x", cache_model=HYBRID, serving=four)
+    got = served_expectation(w, tok, 16, capacity_blocks=100, cache_model=HYBRID,
+                             serving=four)
+    one = served_expectation(w, tok, 16, capacity_blocks=100, cache_model=HYBRID)
+    assert got.hit_tokens == want.hit_tokens == 1280 and one.hit_tokens == 1536
+    # The bench record asks for the workload's concurrency and the server's limits.
+    req = benchrun.BenchRequest(host="h", configuration="cached", workload=w, repetition=1,
+                                base_url="http://x", model="m", tokenizer=None,
+                                vllm_executable="vllm", max_num_seqs=4,
+                                max_num_batched_tokens=64)
+    assert req.serving() == four

@@ -607,7 +607,9 @@ def test_time_and_cost_per_host(tmp_path: Path) -> None:
     data = json.loads((run / "run.json").read_text())
     data["price_per_instance_hour"] = {"trn2.48xlarge": 36.0}
     (run / "run.json").write_text(json.dumps(data))
-    (run / "host-a" / "cached" / "startup.json").write_text(json.dumps({"elapsed_s": 412.0}))
+    # Its server was healthy 90 s before its first bench (the records start at 08:00).
+    (run / "host-a" / "cached" / "startup.json").write_text(json.dumps(
+        {"elapsed_s": 412.0, "healthy_at": "2026-11-29T07:58:30+00:00"}))
     (run / "host-a" / "cached" / "compile.json").write_text(json.dumps(
         {"compiled": True, "restored_files": 0, "role": "leader"}))
     (run / "host-b" / "cached" / "compile.json").write_text(json.dumps(
@@ -620,9 +622,12 @@ def test_time_and_cost_per_host(tmp_path: Path) -> None:
     assert other is not None and other.graphs == {"cached": "restored"}
     # make_run's records all start 08:00 and end 08:01.
     assert t.bench_wall_s == 60.0 and t.cost == pytest.approx(0.6)
+    assert t.idle_s == {"cached": 90.0} and t.idle_cost == pytest.approx(0.9)
+    assert other.idle_s == {} and other.idle_cost is None
     write_outputs(s, run)
     md = (run / "report.md").read_text()
     assert "## Time and cost" in md and "cached 412 s (compiled)" in md
+    assert "| 90 s (0.90) |" in md
     assert "Graphs: 1 of 2 server starts compiled" in md
     base = fixture_bench("baseline", "high_overlap")["output_throughput"]
     cached = fixture_bench("cached", "high_overlap")["output_throughput"]

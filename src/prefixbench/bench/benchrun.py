@@ -34,6 +34,12 @@ from prefixbench.measure.bench_json import BenchResultError, parse_bench_result
 from prefixbench.measure.layout import TOKENIZER_DIR
 from prefixbench.measure.records import BenchmarkRecord, FailureRecord, ResultKey
 from prefixbench.predict.kvcapacity import usable_blocks
+from prefixbench.predict.schedconfig import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    SERIAL,
+    Serving,
+)
 from prefixbench.servers import sweep
 from prefixbench.servers.server import CONFIGURATIONS, unit_name
 
@@ -64,6 +70,10 @@ class BenchRequest:
     #: (:func:`prefixbench.bench.client_launch.launcher`), which runs the same argv cold
     #: when there is no client to fork it from.
     launcher: tuple[str, ...] = ()
+    #: The server's ``--max-num-seqs`` and ``--max-num-batched-tokens`` (the scheduler
+    #: model's limits for the expectation at the workload's concurrency).
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     @classmethod
     def from_settings(cls, host: str, settings: Mapping[str, Any], *, configuration: str,
@@ -85,7 +95,21 @@ class BenchRequest:
                    tokenizer=model if model.startswith("/") else None,
                    vllm_executable=vllm_executable,
                    timeout=int(settings["prefixbench_bench_timeout"]),
-                   api_key=bool(settings.get("vllm_service_api_key")))
+                   api_key=bool(settings.get("vllm_service_api_key")),
+                   max_num_seqs=int(settings.get("vllm_service_max_num_seqs")
+                                    or DEFAULT_MAX_NUM_SEQS),
+                   max_num_batched_tokens=int(
+                       settings.get("vllm_service_max_num_batched_tokens")
+                       or DEFAULT_MAX_NUM_BATCHED_TOKENS))
+
+    def serving(self) -> Serving:
+        """How the bench sends its requests to the server, for the scheduler model: the
+        workload's concurrency cap (unset: all its prompts at once) and the server's
+        limits. Ready check and warmups are the expectation's own pre-requests."""
+        w = self.workload
+        return Serving(concurrency=max(1, w.max_concurrency or w.num_prompts),
+                       max_num_seqs=self.max_num_seqs,
+                       max_num_batched_tokens=self.max_num_batched_tokens)
 
     @property
     def unit(self) -> str:
@@ -201,7 +225,8 @@ def custom_expected(req: BenchRequest, *, block_size: int | None,
 
 
 def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
-                    config: metrics.CacheConfig) -> dict[str, Any]:
+                    config: metrics.CacheConfig, *, serving: Serving = SERIAL
+                    ) -> dict[str, Any]:
     """The expected ratio from the tokens the server sees (prefixbench.predict.served
     .served_expectation), as record keys; a note instead when it cannot be made."""
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
@@ -214,7 +239,7 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
     capacity, model, note = whatif.server_cache_model(config)
     try:
         served = served_expectation(workload, tok, block_size, capacity_blocks=capacity,
-                                    cache_model=model)
+                                    cache_model=model, serving=serving)
     except (TokenizerError, ValueError, OSError) as exc:
         return {"served_note": f"cannot replay the prompts: {exc}"}
     out: dict[str, Any] = {
@@ -274,7 +299,8 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
     elif block_size:
         expected = req.workload.expected_ratios(block_size)
         if config is not None and config.enable_prefix_caching:
-            expected.update(served_expected(req.workload, run_dir, block_size, config))
+            expected.update(served_expected(req.workload, run_dir, block_size, config,
+                                            serving=req.serving()))
     else:
         expected = {"tutorial_ratio": req.workload.tutorial_ratio()}
     measured = dict(delta.measured())

@@ -116,6 +116,17 @@ def _kind(tokens: Tokens) -> str:
     return f"array:{tokens.itemsize}" if isinstance(tokens, array) else "ints"
 
 
+def same_kind(previous: str | None, tokens: Tokens) -> str:
+    """The representation of ``tokens`` (:func:`_kind`), which must be ``previous`` when a
+    cache was fed before: two representations hash to different block keys, so a mix
+    would miss hits silently (``TypeError``)."""
+    kind = _kind(tokens)
+    if previous is not None and kind != previous:
+        raise TypeError(f"this cache was fed {previous} prompts and now {kind}: their block "
+                        f"keys differ, so hits would be missed; use one representation")
+    return kind
+
+
 @dataclass
 class RequestHandle:
     """Blocks one open request holds: ids of its cached blocks in block-table order (a
@@ -198,13 +209,7 @@ class PrefixCacheSim:
         return len(self._lru) + len(self._ref)
 
     def _keys(self, tokens: Tokens) -> list[int]:
-        kind = _kind(tokens)
-        if self._token_kind is None:
-            self._token_kind = kind
-        elif kind != self._token_kind:
-            raise TypeError(
-                f"this cache was fed {self._token_kind} prompts and now {kind}: their "
-                f"block keys differ, so hits would be missed; use one representation")
+        self._token_kind = same_kind(self._token_kind, tokens)
         return block_hashes(tokens, self.block_size)
 
     def _hit_blocks(self, keys: Sequence[int], max_blocks: int) -> int:

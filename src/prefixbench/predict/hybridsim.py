@@ -77,8 +77,8 @@ from prefixbench.predict.cachesim import (
     PrefixCacheSim,
     ReplayResult,
     Tokens,
-    _kind,
     block_hashes,
+    same_kind,
 )
 
 __all__ = [
@@ -199,13 +199,7 @@ class HybridCacheSim:
         return len(self._key_of)
 
     def _keys(self, tokens: Tokens) -> list[int]:
-        kind = _kind(tokens)
-        if self._token_kind is None:
-            self._token_kind = kind
-        elif kind != self._token_kind:
-            raise TypeError(
-                f"this cache was fed {self._token_kind} prompts and now {kind}: their "
-                f"block keys differ, so hits would be missed; use one representation")
+        self._token_kind = same_kind(self._token_kind, tokens)
         return block_hashes(tokens, self.block_size)
 
     def _lookup(self, keys: Sequence[int], prompt_len: int, full: Container[int],

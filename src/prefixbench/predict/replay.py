@@ -28,6 +28,7 @@ while the calling thread replays, in send order; the result does not depend on
 
 from __future__ import annotations
 
+import math
 import os
 from array import array
 from collections import deque
@@ -58,6 +59,7 @@ __all__ = [
     "replay_requests",
     "replay_sent",
     "replay_sent_curve",
+    "serving_note",
     "usable_cores",
 ]
 
@@ -100,6 +102,22 @@ def concurrency_note(workload: Workload | None) -> str | None:
                 f"{workload.max_concurrency or 'unbounded'} requests sharing a prefix can "
                 f"overlap and the server may count fewer hits")
     return None
+
+
+def serving_note(workload: Workload | None, serving: Serving) -> str | None:
+    """The note of a replay as ``serving`` sends it: one at a time, the concurrency note
+    (:func:`prefixbench.predict.replay.concurrency_note`); through the scheduler model,
+    what differs from the workload's own run."""
+    if not serving.scheduled:
+        return concurrency_note(workload)
+    notes: list[str] = []
+    if workload is not None and workload.max_concurrency != serving.concurrency:
+        notes.append(f"replayed at concurrency {serving.concurrency}; the workload runs at "
+                     f"{workload.max_concurrency or 'unbounded'}")
+    if workload is not None and workload.request_rate != math.inf:
+        notes.append(f"request_rate {workload.request_rate:g}/s not modelled: each request "
+                     f"is sent as soon as one of the {serving.concurrency} in flight finishes")
+    return "; ".join(notes) or None
 
 
 class _Replay:

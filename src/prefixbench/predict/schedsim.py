@@ -92,8 +92,8 @@ from prefixbench.predict.cachesim import (
     CapacityError,
     ReplayResult,
     Tokens,
-    _kind,
     block_hashes,
+    same_kind,
 )
 from prefixbench.predict.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -200,13 +200,7 @@ class SchedulerSim(BlockPool):
                     self.steps = arrival_step
                     break
                 self._advance(arrival_step)
-        kind = _kind(tokens)
-        if self._token_kind is None:
-            self._token_kind = kind
-        elif kind != self._token_kind:
-            raise TypeError(
-                f"this cache was fed {self._token_kind} prompts and now {kind}: their "
-                f"block keys differ, so hits would be missed; use one representation")
+        self._token_kind = same_kind(self._token_kind, tokens)
         req = self._new_request(len(self._requests), block_hashes(tokens, self.block_size),
                                 len(tokens), max(output_len, 1))
         if not req.prompt_len:

@@ -28,7 +28,14 @@ from prefixbench.bench.workloads import Workload
 from prefixbench.measure.ratios import block_aligned_expected, block_aligned_hit_tokens
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import PrefixCacheSim
-from prefixbench.predict.replay import Prediction, concurrency_note, replay_curve, replay_requests
+from prefixbench.predict.replay import (
+    Prediction,
+    concurrency_note,
+    replay_curve,
+    replay_requests,
+    serving_note,
+)
+from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.tokenizer import Tokenizer
 from prefixbench.predict.tokenizer import load as load_tokenizer
 
@@ -186,6 +193,7 @@ def served_expectation(
     capacity_blocks: int | None = None,
     pre_requests: int | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> ServedExpectation:
     """The prefix-cache counters a prefix_repetition bench of ``workload`` makes its server
     count, from an empty cache, with the prompts the bench really sends.
@@ -202,7 +210,10 @@ def served_expectation(
     workload's ready check + warmups), and replayed one at a time. ``capacity_blocks`` is
     the usable KV capacity (:func:`server_capacity`); ``None`` is unbounded;
     ``cache_model`` the server's cache model (:func:`prefixbench.predict.whatif
-    .server_cache_model`).
+    .server_cache_model`). ``serving``: the bench's concurrency and the server's
+    scheduler limits; above concurrency 1 the hits (bounded and unbounded) come from the
+    scheduler model (:mod:`prefixbench.predict.schedsim`), the junction counts stay the
+    one-at-a-time full-attention replay's.
 
     Raises :class:`ValueError` for a custom workload or bad sizes and
     :class:`~prefixbench.predict.tokenizer.TokenizerError` for an unusable tokenizer.
@@ -229,19 +240,28 @@ def served_expectation(
     lost = [e - g for e, g in zip(expected, got, strict=True)]
     hits, queries, evicted = free.hit_tokens_total, free.query_tokens_total, 0
     unbounded_hits = hits
-    if cache_model.kind != "full":
+    outputs = [w.prefix_repetition_output_len] * len(prompts)
+    if serving.scheduled:
+        scheduled = replay_requests(prompts, outputs, block_size=block_size,
+                                    capacity_blocks=None, method="served",
+                                    cache_model=cache_model, serving=serving)
+        hits = unbounded_hits = scheduled.hit_tokens
+    elif cache_model.kind != "full":
         own = cache_model.sim(block_size, None)
         for tokens in prompts:
             own.run(tokens)
         hits = unbounded_hits = own.hit_tokens_total
     if capacity_blocks is not None:
-        bounded = replay_requests(prompts, [w.prefix_repetition_output_len] * len(prompts),
-                                  block_size=block_size, capacity_blocks=capacity_blocks,
-                                  method="served", cache_model=cache_model)
+        bounded = replay_requests(prompts, outputs, block_size=block_size,
+                                  capacity_blocks=capacity_blocks, method="served",
+                                  cache_model=cache_model, serving=serving)
         if bounded.ratio is None:
             raise ValueError(bounded.note or "a request does not fit the cache")
         hits, queries, evicted = bounded.hit_tokens, bounded.query_tokens, bounded.evicted_blocks
-    notes = [n for n in (concurrency_note(w),
+    notes = [n for n in (f"replayed through the {serving.describe()}"
+                         if serving.scheduled else None,
+                         serving_note(w, serving) if serving.scheduled
+                         else concurrency_note(w),
                          f"the tokenizer adds {eos} token(s) after every prompt; the "
                          f"formula does not count them" if eos else None,
                          f"replayed with the {cache_model.describe()} KV-cache model; the "

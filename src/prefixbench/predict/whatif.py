@@ -47,7 +47,6 @@ it runs, as the model assumes every request generates all of them (``ignore_eos`
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import replace
@@ -64,7 +63,12 @@ from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_mode
 from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
 from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 from prefixbench.predict.progress import Progress
-from prefixbench.predict.replay import Prediction, concurrency_note, replay_requests, replay_sent
+from prefixbench.predict.replay import (
+    Prediction,
+    replay_requests,
+    replay_sent,
+    serving_note,
+)
 from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
 from prefixbench.predict.tokenizer import load as load_tokenizer
@@ -206,22 +210,6 @@ def predict_indexed(
                             pre_requests=pre_requests, workers=workers, progress=progress,
                             note=serving_note(workload, serving),
                             cache_model=cache_model, serving=serving)
-
-
-def serving_note(workload: Workload | None, serving: Serving) -> str | None:
-    """The note of a replay as ``serving`` sends it: one at a time, the concurrency note
-    (:func:`prefixbench.predict.replay.concurrency_note`); through the scheduler model,
-    what differs from the workload's own run."""
-    if not serving.scheduled:
-        return concurrency_note(workload)
-    notes: list[str] = []
-    if workload is not None and workload.max_concurrency != serving.concurrency:
-        notes.append(f"replayed at concurrency {serving.concurrency}; the workload runs at "
-                     f"{workload.max_concurrency or 'unbounded'}")
-    if workload is not None and workload.request_rate != math.inf:
-        notes.append(f"request_rate {workload.request_rate:g}/s not modelled: each request "
-                     f"is sent as soon as one of the {serving.concurrency} in flight finishes")
-    return "; ".join(notes) or None
 
 
 def server_cache_model(cache_config: CacheConfig | None,

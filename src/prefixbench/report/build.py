@@ -86,9 +86,15 @@ def build_summary(
         price = prices.get(fp.instance_type) if fp is not None and fp.instance_type else None
         spans = [(r.started_at, r.ended_at) for r in data.records if r.key.host == host]
         spans += [(f.started_at, f.ended_at) for f, _ in data.failures if f.key.host == host]
+        first_bench: dict[str, str] = {}
+        for r in data.records:
+            if r.key.host == host and (r.key.configuration not in first_bench or
+                                       r.started_at < first_bench[r.key.configuration]):
+                first_bench[r.key.configuration] = r.started_at
         hosts.append(HostSummary(
             time=host_time(data.run_dir, host, spans,
-                           float(price) if isinstance(price, int | float) else None),
+                           float(price) if isinstance(price, int | float) else None,
+                           first_bench),
             host=host, benches=tuple(benches.values()), step7=step7_of(hv),
             step9=step9_of(list(benches.values())), verdicts=verdicts.verdicts(hv, t),
             issues=tuple(common_issues(hv, host_failures, t)),

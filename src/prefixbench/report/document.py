@@ -134,7 +134,11 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                 Para("Bench wall: first bench start to last bench end on the host "
                      "(provisioning and the model download are not in it). Cost: instance-"
                      "hours x prefixbench_price_per_instance_hour; per million output tokens "
-                     "of the high-overlap workload at each server's measured throughput."
+                     "of the high-overlap workload at each server's measured throughput. "
+                     "Idle: from each server's healthy_at to its first bench, summed over "
+                     "the configurations: paid for, measuring nothing (in Ansible's lockstep "
+                     "mostly waiting for the other hosts' starts and the compile-cache "
+                     "publish); its cost at the same price."
                      + _compile_line(s))]
     if s.hosts:
         out += [Heading(2, "Plots"),

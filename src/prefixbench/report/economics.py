@@ -9,6 +9,11 @@
   added graphs to its cache), ``restored`` (from the fleet's store before the start) or
   ``reused`` (its own cache already had them);
 - *instance-hours*: the bench wall in hours;
+- *idle with a healthy server*: for each configuration, from the moment its server was
+  healthy (``startup.json`` ``healthy_at``) to the start of its first bench: time the
+  instance is paid for and measures nothing (in Ansible's lockstep mostly the wait for
+  the other hosts' starts and the leader's compile-cache publish); priced like the
+  instance-hours;
 - *cost per million output tokens* with and without caching: the price of an
   instance-hour (``prefixbench_price_per_instance_hour``, by instance type, recorded in
   ``run.json``) over the output tokens an hour of the high-overlap workload yields at the
@@ -37,6 +42,18 @@ class HostTime:
     price_per_hour: float | None
     #: configuration -> compiled | restored | reused (absent: not recorded).
     graphs: Mapping[str, str] = field(default_factory=dict)
+    #: configuration -> seconds from its server's healthy_at to its first bench's start.
+    idle_s: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def idle_total_s(self) -> float | None:
+        return sum(self.idle_s.values()) if self.idle_s else None
+
+    @property
+    def idle_cost(self) -> float | None:
+        if self.idle_total_s is None or self.price_per_hour is None:
+            return None
+        return self.idle_total_s / 3600 * self.price_per_hour
 
     @property
     def instance_hours(self) -> float | None:
@@ -52,7 +69,8 @@ class HostTime:
         return {"host": self.host, "bench_wall_s": self.bench_wall_s,
                 "startup_s": dict(self.startup_s), "graphs": dict(self.graphs),
                 "instance_hours": self.instance_hours, "price_per_hour": self.price_per_hour,
-                "cost": self.cost}
+                "cost": self.cost, "idle_s": dict(self.idle_s),
+                "idle_total_s": self.idle_total_s, "idle_cost": self.idle_cost}
 
 
 def _time(text: str) -> datetime | None:
@@ -63,12 +81,15 @@ def _time(text: str) -> datetime | None:
 
 
 def host_time(run_dir: Path, host: str, spans: Sequence[tuple[str, str]],
-              price_per_hour: float | None) -> HostTime:
-    """``spans`` are the (started_at, ended_at) of the host's benches."""
+              price_per_hour: float | None,
+              first_bench: Mapping[str, str] | None = None) -> HostTime:
+    """``spans`` are the (started_at, ended_at) of the host's benches; ``first_bench``
+    the earliest started_at of each configuration's benches (for the idle time)."""
     starts = [t for t in (_time(a) for a, _ in spans) if t is not None]
     ends = [t for t in (_time(b) for _, b in spans) if t is not None]
     wall = (max(ends) - min(starts)).total_seconds() if starts and ends else None
     startup: dict[str, float] = {}
+    idle: dict[str, float] = {}
     layout = RunLayout.of(run_dir)
     for path in layout.server_records(host, STARTUP).values():
         try:
@@ -78,9 +99,13 @@ def host_time(run_dir: Path, host: str, spans: Sequence[tuple[str, str]],
         elapsed = data.get("elapsed_s") if isinstance(data, Mapping) else None
         if isinstance(elapsed, int | float):
             startup[path.parent.name] = float(elapsed)
+        healthy = _time(str(data.get("healthy_at") or "")) if isinstance(data, Mapping) else None
+        first = _time((first_bench or {}).get(path.parent.name, ""))
+        if healthy is not None and first is not None and first >= healthy:
+            idle[path.parent.name] = (first - healthy).total_seconds()
     graphs = {conf: how for conf, path in layout.server_records(host, COMPILE).items()
               if (how := _graphs(path)) is not None}
-    return HostTime(host, wall, startup, price_per_hour, graphs)
+    return HostTime(host, wall, startup, price_per_hour, graphs, idle)
 
 
 def _graphs(path: Path) -> str | None:

@@ -221,8 +221,9 @@ def failures_table(s: Summary, docs: str = "docs/") -> Table:
 
 
 def time_cost_table(s: Summary) -> Table:
-    """Per host: bench wall, server start-ups, instance-hours, cost, and the cost of a
-    million output tokens of the high-overlap workload on each server."""
+    """Per host: bench wall, server start-ups, instance-hours, cost, the time its servers
+    sat healthy before their first bench (and its cost), and the cost of a million output
+    tokens of the high-overlap workload on each server."""
     rows = []
     for h in s.hosts:
         t = h.time
@@ -237,9 +238,14 @@ def time_cost_table(s: Summary) -> Table:
         startups = ", ".join(
             f"{c} {v:.0f} s" + (f" ({t.graphs[c]})" if c in t.graphs else "")
             for c, v in sorted(t.startup_s.items()))
+        idle = fmt(t.idle_total_s, ".0f", " s")
+        if t.idle_cost is not None:
+            idle += f" ({t.idle_cost:.2f})"
         rows.append((h.host, kind or "?", fmt(t.bench_wall_s, ".0f", " s"), startups or "n/a",
                      fmt(t.instance_hours, ".3f"), fmt(t.price_per_hour, ".2f"),
-                     fmt(t.cost, ".2f"), *per_m))
+                     fmt(t.cost, ".2f"), idle, *per_m))
     return Table(("Host", "Instance type", "Bench wall", "Server start-ups (compile)",
-                  "Instance-hours", "Price / hour", "Cost", "Per M output tokens, baseline",
-                  "Per M output tokens, cached"), tuple(rows), (2, 4, 5, 6, 7, 8))
+                  "Instance-hours", "Price / hour", "Cost",
+                  "Idle, server healthy before its first bench (cost)",
+                  "Per M output tokens, baseline", "Per M output tokens, cached"),
+                 tuple(rows), (2, 4, 5, 6, 7, 8, 9))
