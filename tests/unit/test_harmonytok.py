@@ -2,7 +2,8 @@
 vocabulary, against a reference encoder written here as tiktoken defines it: split with
 the pattern, then merge the adjacent pair whose join has the lowest rank, a word that is
 itself a token taken whole. (The real vocabulary is checked against harmony's own encoder
-when the fleet's artifacts are built, and in tests/integration/test_tiny_gptoss.py.)"""
+when the fleet's artifacts are built; test_units compares the server's chat prompt ids
+with ours.)"""
 
 from __future__ import annotations
 

@@ -33,13 +33,9 @@ from prefixbench.measure import metrics
 from prefixbench.measure.bench_json import BenchResultError, parse_bench_result
 from prefixbench.measure.layout import TOKENIZER_DIR
 from prefixbench.measure.records import BenchmarkRecord, FailureRecord, ResultKey
+from prefixbench.predict import schedconfig
 from prefixbench.predict.kvcapacity import usable_blocks
-from prefixbench.predict.schedconfig import (
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    DEFAULT_MAX_NUM_SEQS,
-    SERIAL,
-    Serving,
-)
+from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.servers import sweep
 from prefixbench.servers.server import CONFIGURATIONS, unit_name
 
@@ -72,8 +68,8 @@ class BenchRequest:
     launcher: tuple[str, ...] = ()
     #: The server's ``--max-num-seqs`` and ``--max-num-batched-tokens`` (the scheduler
     #: model's limits for the expectation at the workload's concurrency).
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_num_seqs: int = schedconfig.DEFAULT_MAX_NUM_SEQS
+    max_num_batched_tokens: int = schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     @classmethod
     def from_settings(cls, host: str, settings: Mapping[str, Any], *, configuration: str,
@@ -97,10 +93,10 @@ class BenchRequest:
                    timeout=int(settings["prefixbench_bench_timeout"]),
                    api_key=bool(settings.get("vllm_service_api_key")),
                    max_num_seqs=int(settings.get("vllm_service_max_num_seqs")
-                                    or DEFAULT_MAX_NUM_SEQS),
+                                    or schedconfig.DEFAULT_MAX_NUM_SEQS),
                    max_num_batched_tokens=int(
                        settings.get("vllm_service_max_num_batched_tokens")
-                       or DEFAULT_MAX_NUM_BATCHED_TOKENS))
+                       or schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS))
 
     def serving(self) -> Serving:
         """How the bench sends its requests to the server, for the scheduler model: the
