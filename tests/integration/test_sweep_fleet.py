@@ -140,9 +140,9 @@ def test_capacity_sweep_measures_the_predicted_curve(
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["kind"] == "capacity_sweep", summary.get("kind")
-    assert [p["kv_blocks"] for p in summary["points"]] == [26, 47, 64]
+    assert [p["kv_blocks"] for p in summary["points"]] == [26, 43, 64]
     rows = {r["point_blocks"]: r for r in summary["rows"]}
-    assert sorted(rows) == [26, 47, 64], summary["rows"]
+    assert sorted(rows) == [26, 43, 64], summary["rows"]
     for blocks, row in rows.items():
         # The measured ratio from the point's raw counters, not the summary's.
         hits, queries = raw_counters(run_dir / "sweep" / f"kv{blocks}" / host.name / "cached"
@@ -159,7 +159,7 @@ def test_capacity_sweep_measures_the_predicted_curve(
         point = run_dir / "sweep" / f"kv{blocks}" / host.name
         assert (point / "cached" / "high_overlap" / "rep1.json").is_file()
         assert not (point / "baseline").exists()
-    assert rows[26]["measured"] < rows[47]["measured"] < rows[64]["measured"], rows
+    assert rows[26]["measured"] < rows[43]["measured"] < rows[64]["measured"], rows
     # The point's own report says why its hit ratio is below the formula: eviction, by
     # what the capacity costs against an unbounded cache; the junction only by its block.
     small = json.loads((run_dir / "sweep" / "kv26" / "summary.json").read_text())
@@ -172,7 +172,7 @@ def test_capacity_sweep_measures_the_predicted_curve(
     assert curve["working_set_blocks"] is not None and curve["working_set_blocks"] > 25
     assert curve["unbounded_ratio"] == pytest.approx(rows[64]["predicted"], abs=1e-9)
     # The unbounded ratio is reached between the middle point and the largest.
-    assert 46 < curve["fits_from"] <= 63, curve
+    assert 42 < curve["fits_from"] <= 63, curve
     html = (run_dir / "report.html").read_text()
     assert "Hit ratio against KV capacity: high_overlap" in html
     assert "working set (blocks)" in html

@@ -205,6 +205,7 @@ def custom_expected(req: BenchRequest, *, block_size: int | None,
                        f"no prediction")
         return out
     _, model, model_note = whatif.server_cache_model(cache_config)
+    model = model.chunked(req.max_num_batched_tokens)
     if model.kind == "full":
         model_note = None
     pred = whatif.predict(req.workload, block_size=block_size,
@@ -233,6 +234,7 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
     if tok is None:
         return {"served_note": "no tokenizer copy in the run directory"}
     capacity, model, note = whatif.server_cache_model(config)
+    model = model.chunked(serving.max_num_batched_tokens)
     try:
         served = served_expectation(workload, tok, block_size, capacity_blocks=capacity,
                                     cache_model=model, serving=serving)
@@ -254,9 +256,12 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         "served_evicted_blocks": served.evicted_blocks,
         "junction_resplits": served.junction_resplits,
         "junction_lost_blocks": served.lost_blocks,
-        "junction_gained_blocks": served.gained_blocks}
-    if note:
-        out["served_note"] = note
+        "junction_gained_blocks": served.gained_blocks,
+        # The server's prefill chunk, which the hybrid model needs (report.capacity).
+        "max_num_batched_tokens": serving.max_num_batched_tokens}
+    notes = [n for n in (served.note, note) if n]
+    if notes:
+        out["served_note"] = "; ".join(notes)
     return out
 
 

@@ -78,7 +78,7 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"--tokenizer {args.tokenizer}: no such file or directory")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
-    model = cache_model(args)
+    model = cache_model(args).chunked(args.max_num_batched_tokens)
     served = serving(args)
     if args.capacity_curve is not None:
         if served.scheduled:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,14 @@ class CacheModel:
         return cache_sim_for(self.kind, block_size, capacity_blocks,
                              sliding_window=self.sliding_window,
                              max_chunk_tokens=self.max_chunk_tokens)
+
+    def chunked(self, max_num_batched_tokens: int | None) -> CacheModel:
+        """This model with prefill in chunks of the server's ``--max-num-batched-tokens``
+        (the hybrid manager frees sliding-window blocks between chunks, so the chunk
+        size changes what a tight pool evicts; full attention does not care)."""
+        if self.kind == "full" or max_num_batched_tokens is None:
+            return self
+        return replace(self, max_chunk_tokens=max_num_batched_tokens)
 
     def describe(self) -> str:
         """One short phrase for output and notes."""

@@ -308,8 +308,10 @@ def predict(
         return _predict(workload, block_size=block_size, capacity_blocks=capacity_blocks,
                         prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
                         workers=workers, progress=progress,
-                        cache_model=(cache_model or from_model_dir(tokenizer_dir)
-                                     or FULL_ATTENTION), serving=serving)
+                        cache_model=(cache_model or (from_model_dir(tokenizer_dir)
+                                                     or FULL_ATTENTION).chunked(
+                                                         serving.max_num_batched_tokens)),
+                        serving=serving)
     capacity, model, cap_note = server_cache_model(cache_config)
     pred = _predict(workload, block_size=block_size, capacity_blocks=capacity,
                     prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,

@@ -225,8 +225,9 @@ def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityR
             measured=view.hit_ratio_queries, predicted=predicted, method=method,
             evictions=view.evictions_sampled, status=status, detail=detail))
         if view.workload is not None and view.block_size:
+            chunk = (record.expected or {}).get("max_num_batched_tokens")
             model = (server_cache_model(CacheConfig.from_labels(labels))[1] if labels
-                     else FULL_ATTENTION)
+                     else FULL_ATTENTION).chunked(chunk if isinstance(chunk, int) else None)
             shapes.setdefault(record.key.workload, (view.workload, view.block_size,
                                                     RunLayout.of(point_dir), model))
     return rows, shapes
