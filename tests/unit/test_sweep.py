@@ -194,7 +194,8 @@ def test_the_report_puts_the_what_if_prediction_next_to_the_measurement(
     no = rows[("cached", "no_overlap")]
     assert no.predicted == pytest.approx(0.0)
     assert no.predicted_diff_pp == pytest.approx(3.88, abs=0.01)
-    # Concurrency 4: the prediction is made and says it replays one request at a time.
+    # Concurrency 4: the prediction goes through the scheduler model at the workload's
+    # concurrency, and says what it does not model (the request rate's pacing).
     sustained = rows[("cached", "sustained_c4")]
     assert sustained.predicted is not None
-    assert "one request at a time" in (sustained.prediction_note or "")
+    assert "request_rate 2/s not modelled" in (sustained.prediction_note or "")

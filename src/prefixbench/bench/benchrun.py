@@ -66,8 +66,7 @@ class BenchRequest:
     #: (:func:`prefixbench.bench.client_launch.launcher`), which runs the same argv cold
     #: when there is no client to fork it from.
     launcher: tuple[str, ...] = ()
-    #: The server's ``--max-num-seqs`` and ``--max-num-batched-tokens`` (the scheduler
-    #: model's limits for the expectation at the workload's concurrency).
+    #: The server's ``--max-num-seqs`` and ``--max-num-batched-tokens`` (scheduler model).
     max_num_seqs: int = schedconfig.DEFAULT_MAX_NUM_SEQS
     max_num_batched_tokens: int = schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
 
@@ -99,9 +98,7 @@ class BenchRequest:
                        or schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS))
 
     def serving(self) -> Serving:
-        """How the bench sends its requests to the server, for the scheduler model: the
-        workload's concurrency cap (unset: all its prompts at once) and the server's
-        limits. Ready check and warmups are the expectation's own pre-requests."""
+        """The bench's concurrency cap (unset: all its prompts) and the server's limits."""
         w = self.workload
         return Serving(concurrency=max(1, w.max_concurrency or w.num_prompts),
                        max_num_seqs=self.max_num_seqs,
@@ -247,8 +244,7 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         # served_unbounded_ratio - served_ratio (prefixbench.report.shortfall).
         "served_unbounded_ratio": (served.unbounded_hit_tokens / served.query_tokens
                                    if served.query_tokens else 0.0),
-        # ... and with full attention: what a hybrid server's sliding-window layers cost is
-        # served_full_attention_ratio - served_unbounded_ratio.
+        # ... and with full attention: minus served_unbounded_ratio, the sliding window's.
         "served_full_attention_ratio": (
             served.full_attention_hit_tokens / served.query_tokens
             if served.query_tokens and served.full_attention_hit_tokens is not None
@@ -257,8 +253,8 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         "junction_resplits": served.junction_resplits,
         "junction_lost_blocks": served.lost_blocks,
         "junction_gained_blocks": served.gained_blocks,
-        # The server's prefill chunk, which the hybrid model needs (report.capacity).
-        "max_num_batched_tokens": serving.max_num_batched_tokens}
+        "max_num_batched_tokens": serving.max_num_batched_tokens,  # the hybrid model's chunk
+        "max_num_seqs": serving.max_num_seqs}
     notes = [n for n in (served.note, note) if n]
     if notes:
         out["served_note"] = "; ".join(notes)

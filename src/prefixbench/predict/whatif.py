@@ -315,7 +315,8 @@ def predict(
     capacity, model, cap_note = server_cache_model(cache_config)
     pred = _predict(workload, block_size=block_size, capacity_blocks=capacity,
                     prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
-                    workers=workers, progress=progress, cache_model=cache_model or model,
+                    workers=workers, progress=progress,
+                    cache_model=cache_model or model.chunked(serving.max_num_batched_tokens),
                     serving=serving)
     if cap_note is None:
         return pred

@@ -22,6 +22,11 @@ from prefixbench.measure.bench_json import BenchResultError
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.metrics import SignalsDelta
 from prefixbench.measure.records import BenchmarkRecord
+from prefixbench.predict.schedconfig import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    Serving,
+)
 from prefixbench.predict.whatif import Prediction, predict
 from prefixbench.servers.sweep import tokenizer_dir
 
@@ -108,7 +113,19 @@ def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_di
     return predict(seeded, block_size=int(block),
                    cache_config=cfg,
                    prompts_file=prompts if prompts.is_file() else None,
-                   tokenizer_dir=tokenizer_dir(run_dir))
+                   tokenizer_dir=tokenizer_dir(run_dir), serving=_serving(record, workload))
+
+
+def _serving(record: BenchmarkRecord, workload: Workload) -> Serving:
+    """How the record's bench sent its requests: the workload's concurrency (unset: all
+    its prompts at once) and the server's limits the record kept (else the tutorial's)."""
+    e = record.expected
+    seqs = as_float(e.get("max_num_seqs"))
+    budget = as_float(e.get("max_num_batched_tokens"))
+    return Serving(concurrency=max(1, workload.max_concurrency or workload.num_prompts or 1),
+                   max_num_seqs=int(seqs) if seqs else DEFAULT_MAX_NUM_SEQS,
+                   max_num_batched_tokens=int(budget) if budget
+                   else DEFAULT_MAX_NUM_BATCHED_TOKENS)
 
 
 def record_view(record: BenchmarkRecord, known: Mapping[str, Workload],
