@@ -1,6 +1,6 @@
 #!/usr/bin/python
 """Module: the shared compile cache's steps, on a host (scan, pack, restore) or on the
-controller (lookup, publish)."""
+controller (lookup, publish, and the per-key claim: claim, release, wait)."""
 
 from __future__ import annotations
 
@@ -21,14 +21,20 @@ description:
     of a key wins, and a key is visible only once its archive is whole.
   - With an S3 store, C(restore) looks the key up, downloads its archive beside the
     cache and unpacks it, in one step (no O(archive) given).
-  - The logic lives in module_utils/prefixbench_compile_cache.py and
+  - C(claim) takes the claim of a key the store lacks for O(host) unless another host
+    holds it (the first to ask compiles); C(release) marks the holder's claim
+    C(published) or C(failed); C(wait) polls the store for up to O(slice) seconds for the
+    holder's publish and says C(published), C(failed) (nothing left to wait for) or
+    C(waiting). Claims are kept per O(scope), the playbook's invocation.
+  - The logic lives in module_utils/prefixbench_compile_cache.py,
+    module_utils/prefixbench_compile_claim.py and
     module_utils/prefixbench_compile_store_s3.py (plain Python, unit-tested).
 options:
   state:
     description: The step.
     type: str
     required: true
-    choices: [scan, pack, restore, lookup, publish]
+    choices: [scan, pack, restore, lookup, publish, claim, release, wait]
   path:
     description: The compile-cache directory (scan, pack, restore).
     type: path
@@ -68,6 +74,29 @@ options:
     description: What the manifest records besides the archive (publish).
     type: dict
     default: {}
+  scope:
+    description: The claims' scope, the playbook's invocation (claim, release, wait).
+    type: str
+  host:
+    description: The host that claims or releases.
+    type: str
+  outcome:
+    description: How the holder is done with its claim (release).
+    type: str
+    choices: [published, failed]
+  why:
+    description: A line saying why, kept in the claim (release).
+    type: str
+    default: ""
+  slice:
+    description: Seconds one C(wait) call polls before it answers C(waiting).
+    type: float
+    default: 60
+  deadline:
+    description: When (seconds since the epoch) waiting ends; past it C(wait) answers
+      C(timeout). 0, no deadline.
+    type: float
+    default: 0
 author: prefixbench
 """
 
@@ -97,12 +126,26 @@ restored:
 manifest:
   description: The store's manifest of the key, or null when the store lacks it.
   type: dict
-  returned: lookup, publish
+  returned: lookup, publish, wait
+won:
+  description: Whether this host holds the claim.
+  type: bool
+  returned: claim
+holder:
+  description: The claim as it stands (host, outcome, why), or null when nobody holds it.
+  type: dict
+  returned: claim, release, wait
+waited:
+  description: C(published), C(failed), C(waiting) or C(timeout).
+  type: str
+  returned: wait
 """
 
+import time
 from pathlib import Path
 from typing import Any
 
+from ansible.module_utils import prefixbench_compile_claim as claims
 from ansible.module_utils import prefixbench_compile_store_s3 as s3store
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.prefixbench_compile_cache import (
@@ -115,11 +158,60 @@ from ansible.module_utils.prefixbench_compile_cache import (
     scan,
     write_marker,
 )
-from ansible.module_utils.prefixbench_s3 import SyncError, make_client
+from ansible.module_utils.prefixbench_s3 import (
+    SyncError,
+    conflict,
+    describe,
+    make_client,
+    not_found,
+    precondition_failed,
+)
 
 REQUIRED = {"scan": ["path"], "pack": ["path", "archive"],
             "restore": ["path", "key"], "lookup": ["store", "key"],
-            "publish": ["archive", "sha256", "store", "key"]}
+            "publish": ["archive", "sha256", "store", "key"],
+            "claim": ["store", "key", "scope", "host"],
+            "release": ["store", "key", "scope", "host", "outcome"],
+            "wait": ["store", "key", "scope"]}
+#: Seconds between two looks at the store while waiting.
+POLL_S = 2.0
+
+
+def _lost(exc: BaseException) -> bool:
+    return precondition_failed(exc) or conflict(exc)
+
+
+def _claim_step(p: dict[str, Any], remote: bool) -> dict[str, Any]:
+    """claim, release or wait, against either kind of store."""
+    state, store, key = p["state"], p["store"], p["key"]
+    book: claims.DirClaims | claims.S3Claims
+    if remote:
+        client = _client(p)
+        bucket, prefix = s3store.location(store)
+        book = claims.S3Claims(client, bucket, prefix, p["scope"], lost=_lost,
+                               not_found=not_found)
+
+        def look() -> dict[str, Any] | None:
+            return s3store.lookup(client, store, key)
+    else:
+        book = claims.DirClaims(store, p["scope"])
+
+        def look() -> dict[str, Any] | None:
+            return lookup(store, key)
+    if state == "claim":
+        won, found = book.claim(key, p["host"])
+        return {"changed": won, "won": won, "holder": found}
+    if state == "release":
+        return {"changed": True,
+                "holder": book.release(key, p["host"], p["outcome"], p["why"])}
+    left = float(p["deadline"]) - time.time() if p["deadline"] else float(p["slice"])
+    out = claims.wait(look, lambda: book.holder(key),
+                      slice_s=max(0.0, min(float(p["slice"]), left)), poll_s=POLL_S)
+    waited = out["state"]
+    if waited == "waiting" and p["deadline"] and time.time() >= float(p["deadline"]):
+        waited = "timeout"
+    return {"changed": False, "waited": waited, "manifest": out["manifest"],
+            "holder": out["holder"]}
 
 
 def _client(p: dict[str, Any]) -> Any:
@@ -162,6 +254,12 @@ def main() -> None:
             "access_key_id": {"type": "str", "default": "", "no_log": True},
             "secret_access_key": {"type": "str", "default": "", "no_log": True},
             "details": {"type": "dict", "default": {}},
+            "scope": {"type": "str"},
+            "host": {"type": "str"},
+            "outcome": {"type": "str", "choices": ["published", "failed"]},
+            "why": {"type": "str", "default": ""},
+            "slice": {"type": "float", "default": 60},
+            "deadline": {"type": "float", "default": 0},
         },
         required_if=[("state", state, needs) for state, needs in REQUIRED.items()],
         supports_check_mode=False,
@@ -175,6 +273,14 @@ def main() -> None:
         module.fail_json(msg="compile cache restore: give archive and sha256, or an "
                              "s3:// store")
     try:
+        if state in ("claim", "release", "wait"):
+            try:
+                done = _claim_step(p, remote)
+            except (CompileCacheError, OSError, ValueError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - botocore's, as one line
+                raise CompileCacheError(describe(exc)) from None
+            module.exit_json(**done)
         if state == "scan":
             module.exit_json(changed=False, marker=bool(p["key"]) and has_marker(
                 p["path"], p["key"]), **scan(p["path"]))
@@ -205,7 +311,7 @@ def main() -> None:
                         f"server compiles instead")
             module.exit_json(changed=False, restored=0, corrupt=str(exc))
         module.exit_json(changed=result["restored"] > 0, **result)
-    except (CompileCacheError, OSError) as exc:
+    except (CompileCacheError, OSError, ValueError) as exc:
         module.fail_json(msg=f"compile cache {state}: {exc}")
 
 

@@ -56,6 +56,6 @@ class ActionModule(ActionBase):
                 f"cannot open the run directory {run_dir}: {exc.strerror or exc}; fix that "
                 f"and rerun (with prefixbench_run_id={run_id} to resume it)") from None
         result.update(changed=not resumed, run_id=run_id, run_dir=str(run_dir),
-                      resumed=resumed,
+                      resumed=resumed, attempt=runmeta.attempt_id(run_id),
                       msg=f"{'resuming' if resumed else 'new'} run {run_id} in {run_dir}")
         return result

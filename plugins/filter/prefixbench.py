@@ -252,13 +252,17 @@ def prefixbench_compile_key(fingerprint: Mapping[str, Any], venv_versions: str,
             "dir": directory}
 
 
-def prefixbench_compile_role(host: str, hosts: Sequence[str], keys: Sequence[str | None],
-                             in_store: Sequence[bool], local: Sequence[bool], *,
+def prefixbench_compile_role(key: str | None, stored: bool, local: bool, won: bool, *,
                              cold: str = "wait") -> str:
-    """``host``'s part in sharing one configuration's graphs: restore, leader, follower,
-    self or off (prefixbench.servers.compile_cache.roles)."""
-    return compile_cache.roles(hosts, keys, [bool(x) for x in in_store],
-                               [bool(x) for x in local], cold)[host]
+    """A host's part in sharing one configuration's graphs: restore, leader, follower,
+    self or off (prefixbench.servers.compile_cache.role)."""
+    return compile_cache.role(key, stored=bool(stored), local=bool(local), won=bool(won),
+                              cold=cold)
+
+
+def prefixbench_compile_deadline(now: float, settings: Mapping[str, Any]) -> float:
+    """When a follower stops waiting (prefixbench.servers.compile_cache.follower_deadline)."""
+    return compile_cache.follower_deadline(float(now), settings)
 
 
 def prefixbench_compile_store(settings: Mapping[str, Any], default_dir: str,
@@ -288,6 +292,7 @@ class FilterModule:
             "prefixbench_bench_client_plan": prefixbench_bench_client_plan,
             "prefixbench_compile_key": prefixbench_compile_key,
             "prefixbench_compile_role": prefixbench_compile_role,
+            "prefixbench_compile_deadline": prefixbench_compile_deadline,
             "prefixbench_compile_store": prefixbench_compile_store,
             "prefixbench_pip_args": prefixbench_pip_args,
             "prefixbench_pip_plan": prefixbench_pip_plan,

@@ -20,21 +20,30 @@ def _plays(playbook: Path) -> list[dict[str, Any]]:
         if target:
             plays += _plays(playbook.parent / target)
         else:
-            plays.append(entry)
+            plays.append({**entry, "__dir": playbook.parent})
     return plays
 
 
-def _includes(play: dict[str, Any]) -> list[dict[str, Any]]:
+def _roles(play: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every include_role of the play in order, imported task files expanded."""
     out = []
     todo = list(play.get("tasks") or [])
     while todo:
         task = todo.pop(0)
+        imported = task.get("ansible.builtin.import_tasks")
+        if imported:
+            todo[:0] = yaml.safe_load((play["__dir"] / imported).read_text())
+            continue
         todo[:0] = [*(task.get("block") or []), *(task.get("rescue") or []),
                     *(task.get("always") or [])]
         include = task.get("ansible.builtin.include_role")
-        if include and include.get("name") == "vllm_env":
+        if include:
             out.append({**include, "vars": task.get("vars") or {}})
     return out
+
+
+def _includes(play: dict[str, Any]) -> list[dict[str, Any]]:
+    return [i for i in _roles(play) if i.get("name") == "vllm_env"]
 
 
 def _asks_later_then_checks(playbook: str) -> tuple[bool, bool]:
@@ -52,7 +61,6 @@ def test_every_provisioning_playbook_checks_the_platform_answer_after_asking() -
     assert _asks_later_then_checks("benchmark.yml") == (True, True)
     assert _asks_later_then_checks("playbooks/provision.yml") == (True, True)
     # The deploy phase is where benchmark.yml checks it: before the bench phase.
-    plays = [p["name"] for p in _plays(ROOT / "benchmark.yml")]
-    checking = next(p["name"] for p in _plays(ROOT / "benchmark.yml")
-                    if any(i.get("tasks_from") == "platform" for i in _includes(p)))
-    assert plays.index(checking) < next(i for i, n in enumerate(plays) if n.startswith("Bench"))
+    steps = [(i.get("name"), i.get("tasks_from"))
+             for p in _plays(ROOT / "benchmark.yml") for i in _roles(p)]
+    assert steps.index(("vllm_env", "platform")) < steps.index(("prefix_bench", None))

@@ -275,6 +275,24 @@ def test_synthetic_wait_progress_and_elapsed_clock() -> None:
     assert view.feed(ev("verbose", 3730, stdout=done)) == [f"[1:02:10] {done}"]
 
 
+def test_in_the_hosts_play_each_host_has_its_own_phase_from_its_roles() -> None:
+    view = LiveView()
+    play = "Hosts | provision, deploy and bench each host at its own pace"
+    view.feed(ev("playbook_on_start"))
+    view.feed(ev("playbook_on_play_start", 1, play=play))
+    assert view.feed(ev("runner_on_start", 2, play=play, host="a", role="neuron_sdk",
+                        task="Install the Neuron packages")) == ["[00:02] a: Provision"]
+    assert view.feed(ev("runner_on_start", 3, play=play, host="b", role="vllm_service",
+                        task="Template the unit")) == ["[00:03] b: Deploy"]
+    assert view.feed(ev("runner_on_start", 4, play=play, host="b", role="prefix_bench",
+                        task="Start the server of configuration baseline")) == [
+        "[00:04] b: Bench", "[00:04] b: Start the server of configuration baseline"]
+    # The bench phase's own use of a provision role's tasks is not a step back.
+    view.feed(ev("runner_on_start", 5, play=play, host="b", role="vllm_env",
+                 task="Choose the virtualenv"))
+    assert (view.hosts["a"].phase, view.hosts["b"].phase) == ("Provision", "Bench")
+
+
 def test_failure_only_in_report_with_failed_verdicts_is_3() -> None:
     view = LiveView()
     view.feed(ev("runner_on_failed", 1, play="Report | write the report", host="localhost",

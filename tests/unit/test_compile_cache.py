@@ -19,7 +19,8 @@ sys.path.insert(0, str(module_runner.ROOT / "module_utils"))
 import prefixbench_compile_cache as cc
 
 #: What the module imports (its S3 store's utils too).
-CC_UTILS = ("prefixbench_s3", "prefixbench_compile_cache", "prefixbench_compile_store_s3")
+CC_UTILS = ("prefixbench_s3", "prefixbench_compile_cache", "prefixbench_compile_claim",
+            "prefixbench_compile_store_s3")
 
 FINGERPRINT: dict[str, Any] = {
     "host": "sim-1", "collected_at": "2026-12-01T00:00:00Z", "platform": "cpu",
@@ -118,26 +119,28 @@ def test_the_cache_directory_is_the_platforms() -> None:
     assert env["TORCHINDUCTOR_CACHE_DIR"] == compile_cache.cache_dir(SETTINGS)
 
 
-def test_one_leader_per_missing_key_preferring_a_host_that_has_it() -> None:
-    hosts = ["h1", "h2", "h3", "h4", "h5"]
-    roles = compile_cache.roles(hosts, ["k1", "k1", "k2", None, "k1"],
-                                [False, False, True, False, False],
-                                [False, False, False, False, True])
-    assert roles == {"h1": "follower", "h2": "follower", "h3": "restore", "h4": "off",
-                     "h5": "leader"}
-    roles = compile_cache.roles(hosts[:3], ["k1", "k1", "k1"], [False] * 3, [False] * 3)
-    assert roles == {"h1": "leader", "h2": "follower", "h3": "follower"}
-    with pytest.raises(ValueError, match="same length"):
-        compile_cache.roles(hosts, ["k1"], [False], [False])
+def test_the_host_that_claims_a_missing_key_leads_and_the_others_follow() -> None:
+    role = compile_cache.role
+    assert role(None, stored=False, local=False, won=False) == "off"
+    assert role("k1", stored=True, local=True, won=False) == "restore"
+    assert role("k1", stored=False, local=False, won=True) == "leader"
+    assert role("k1", stored=False, local=True, won=True) == "leader"
+    assert role("k1", stored=False, local=False, won=False) == "follower"
+    # A host whose own cache has the key never waits for the holder of its claim.
+    assert role("k1", stored=False, local=True, won=False) == "self"
 
 
 def test_with_the_compile_policy_nobody_waits_and_one_host_publishes() -> None:
-    hosts = ["h1", "h2", "h3", "h4"]
-    roles = compile_cache.roles(hosts, ["k1", "k1", "k2", "k1"], [False, False, True, False],
-                                [False] * 4, cold="compile")
-    assert roles == {"h1": "leader", "h2": "self", "h3": "restore", "h4": "self"}
+    role = compile_cache.role
+    assert role("k1", stored=False, local=False, won=True, cold="compile") == "leader"
+    assert role("k1", stored=False, local=False, won=False, cold="compile") == "self"
     with pytest.raises(ValueError, match="cold policy"):
-        compile_cache.roles(hosts, ["k1"] * 4, [False] * 4, [False] * 4, cold="maybe")
+        role("k1", stored=False, local=False, won=False, cold="maybe")
+
+
+def test_a_follower_waits_for_the_leaders_longest_start_and_its_publish() -> None:
+    deadline = compile_cache.follower_deadline(1000.0, {"vllm_service_health_timeout": 600})
+    assert deadline == 1000.0 + 600 + compile_cache.PUBLISH_ALLOWANCE_S
 
 
 def make_cache(root: Path) -> Path:

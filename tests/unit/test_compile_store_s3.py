@@ -28,7 +28,8 @@ STORE = f"s3://{BUCKET}/fleet/graphs"
 #: What every validation needs besides the settings under test.
 BASE: dict[str, Any] = {"prefixbench_instance_type": "trn2.48xlarge",
                         "vllm_service_model": "/opt/models/m"}
-UTILS = ("prefixbench_s3", "prefixbench_compile_cache", "prefixbench_compile_store_s3")
+UTILS = ("prefixbench_s3", "prefixbench_compile_cache", "prefixbench_compile_claim",
+         "prefixbench_compile_store_s3")
 
 
 @pytest.fixture

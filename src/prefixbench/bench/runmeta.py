@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,13 @@ def new_run_id(now: dt.datetime | None = None) -> str:
     """A sortable id from the UTC time: ``20261129T093000Z``."""
     moment = now or dt.datetime.now(dt.UTC)
     return moment.strftime("%Y%m%dT%H%M%SZ")
+
+
+def attempt_id(run_id: str) -> str:
+    """This invocation of the playbook on ``run_id`` (a resume is another attempt): the
+    scope of the compile cache's claims, so a claim a dead controller left behind holds
+    no later run up."""
+    return f"{run_id}-{secrets.token_hex(4)}"
 
 
 def run_meta(run_id: str, settings: Mapping[str, Any], hosts: Sequence[str],

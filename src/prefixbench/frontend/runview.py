@@ -49,6 +49,12 @@ EXIT_INCOMPLETE: Final = 7
 
 #: Phases in the order a run goes through them (play names start with ``<Phase> |``).
 PHASES: Final = ("Preflight", "Run", "Provision", "Deploy", "Bench", "Report")
+#: The play in which each host provisions, deploys and benches at its own pace
+#: (playbooks/phases/hosts.yml): there a host's phase is its task's role's.
+HOSTS_PLAY: Final = "Hosts"
+ROLE_PHASES: Final = {"neuron_sdk": "Provision", "vllm_env": "Provision",
+                      "model_cache": "Provision", "vllm_service": "Deploy",
+                      "prefix_bench": "Bench"}
 #: The phase whose failures may be the report refusing failed verdicts.
 REPORT_PHASE: Final = "Report"
 
@@ -66,6 +72,15 @@ def phase_of(play: str) -> str:
     """``"Bench | run workloads"`` -> ``"Bench"``; a play without the prefix -> its name."""
     head, sep, _ = play.partition("|")
     return head.strip() if sep else play.strip()
+
+
+def _hosts_phase(current: str, role: str) -> str:
+    """A host's phase in the hosts play: its task's role's, never going back (the bench
+    phase picks the vLLM virtualenv with a provision role's tasks)."""
+    steps = ("Provision", "Deploy", "Bench")
+    now = current if current in steps else steps[0]
+    told = ROLE_PHASES.get(role, now)
+    return told if steps.index(told) > steps.index(now) else now
 
 
 def workload_of(text: str) -> tuple[int, int] | None:
@@ -174,6 +189,8 @@ class LiveView:
         state = self._host(host)
         lines: list[str] = []
         phase = phase_of(str(data.get("play", ""))) or self.phase
+        if phase == HOSTS_PLAY:
+            phase = _hosts_phase(state.phase, str(data.get("role") or ""))
         if phase != state.phase:
             state.phase = phase
             state.wait = ""

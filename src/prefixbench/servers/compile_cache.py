@@ -18,13 +18,17 @@ publish to and fetch from themselves (:func:`store_of`):
   a key exactly when everything the fleet check compares that matters here agrees.
   A key that says too much costs a compile; one that says too little would load the
   wrong graphs, so the material errs on the side of more.
-* :func:`roles`: for one configuration across the hosts about to start it: ``restore``
-  (the store has the key), ``leader`` (the first host needing a key the store lacks:
-  it compiles and publishes; a host whose own cache already holds the key is preferred,
-  as its start compiles nothing), ``follower`` (waits for its leader's publish, then
-  restores), ``self`` (with ``prefixbench_compile_cache_cold: compile``: compiles at
-  the same time as the leader, publishes nothing) or ``off``. So a fleet compiles each
-  key once, and a rerun, or a fresh host on the next run, compiles nothing.
+* :func:`role`: one host's part for one configuration, decided by that host alone when
+  it gets there (hosts progress on their own, so nobody looks at the whole fleet):
+  ``restore`` (the store has the key), ``leader`` (the store lacks it and this host was
+  the first to claim it there: it compiles and publishes; the claim is per key and per
+  invocation, module_utils/prefixbench_compile_claim.py), ``follower`` (another host
+  holds the claim: wait for its publish, then restore; if it gives up, or does not
+  publish by :func:`follower_deadline`, compile), ``self`` (its own cache already holds
+  the key, or ``prefixbench_compile_cache_cold: compile``: start at once, publish
+  nothing) or ``off``. So a fleet compiles each key once, and a rerun, or a fresh host on
+  the next run, compiles nothing; the only host that ever waits for another is a
+  follower, for its own key.
 
   Which cold policy costs less: a follower's first run is longer than its leader's by
   the publish, its own restore and its own start, and its instance is billed while it
@@ -42,7 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 from prefixbench.servers.server import COMPILE_CACHE_SUBDIRS
@@ -51,8 +55,9 @@ __all__ = [
     "COMPILER_DISTRIBUTIONS",
     "cache_dir",
     "compile_key",
+    "follower_deadline",
     "key_material",
-    "roles",
+    "role",
     "store_of",
 ]
 
@@ -155,29 +160,29 @@ def compile_key(material: Mapping[str, Any]) -> str:
 COLD_POLICIES: Final = ("wait", "compile")
 
 
-def roles(hosts: Sequence[str], keys: Sequence[str | None], in_store: Sequence[bool],
-          local: Sequence[bool], cold: str = "wait") -> dict[str, Role]:
-    """Each host's part in sharing one configuration's graphs (see the module's
-    docstring); the lists are in play order, ``None`` keys are hosts not sharing, ``cold``
-    what the other hosts of a key the store lacks do (:data:`COLD_POLICIES`)."""
-    if not len(hosts) == len(keys) == len(in_store) == len(local):
-        raise ValueError("hosts, keys, in_store and local must have the same length")
+#: How long a follower waits for its leader's publish beyond the leader's own start
+#: (vllm_service_health_timeout): packing and uploading the graphs.
+PUBLISH_ALLOWANCE_S: Final = 900
+
+
+def role(key: str | None, *, stored: bool, local: bool, won: bool, cold: str = "wait"
+         ) -> Role:
+    """One host's part in sharing one configuration's graphs, decided when the host gets
+    there (see the module's docstring): ``won`` says whether this host took the key's
+    claim in the store (the first host to ask for a key the store lacks takes it)."""
     if cold not in COLD_POLICIES:
         raise ValueError(f"cold policy {cold!r} is not one of {', '.join(COLD_POLICIES)}")
-    out: dict[str, Role] = {}
-    leaders: dict[str, str] = {}
-    # Hosts whose cache already holds the key lead first: their start compiles nothing.
-    for prefer_local in (True, False):
-        for host, key, stored, here in zip(hosts, keys, in_store, local, strict=True):
-            if key is None or stored or key in leaders or here != prefer_local:
-                continue
-            leaders[key] = host
-    for host, key, stored in zip(hosts, keys, in_store, strict=True):
-        if key is None:
-            out[host] = "off"
-        elif stored:
-            out[host] = "restore"
-        else:
-            out[host] = "leader" if leaders[key] == host else (
-                "self" if cold == "compile" else "follower")
-    return out
+    if key is None:
+        return "off"
+    if stored:
+        return "restore"
+    if won:
+        return "leader"
+    # A host whose own cache holds the key starts from it: nothing to wait for.
+    return "self" if local or cold == "compile" else "follower"
+
+
+def follower_deadline(now: float, settings: Mapping[str, Any]) -> float:
+    """When a follower stops waiting for its leader and compiles for itself: the leader's
+    longest start, plus the publish."""
+    return now + float(settings.get("vllm_service_health_timeout", 1800)) + PUBLISH_ALLOWANCE_S
