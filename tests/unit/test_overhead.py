@@ -77,3 +77,28 @@ def test_the_breakdown_of_a_hosts_wall_adds_up_and_names_the_waits(tmp_path: Pat
     assert seg["benches' own durations (essential)"] == pytest.approx(3 * duration)
     assert seg["after the last bench (stop, report)"] == 30
     assert "where h's wall went:" in result.lines()
+
+
+def test_each_hosts_own_wall_leaves_out_its_wait_for_a_compile_leader(tmp_path: Path) -> None:
+    layout = RunLayout(tmp_path, "r4")
+    # Host a: healthy 09:01:00, bench until 09:03:00. Host b: waited 90 s for its leader,
+    # healthy 09:03:00, first bench 09:03:05 (its own client start), done 09:05:00.
+    for host, healthy, start, end, waited in (("a", "09:01:00", "09:01:00", "09:03:00", 0),
+                                              ("b", "09:03:00", "09:03:05", "09:05:00", 90)):
+        rec = record(host, "cached", "w")
+        layout.write_result(BenchmarkRecord(
+            key=rec.key, seed=1, bundle_version="0", bench=rec.bench,
+            started_at=f"2026-11-29T{start}+00:00", ended_at=f"2026-11-29T{end}+00:00"))
+        write_json_atomic(tmp_path / "r4" / host / "cached" / "startup.json",
+                          {"elapsed_s": 30.0, "healthy_at": f"2026-11-29T{healthy}Z"})
+        write_json_atomic(tmp_path / "r4" / host / "cached" / "compile.json",
+                          {"waited_for_leader_s": waited})
+    write_json_atomic(tmp_path / "r4" / "run.json",
+                      {"run_id": "r4", "started_at": "2026-11-29T09:00:00+00:00",
+                       "ended_at": "2026-11-29T09:05:12+00:00"})
+    walls = {w.host: w for w in run_overhead(tmp_path / "r4").walls}
+    assert (walls["a"].span_s, walls["a"].own_s, walls["a"].first_bench_gap_s) == (180, 180, 0)
+    assert (walls["b"].span_s, walls["b"].own_s, walls["b"].first_bench_gap_s) == (300, 210, 5)
+    lines = run_overhead(tmp_path / "r4").lines()
+    assert ("wall / slowest host's own wall (b: fixed part + start-ups + benches) = 1.486"
+            in lines)

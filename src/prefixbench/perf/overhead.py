@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefixbench.measure.layout import STARTUP, RunLayout
+from prefixbench.measure.layout import COMPILE, STARTUP, RunLayout
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,29 @@ class HostTime:
 
 
 @dataclass(frozen=True)
+class HostWall:
+    """One host's own timeline: from the run's start to its last bench's end, what of it
+    was waiting for another host (a compile follower's wait for its leader), and the
+    longest gap between a server's health and its first bench (a host that waits for
+    another host's start shows it there)."""
+
+    host: str
+    span_s: float
+    leader_wait_s: float
+    first_bench_gap_s: float
+
+    @property
+    def own_s(self) -> float:
+        """Its fixed part + start-ups + benches: the span less the waits for others."""
+        return self.span_s - self.leader_wait_s
+
+
+@dataclass(frozen=True)
 class RunOverhead:
     run_id: str
     wall_seconds: float
     hosts: tuple[HostTime, ...]
+    walls: tuple[HostWall, ...] = ()
 
     @property
     def slowest(self) -> HostTime:
@@ -58,6 +77,17 @@ class RunOverhead:
             out.append(f"  {h.host}: {h.benches} benches {h.bench_seconds:.0f} s + server "
                        f"start-ups {h.startup_seconds:.0f} s = {h.essential:.0f} s")
         out.append(f"wall / slowest host's (benches + start-ups) = {self.ratio:.2f}")
+        if self.walls:
+            out.append("each host's own wall (run start -> its last bench):")
+            for w in sorted(self.walls, key=lambda w: w.host):
+                out.append(f"  {w.host}: ended at +{w.span_s:.0f} s; waited "
+                           f"{w.leader_wait_s:.0f} s for a compile leader; longest healthy "
+                           f"-> first bench "
+                           f"{w.first_bench_gap_s:.1f} s; own {w.own_s:.0f} s")
+            slowest = max(self.walls, key=lambda w: w.own_s)
+            out.append(f"wall / slowest host's own wall ({slowest.host}: fixed part + "
+                       f"start-ups + benches) = "
+                       f"{self.wall_seconds / slowest.own_s if slowest.own_s else 0.0:.3f}")
         if self.segments:
             out.append(f"where {self.slowest.host}'s wall went:")
             out += [f"  {seconds:7.1f} s  {label}" for label, seconds in self.segments]
@@ -86,8 +116,31 @@ def run_overhead(run_dir: Path) -> RunOverhead:
     if not hosts:
         raise ValueError(f"{run_dir}: no results")
     slowest = max(hosts, key=lambda h: h.essential).host
+    walls = tuple(w for h in sorted(per_host) if (w := host_wall(run_dir, h)) is not None)
     return RunOverhead(run_id=meta["run_id"], wall_seconds=wall, hosts=tuple(hosts),
-                       segments=tuple(breakdown(run_dir, slowest)))
+                       walls=walls, segments=tuple(breakdown(run_dir, slowest)))
+
+
+def host_wall(run_dir: Path, host: str) -> HostWall | None:
+    """``host``'s own timeline (:class:`HostWall`); None when the records lack the times."""
+    layout = RunLayout.of(run_dir)
+    begin = _parse(json.loads(layout.meta_path.read_text())["started_at"])
+    try:
+        runs = sorted((_parse(r.started_at), _parse(r.ended_at)) for r in layout.load_results()
+                      if r.key.host == host)
+    except ValueError:
+        return None
+    if not runs:
+        return None
+    waited = sum(float(json.loads(p.read_text()).get("waited_for_leader_s") or 0)
+                 for p in layout.server_records(host, COMPILE).values())
+    gaps = []
+    for path in layout.server_records(host, STARTUP).values():
+        healthy = json.loads(path.read_text()).get("healthy_at")
+        after = [start for start, _ in runs if healthy and start >= _parse(healthy)]
+        if after:
+            gaps.append((min(after) - _parse(healthy)).total_seconds())
+    return HostWall(host, (runs[-1][1] - begin).total_seconds(), waited, max(gaps, default=0.0))
 
 
 #: The first segment: everything before the host's first server start.

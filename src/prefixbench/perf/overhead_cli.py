@@ -3,6 +3,15 @@
 ``run RUN_DIR``
     a finished run's wall time against the slowest host's bench durations plus server
     start-ups.
+``fleet [-i INVENTORY] [--slow HOST=CORES] [--strategy free|linear] [--workloads K]``
+    on the simulated fleet (up and provisioned): the whole of ``benchmark.yml`` with K
+    tiny workloads, a fresh run id and a fresh compile store, optionally with one host
+    held to CORES of CPU for the whole run (``prefixbench.sim.throttle``), then the run's
+    figures as ``run`` prints them: each host's own wall (run start to its last bench,
+    less any wait for a compile leader), its longest gap between a server's health and
+    its first bench, and the fleet's wall over the slowest host's own wall. With
+    ``--strategy linear`` the hosts' play runs in Ansible's lockstep instead, the
+    comparison.
 ``plugin HOST [-n N]``
     on the simulated fleet (up, provisioned, deployed): one workload through the action
     plugin (``ansible-playbook`` of ``bench_one.yml`` beside this module) against the same
@@ -13,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -97,6 +107,38 @@ def _plugin(host_name: str, runs: int) -> int:
     return 0
 
 
+def _fleet(inventory: str, slow: str, strategy: str, workloads: int) -> int:
+    from prefixbench.perf.scale import tiny  # noqa: PLC0415
+    from prefixbench.sim.layout import parse_host_name  # noqa: PLC0415
+    from prefixbench.sim.throttle import throttled  # noqa: PLC0415 - needs root and the fleet
+
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+           "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with tempfile.TemporaryDirectory(prefix="pb-fleet-") as tmp:
+        extra = Path(tmp) / "workloads.json"
+        extra.write_text(json.dumps(tiny(workloads)))
+        run_id = f"overhead-{strategy}-{time.strftime('%Y%m%dT%H%M%S')}"
+        results = Path(tmp) / "results"
+        argv = ["ansible-playbook", "benchmark.yml", "-i", inventory, "-e", f"@{extra}",
+                "-e", f"prefixbench_run_id={run_id}", "-e", f"prefixbench_results_dir={results}",
+                "-e", f"prefixbench_host_strategy={strategy}"]
+        with contextlib.ExitStack() as stack:
+            if slow:
+                name, _, cores = slow.partition("=")
+                moved = stack.enter_context(throttled(parse_host_name(name), float(cores or 0.5)))
+                print(f"{name}: held to {cores or 0.5} cores ({moved} processes)", flush=True)
+            t0 = time.monotonic()
+            proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  check=False)
+            print(f"ansible-playbook ({strategy}) exited {proc.returncode} after "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout[-4000:])
+            return 1
+        print("\n".join(run_overhead(results / run_id).lines()))
+    return 0
+
+
 def _span(start: str, end: str) -> float:
     import datetime as dt  # noqa: PLC0415
 
@@ -109,6 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="mode", required=True)
     run = sub.add_parser("run", help="a finished run's wall time against its essentials")
     run.add_argument("run_dir", type=Path)
+    fleet = sub.add_parser("fleet", help="the whole benchmark on the simulated fleet, one "
+                           "host made slower")
+    fleet.add_argument("-i", "--inventory", default="inventories/sim")
+    fleet.add_argument("--slow", default="", help="HOST=CORES, e.g. trn3-sim-1=0.3")
+    fleet.add_argument("--strategy", choices=["free", "linear"], default="free")
+    fleet.add_argument("--workloads", type=int, default=1)
     plug = sub.add_parser("plugin", help="the action plugin against the bare command")
     plug.add_argument("host")
     plug.add_argument("-n", "--runs", type=int, default=3)
@@ -120,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench-overhead: {exc}", file=sys.stderr)
             return 2
         return 0
+    if args.mode == "fleet":
+        return _fleet(args.inventory, args.slow, args.strategy, args.workloads)
     return _plugin(args.host, args.runs)
 
 
