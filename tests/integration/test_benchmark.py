@@ -33,6 +33,16 @@ RUN_ID = "integration-benchmark"
 WORKLOADS = ("high_overlap", "no_overlap", "sustained_c4")
 
 
+def kill_an_engine_in_a_bench(fleet: SimFleetHandle, hosts: list[SimHost]) -> SimHost | None:
+    """kill -9 the cached server's engine on the first host running a bench; that host."""
+    for host in hosts:
+        if fleet.sh(host, "pgrep -f 'vllm [b]ench serve' || true").strip():
+            pid = fleet.sh(host, "systemctl show -p MainPID --value vllm-cached.service")
+            fleet.sh(host, f"pkill -9 -P {pid.strip()}")
+            return host
+    return None
+
+
 def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts: Path,
                                         repo_root: Path, ansible_env: dict[str, str]) -> None:
     fleet = sim_fleet
@@ -72,13 +82,9 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         # (Restart=always) before the next one starts, and nothing fails. The pattern's
         # [b] keeps pgrep from matching the shell that runs it.
         if not killed and all(t.exists() for t in triggers):
-            for host in hosts:
-                if fleet.sh(host, "pgrep -f 'vllm [b]ench serve' || true").strip():
-                    pid = fleet.sh(host, "systemctl show -p MainPID --value "
-                                         "vllm-cached.service")
-                    fleet.sh(host, f"pkill -9 -P {pid.strip()}")
-                    killed, victim = True, host
-                    break
+            found = kill_an_engine_in_a_bench(fleet, hosts)
+            if found is not None:
+                killed, victim = True, found
         time.sleep(0.5)
     out, _ = proc.communicate(timeout=600)
     wall = time.monotonic() - start
