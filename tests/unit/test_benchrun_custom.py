@@ -124,6 +124,9 @@ def test_custom_expected_without_tokenizer_or_block_size(tmp_path: Path) -> None
     none = benchrun.custom_expected(req, block_size=16, capacity_blocks=None,
                                     prompts_file=None, tokenizer=None)
     assert none["predicted_ratio"] is None and "no tokenizer" in none["note"]
+    # The server's limits, for the report's what-if at the workload's concurrency.
+    assert (none["max_num_seqs"], none["max_num_batched_tokens"]) == (
+        req.max_num_seqs, req.max_num_batched_tokens)
 
 
 def test_old_records_without_prompts_read_and_write_unchanged() -> None:

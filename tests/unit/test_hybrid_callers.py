@@ -224,3 +224,10 @@ def test_the_hybrid_model_prefills_in_the_servers_chunks(tok: Path) -> None:
     # The bench record keeps the server's chunk for the report's capacity curve.
     got = benchrun.served_expected(w, tok.parent, 16, CacheConfig.from_labels(HYBRID_16))
     assert got["max_num_batched_tokens"] == 1024
+    assert got["served_concurrency"] == 1  # what the capacity verdict needs above 1
+    from prefixbench.predict.schedconfig import Serving  # noqa: PLC0415
+
+    four = Serving(concurrency=4, max_num_seqs=2, max_num_batched_tokens=512)
+    got = benchrun.served_expected(w, tok.parent, 16, CacheConfig.from_labels(HYBRID_16),
+                                   serving=four)
+    assert (got["served_concurrency"], got["max_num_seqs"]) == (4, 2)

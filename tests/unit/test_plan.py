@@ -35,4 +35,4 @@ def test_workload_lines_show_the_tutorial_ratio() -> None:
     lines = plan.workload_lines({"prefixbench_workloads": []})
     assert lines[0].startswith("workload high_overlap: prefix 3072 + suffix 1024, 5 prefixes")
     assert "expected hit ratio 67.5%" in lines[0]
-    assert "c=4, rate 2/s" in lines[2]
+    assert "c=4, rate 2/s" in lines[8]  # each workload: shape, sends, expected, assumes

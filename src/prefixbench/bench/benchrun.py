@@ -193,7 +193,9 @@ def custom_expected(req: BenchRequest, *, block_size: int | None,
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads tokenizers only when needed
 
     out: dict[str, Any] = {"tutorial_ratio": None, "block_aligned_ratio": None,
-                           "predicted_ratio": None, "block_size": block_size}
+                           "predicted_ratio": None, "block_size": block_size,
+                           "max_num_seqs": req.max_num_seqs,  # for the report's what-if
+                           "max_num_batched_tokens": req.max_num_batched_tokens}
     if not block_size:
         out["note"] = "the server reported no block size: no prediction"
         return out
@@ -254,7 +256,7 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         "junction_lost_blocks": served.lost_blocks,
         "junction_gained_blocks": served.gained_blocks,
         "max_num_batched_tokens": serving.max_num_batched_tokens,  # the hybrid model's chunk
-        "max_num_seqs": serving.max_num_seqs}
+        "max_num_seqs": serving.max_num_seqs, "served_concurrency": serving.concurrency}
     notes = [n for n in (served.note, note) if n]
     if notes:
         out["served_note"] = "; ".join(notes)
@@ -329,10 +331,8 @@ def summary(record: BenchmarkRecord) -> dict[str, Any]:
     """The figures later tasks and the live view use."""
     result = record.bench_result
     return {
-        "status": "done",
-        "host": record.key.host, "configuration": record.key.configuration,
-        "workload": record.key.workload, "repetition": record.key.repetition,
-        "seed": record.seed,
+        "status": "done", "host": record.key.host, "configuration": record.key.configuration,
+        "workload": record.key.workload, "repetition": record.key.repetition, "seed": record.seed,
         "median_ttft_ms": result.median_ttft_ms, "p99_ttft_ms": result.p99_ttft_ms,
         "output_throughput": result.output_throughput,
         "completed": result.completed, "failed_requests": result.failed,

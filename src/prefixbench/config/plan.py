@@ -9,6 +9,7 @@ from typing import Any
 from prefixbench.bench import criteria, experiment
 from prefixbench.config import modelfit
 from prefixbench.config.settings import warnings_of
+from prefixbench.config.workload_estimate import estimate, expected_lines, sends_line, sizing_of
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
@@ -63,10 +64,14 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
 
 
 def workload_lines(settings: Mapping[str, Any]) -> list[str]:
-    """One line per workload (its shape and the tutorial's expected hit ratio), then
-    which workload serves each of the tutorial's confirmation criteria."""
+    """Per workload its shape and the tutorial's expected hit ratio; for prefix_repetition
+    what the bench sends and the hit ratio the bundle's cache model expects of it on this
+    server (:mod:`prefixbench.config.workload_estimate`); then which workload serves
+    each of the tutorial's confirmation criteria. The warnings about the workloads are the
+    host's (:mod:`prefixbench.config.rules_workload`)."""
     lines = []
     workloads = experiment.workloads_of(settings)
+    sizing = sizing_of(settings)
     for w in workloads:
         rate = "inf" if w.request_rate == float("inf") else f"{w.request_rate:g}/s"
         if w.is_custom:
@@ -77,12 +82,13 @@ def workload_lines(settings: Mapping[str, Any]) -> list[str]:
                 f"c={w.max_concurrency or 'unbounded'}, rate {rate}; expected hit ratio "
                 f"predicted after the run (prefixbench whatif)")
             continue
-        lines.append(
+        lines += [
             f"workload {w.name}: prefix {w.prefix_repetition_prefix_len} + suffix "
             f"{w.prefix_repetition_suffix_len}, {w.prefix_repetition_num_prefixes} prefixes, "
             f"{w.num_prompts} prompts, out {w.prefix_repetition_output_len}, "
-            f"c={w.max_concurrency or 'unbounded'}, rate {rate}; expected hit ratio "
-            f"{w.tutorial_ratio() * 100:.1f}% (before block alignment)")
+            f"c={w.max_concurrency or 'unbounded'}, rate {rate}; the tutorial's expected hit "
+            f"ratio {w.tutorial_ratio() * 100:.1f}% (before block alignment)",
+            sends_line(w), *expected_lines(w, sizing, estimate(w, sizing))]
     return lines + criteria.assign(workloads).lines()
 
 

@@ -9,8 +9,12 @@ is the unbounded one (each bounded request also holds its decode blocks while it
 so a cache can need a little more than the working set).
 
 Capacities are usable blocks, as :func:`prefixbench.predict.whatif.server_capacity` counts them
-(``num_gpu_blocks - 1``). The replay is one request at a time, as for every prediction
-of :mod:`prefixbench.predict.whatif`.
+(``num_gpu_blocks - 1``). The replay is one request at a time unless ``serving`` sends
+the requests at a higher concurrency through the scheduler model
+(:class:`prefixbench.predict.schedconfig.Serving`); the working set is the one-at-a-time
+replay's (through the scheduler model the unbounded cache's blocks include generated
+tokens' and copies, so :attr:`CapacityCurve.working_set_blocks` is 0 there: take it from
+a one-at-a-time curve, as the capacity report does).
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import (
     Prediction,
-    concurrency_note,
     replay_curve,
     replay_sent_curve,
+    serving_note,
 )
+from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
 from prefixbench.predict.tokenizer import load as load_tokenizer
 from prefixbench.predict.whatif import MAX_REPLAY_TOKENS, prefix_repetition_tokens
@@ -101,16 +106,18 @@ def predict_curve(
     workers: int | None = None,
     progress: Progress | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
+    serving: Serving = SERIAL,
 ) -> CapacityCurve:
     """The hit ratio of one bench of ``workload`` at each of ``capacities`` (usable blocks)
     and unbounded, from an empty cache, through ``cache_model`` (default full attention;
-    the hybrid model for a server running vLLM's hybrid KV-cache manager). Raises
-    :class:`CurveError` for unusable input."""
+    the hybrid model for a server running vLLM's hybrid KV-cache manager), sent as
+    ``serving`` says (default one at a time). Raises :class:`CurveError` for unusable
+    input."""
     caps = sorted(set(capacities))
     if block_size < 1 or not caps or caps[0] < 1:
         raise CurveError("block size and capacities must be >= 1")
     tokenizer = _tokenizer(tokenizer_dir, workload.is_custom)
-    note = concurrency_note(workload)
+    note = serving_note(workload, serving)
     if not workload.is_custom:
         w = workload
         bos = tokenizer.special_tokens_added()[0] if tokenizer is not None else 0
@@ -122,7 +129,8 @@ def predict_curve(
         preds = replay_curve(prompts, [w.prefix_repetition_output_len] * len(prompts),
                              block_size=block_size, capacities=[*caps, None],
                              method="cachesim replay, prefix_repetition regenerated from "
-                             "the seed", note=note, cache_model=cache_model)
+                             "the seed", note=note, cache_model=cache_model,
+                             serving=serving)
     else:
         assert tokenizer is not None
         path = prompts_file if prompts_file is not None else workload.dataset_path
@@ -139,7 +147,7 @@ def predict_curve(
                     index.output_tokens, reader.texts, tokenizer, block_size=block_size,
                     capacities=[*caps, None], pre_requests=workload.pre_requests,
                     workers=workers, progress=progress, note=note,
-                    cache_model=cache_model)
+                    cache_model=cache_model, serving=serving)
         except CustomPromptsError as exc:
             raise CurveError(f"prompts unavailable: {exc}") from None
     return CapacityCurve(points=tuple(preds[:-1]), unbounded=preds[-1])

@@ -168,11 +168,14 @@ def served_curve(
     block_size: int,
     capacities: Sequence[int],
     cache_model: CacheModel = FULL_ATTENTION,
+    *,
+    serving: Serving = SERIAL,
 ) -> tuple[list[Prediction], Prediction]:
     """The hit ratio of one bench of ``workload`` at each of ``capacities`` (usable
     blocks, ascending) and unbounded, with the prompts its server really sees (as
-    :func:`served_expectation`, one pass for every capacity). Returns the bounded
-    predictions and the unbounded one, whose ``cached_blocks`` is the working set."""
+    :func:`served_expectation`, one pass for every capacity), sent as ``serving`` says.
+    Returns the bounded predictions and the unbounded one, whose ``cached_blocks`` is
+    the working set one at a time (``None`` through the scheduler model)."""
     if block_size <= 0 or any(c <= 0 for c in capacities):
         raise ValueError(f"block_size ({block_size}) and capacities ({list(capacities)}) "
                          f"must be positive")
@@ -181,7 +184,8 @@ def served_curve(
     preds = replay_curve(sent.prompts,
                          [workload.prefix_repetition_output_len] * len(sent.prompts),
                          block_size=block_size, capacities=caps, method="served",
-                         note=concurrency_note(workload), cache_model=cache_model)
+                         note=serving_note(workload, serving), cache_model=cache_model,
+                         serving=serving)
     return preds[:-1], preds[-1]
 
 

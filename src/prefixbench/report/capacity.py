@@ -9,13 +9,15 @@ really sees, replayed with eviction (:func:`prefixbench.predict.served.served_ex
 for your prompts the what-if replay (:func:`prefixbench.report.records.record_prediction`).
 
 Per point, host and workload this report sets the measured hit ratio beside that
-prediction, and judges it: ``capacity_curve`` PASS when they are within
-:attr:`CapacityThresholds.max_diff` (2 points), FAIL otherwise, INCONCLUSIVE when there
-is no prediction or the workload runs at a concurrency above 1 (the replay runs one
-request at a time; concurrent requests hold more blocks at once, so evictions differ).
-It also draws, per workload, the predicted curve over a range of capacities with the
-measured points on it, and marks the working set: the distinct full blocks the workload
-caches, from where it fits.
+prediction, and judges it (:func:`prefixbench.report.capacity_verdict.judge`):
+``capacity_curve`` PASS when they are within :attr:`CapacityThresholds.max_diff` (2
+points), FAIL otherwise, INCONCLUSIVE when there is no prediction, or, above
+concurrency 1, when the record does not say the prediction was made at the workload's
+concurrency by the scheduler model. It also draws, per workload, the predicted curve
+over a range of capacities with the measured points on it, at the workload's
+concurrency through the scheduler model when the record keeps the server's limits (one
+request at a time otherwise, and the curve's note says which), and marks the working
+set: the distinct full blocks the workload caches, from where it fits.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,14 +39,16 @@ from prefixbench.measure.metrics import CacheConfig
 from prefixbench.measure.records import json_safe
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.kvcapacity import usable_blocks
+from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.whatif import server_cache_model
 from prefixbench.report.build import build_summary
+from prefixbench.report.capacity_verdict import judge, predicted_at
 from prefixbench.report.doclinks import docs_base, verdict_link
 from prefixbench.report.document import Block, Bullets, Heading, Para, Plot, html_of, markdown_of
 from prefixbench.report.load import ReportInputError, load_run
 from prefixbench.report.model import Summary
 from prefixbench.report.plots import line_plot
-from prefixbench.report.records import as_float, record_view
+from prefixbench.report.records import as_float, concurrency_of, kept_serving, record_view
 from prefixbench.report.tables import Table, fmt
 from prefixbench.report.vocab import FAIL, INCONCLUSIVE, PASS, Status, overall_status
 from prefixbench.report.write import FORMATS, write_outputs
@@ -51,7 +56,7 @@ from prefixbench.servers.sweep import KV, dial_of, point_dirs, point_value, toke
 
 __all__ = ["CapacityCurveView", "CapacityRow", "CapacitySummary", "CapacityThresholds",
            "build_capacity", "capacity_lines", "is_capacity_sweep", "judge",
-           "report_capacity"]
+           "report_capacity"]  # judge: prefixbench.report.capacity_verdict's
 
 CAPACITY_SCHEMA_VERSION: Final = 1
 #: Capacities the predicted curve is drawn at, besides the measured ones.
@@ -175,24 +180,6 @@ class CapacitySummary:
                 "curves": [c.to_dict() for c in self.curves]}
 
 
-def judge(measured: float | None, predicted: float | None, *, concurrency: int | None,
-          note: str | None, max_diff: float) -> tuple[Status, str]:
-    """The capacity-curve verdict of one bench, and why."""
-    if measured is None:
-        return INCONCLUSIVE, "no measured hit ratio (the server's counters are missing)"
-    if predicted is None:
-        return INCONCLUSIVE, f"no prediction ({note or 'the record has none'})"
-    if concurrency != 1:
-        return INCONCLUSIVE, (f"concurrency {concurrency or 'unbounded'}: the prediction "
-                              f"replays one request at a time, so its evictions are not "
-                              f"the server's")
-    diff = measured - predicted
-    within = abs(diff) <= max_diff + 1e-12
-    return (PASS if within else FAIL), (
-        f"measured {measured:.2%} vs predicted {predicted:.2%} ({diff * 100:+.2f} pp; "
-        f"within {max_diff * 100:g} pp: {'yes' if within else 'no'})")
-
-
 def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityRow],
                                                                    dict[str, Any]]:
     """The point's rows, and per workload what its curve needs (workload, block size,
@@ -216,9 +203,16 @@ def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityR
         if predicted is None:
             method = None
             note = note or str((record.expected or {}).get("served_note") or "")
-        concurrency = view.workload.max_concurrency if view.workload is not None else None
-        status, detail = judge(view.hit_ratio_queries, predicted, concurrency=concurrency,
-                               note=note, max_diff=max_diff)
+        w = view.workload
+        evicted = (as_float((record.expected or {}).get("served_evicted_blocks"))
+                   if method == "served" else
+                   view.predicted.evicted_blocks if view.predicted is not None else None)
+        status, detail = judge(
+            view.hit_ratio_queries, predicted, max_diff=max_diff, note=note,
+            concurrency=concurrency_of(w) if w is not None else None,
+            predicted_at=predicted_at(record, w, method) if w is not None else None,
+            request_rate=w.request_rate if w is not None else math.inf,
+            evicted_blocks=None if evicted is None else int(evicted))
         rows.append(CapacityRow(
             point_blocks=blocks, host=record.key.host, workload=record.key.workload,
             repetition=record.key.repetition, capacity_blocks=capacity,
@@ -228,8 +222,9 @@ def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityR
             chunk = (record.expected or {}).get("max_num_batched_tokens")
             model = (server_cache_model(CacheConfig.from_labels(labels))[1] if labels
                      else FULL_ATTENTION).chunked(chunk if isinstance(chunk, int) else None)
-            shapes.setdefault(record.key.workload, (view.workload, view.block_size,
-                                                    RunLayout.of(point_dir), model))
+            shapes.setdefault(record.key.workload, (
+                view.workload, view.block_size, RunLayout.of(point_dir), model,
+                kept_serving(record, view.workload) or SERIAL))
     return rows, shapes
 
 
@@ -241,10 +236,13 @@ def _grid(measured: Sequence[int], working_set: int | None) -> list[int]:
 
 def _curve(name: str, workload: Workload, block_size: int, layout: RunLayout,
            measured: Sequence[int], *, model: CacheModel = FULL_ATTENTION,
-           ) -> CapacityCurveView:
+           serving: Serving = SERIAL) -> CapacityCurveView:
     """The predicted curve through the servers' cache model (``model``: from the first
     record's ``vllm:cache_config_info``, :func:`prefixbench.predict.whatif
-    .server_cache_model`; full attention when the kind cannot be told)."""
+    .server_cache_model`; full attention when the kind cannot be told), sent as
+    ``serving`` says (the workload's concurrency and the server's limits the record
+    keeps; one at a time without them). The working set comes from a one-at-a-time
+    replay, the distinct prompt blocks: concurrency changes no hit of an unbounded cache."""
     from prefixbench.predict import capacity_curve  # noqa: PLC0415 - tokenizer library
     from prefixbench.predict.served import served_curve  # noqa: PLC0415
     from prefixbench.predict.tokenizer import TokenizerError  # noqa: PLC0415
@@ -254,22 +252,22 @@ def _curve(name: str, workload: Workload, block_size: int, layout: RunLayout,
         return CapacityCurveView(workload=name, block_size=block_size, points=(),
                                  unbounded_ratio=None, working_set_blocks=None,
                                  note="no tokenizer copy in the run directory")
+    working: int | None
     try:
         if workload.is_custom:
-            probe = capacity_curve.predict_curve(
-                workload, block_size=block_size, capacities=[max(measured, default=1)],
-                prompts_file=layout.prompts_path(name), tokenizer_dir=tok,
-                cache_model=model)
-            working = probe.working_set_blocks
-            curve = capacity_curve.predict_curve(
-                workload, block_size=block_size, capacities=_grid(measured, working),
-                prompts_file=layout.prompts_path(name), tokenizer_dir=tok,
-                cache_model=model)
+            def custom(caps: list[int], how: Serving) -> capacity_curve.CapacityCurve:
+                return capacity_curve.predict_curve(
+                    workload, block_size=block_size, capacities=caps,
+                    prompts_file=layout.prompts_path(name), tokenizer_dir=tok,
+                    cache_model=model, serving=how)
+            working = custom([max(measured, default=1)], SERIAL).working_set_blocks
+            curve = custom(_grid(measured, working), serving)
             bounded, unbounded = list(curve.points), curve.unbounded
         else:
-            _, unbounded = served_curve(workload, tok, block_size, [1], model)
+            working = served_curve(workload, tok, block_size, [1], model)[1].cached_blocks
             bounded, unbounded = served_curve(workload, tok, block_size,
-                                              _grid(measured, unbounded.cached_blocks), model)
+                                              _grid(measured, working), model,
+                                              serving=serving)
     except (capacity_curve.CurveError, TokenizerError, ValueError, OSError) as exc:
         return CapacityCurveView(workload=name, block_size=block_size, points=(),
                                  unbounded_ratio=None, working_set_blocks=None,
@@ -277,10 +275,15 @@ def _curve(name: str, workload: Workload, block_size: int, layout: RunLayout,
     pts = tuple((p.capacity_blocks, p.ratio) for p in bounded
                 if p.ratio is not None and p.capacity_blocks is not None)
     said = None if model.kind == "full" else f"KV-cache model: {model.describe()}"
-    note = "; ".join(n for n in (unbounded.note, said) if n) or None
+    how = (f"curve replayed through the {serving.describe()}" if serving.scheduled else
+           "curve replayed one request at a time: the record keeps no server limits "
+           "(max_num_seqs, max_num_batched_tokens) for the scheduler model"
+           if concurrency_of(workload) > 1 else None)
+    note = "; ".join(n for n in (how, unbounded.note if serving.scheduled else None, said)
+                     if n) or None
     return CapacityCurveView(workload=name, block_size=block_size, points=pts,
                              unbounded_ratio=unbounded.ratio,
-                             working_set_blocks=unbounded.cached_blocks, note=note)
+                             working_set_blocks=working, note=note)
 
 
 def build_capacity(run_dir: str | Path, *, thresholds: CapacityThresholds | None = None,
@@ -312,10 +315,11 @@ def build_capacity(run_dir: str | Path, *, thresholds: CapacityThresholds | None
         for name, shape in point_shapes.items():
             shapes.setdefault(name, shape)
     curves = []
-    for name, (workload, block_size, layout, model) in sorted(shapes.items()):
+    for name, (workload, block_size, layout, model, serving) in sorted(shapes.items()):
         measured = sorted({r.capacity_blocks for r in rows
                            if r.workload == name and r.capacity_blocks is not None})
-        curves.append(_curve(name, workload, block_size, layout, measured, model=model))
+        curves.append(_curve(name, workload, block_size, layout, measured, model=model,
+                             serving=serving))
     return CapacitySummary(
         run_id=str(run.get("run_id") or root.name), run=run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),

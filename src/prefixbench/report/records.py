@@ -30,7 +30,8 @@ from prefixbench.predict.schedconfig import (
 from prefixbench.predict.whatif import Prediction, predict
 from prefixbench.servers.sweep import tokenizer_dir
 
-__all__ = ["RecordView", "as_float", "record_prediction", "record_view"]
+__all__ = ["RecordView", "as_float", "concurrency_of", "kept_serving", "record_prediction",
+           "record_view"]
 
 
 def as_float(value: Any) -> float | None:
@@ -116,13 +117,29 @@ def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_di
                    tokenizer_dir=tokenizer_dir(run_dir), serving=_serving(record, workload))
 
 
+def concurrency_of(workload: Workload) -> int:
+    """How many requests the workload's bench keeps in flight: its ``max_concurrency``,
+    unset (unbounded) all its prompts."""
+    return max(1, workload.max_concurrency or workload.num_prompts or 1)
+
+
+def kept_serving(record: BenchmarkRecord, workload: Workload) -> Serving | None:
+    """How the record's bench sent its requests when the record keeps its server's
+    scheduler limits (``max_num_seqs``, ``max_num_batched_tokens``: what the scheduler
+    model needs above concurrency 1); ``None`` for a record that does not."""
+    e = record.expected or {}
+    if not (as_float(e.get("max_num_seqs")) and as_float(e.get("max_num_batched_tokens"))):
+        return None
+    return _serving(record, workload)
+
+
 def _serving(record: BenchmarkRecord, workload: Workload) -> Serving:
     """How the record's bench sent its requests: the workload's concurrency (unset: all
     its prompts at once) and the server's limits the record kept (else the tutorial's)."""
     e = record.expected
     seqs = as_float(e.get("max_num_seqs"))
     budget = as_float(e.get("max_num_batched_tokens"))
-    return Serving(concurrency=max(1, workload.max_concurrency or workload.num_prompts or 1),
+    return Serving(concurrency=concurrency_of(workload),
                    max_num_seqs=int(seqs) if seqs else DEFAULT_MAX_NUM_SEQS,
                    max_num_batched_tokens=int(budget) if budget
                    else DEFAULT_MAX_NUM_BATCHED_TOKENS)
