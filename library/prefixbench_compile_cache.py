@@ -22,8 +22,8 @@ description:
   - With an S3 store, C(restore) looks the key up, downloads its archive beside the
     cache and unpacks it, in one step (no O(archive) given).
   - C(claim) takes the claim of a key the store lacks for O(host) unless another host
-    holds it (the first to ask compiles); C(release) marks the holder's claim
-    C(published) or C(failed); C(wait) polls the store for up to O(slice) seconds for the
+    holds it (the first to ask compiles); C(release) removes the holder's claim
+    (C(published)) or marks it C(failed); C(wait) polls the store for up to O(slice) seconds for the
     holder's publish and says C(published), C(failed) (nothing left to wait for) or
     C(waiting). Claims are kept per O(scope), the playbook's invocation.
   - The logic lives in module_utils/prefixbench_compile_cache.py,

@@ -8,9 +8,10 @@ strategy), so who leads a key cannot be decided by looking at every host at one 
 host asks the store instead, when it gets there. The first host to ask for a key the
 store lacks takes its claim and compiles; a host that asks later finds the claim and
 either waits for that host's publish (``prefixbench_compile_cache_cold: wait``) or
-compiles too. The leader marks the claim ``published`` or ``failed`` when it is done
-with it (a server that never became healthy, a publish that did not happen), so a waiting
-host stops waiting as soon as there is nothing to wait for.
+compiles too. The leader releases the claim when it is done with it: ``published``
+removes it (the store's manifest says the rest), ``failed`` (a server that never became
+healthy, a publish that did not happen) stays, so a waiting host stops waiting as soon
+as there is nothing to wait for.
 
 Claims live under a scope, the invocation of the playbook (``prefixbench_run``'s
 ``attempt``): a claim left by a controller that died belongs to a scope no later run
@@ -115,6 +116,9 @@ class DirClaims:
         if found is None or found.get("host") != host:
             return found
         done = _record(host, self.scope, outcome, why)
+        if outcome == "published":  # the manifest says it all from now on
+            self.path(key).unlink(missing_ok=True)
+            return done
         tmp = _temp_with(self.folder, _encode(done))
         try:
             tmp.replace(self.path(key))
@@ -169,6 +173,9 @@ class S3Claims:
         if found is None or found.get("host") != host:
             return found
         done = _record(host, self.scope, outcome, why)
+        if outcome == "published":
+            self.client.delete_object(Bucket=self.bucket, Key=self.object(key))
+            return done
         self.client.put_object(Bucket=self.bucket, Key=self.object(key),
                                ContentType="application/json", Body=_encode(done))
         return done

@@ -151,21 +151,23 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
             leaders = [s for s in sharing if s["role"] == "leader"]
             assert len(leaders) == 1 and leaders[0]["published"], (conf, sharing)
             assert sum(s["compiled"] for s in sharing) <= 1, (conf, sharing)
-            for follower in (s for s in sharing if s["role"] != "leader"):
-                assert follower["role"] == "follower", (conf, follower)
-                # (the cached configuration's archive holds the baseline's graphs too,
-                # which its followers already have: kept rather than restored)
-                assert follower["restored_files"] + follower["kept_files"] > 0, follower
-                assert not follower["compiled"], follower
+            # The hosts go at their own pace: a host that reaches the key after its
+            # leader published restores it as any later run would.
+            for other in (s for s in sharing if s["role"] != "leader"):
+                assert other["role"] in ("follower", "restore"), (conf, other)
+                assert not other["compiled"], other
+                if other["role"] == "follower":
+                    # (the cached configuration's archive holds the baseline's graphs
+                    # too, which its followers already have: kept rather than restored)
+                    assert other["restored_files"] + other["kept_files"] > 0, other
             assert (store / f"{key}.tar.gz").is_file() and (store / f"{key}.json").is_file()
     # (Whether the leader compiled depends on what ran on it before: test_units leaves
     # trn2-sim-1's own cache holding these graphs, and the leader publishes them
     # without compiling. A leader that compiles on a fresh host is test_compile_s3's.)
-    # The trn2 and trn3 hosts share their graphs (same CPU, same units): one of them
-    # waited and restored.
-    for conf in ("baseline", "cached"):
-        assert [h for (h, c), s in starts.items() if c == conf and s["role"] == "follower"], \
-            (conf, starts)
+    # The trn2 and trn3 hosts share their graphs (same CPU, same units): they reach the
+    # first configuration together, so one of them waited for the other and restored.
+    assert [h for (h, c), s in starts.items() if c == "baseline" and s["role"] == "follower"], \
+        starts
     assert not list((store / ".incoming").glob("*")), "fetched archives left behind"
     for journal in run_dir.glob("*/*/startup-journal.log"):
         assert "Compiling model again" not in journal.read_text(), journal

@@ -130,6 +130,8 @@ def test_the_module_claims_waits_and_releases_in_a_directory_store(
         capsys)
     done = run({**base, "state": "wait", "slice": 60}, monkeypatch, capsys)
     assert done["waited"] == "published" and done["manifest"]["sha256"] == packed["sha256"]
+    # A published key's claim is gone: the store holds the manifest and nothing else.
+    assert not list((tmp_path / ".claims").rglob("*.json"))
 
 
 moto = pytest.importorskip("moto")
@@ -167,3 +169,10 @@ def test_in_s3_the_second_claim_is_told_who_holds_it(
         monkeypatch, capsys)
     out = run({**base, "state": "wait", "slice": 60}, monkeypatch, capsys)
     assert out["waited"] == "failed" and out["holder"]["why"] == "no start"
+    # A later run's leader publishes: its claim leaves nothing behind in the bucket.
+    later = {**base, "scope": "run-b"}
+    assert run({**later, "state": "claim", "host": "h2"}, monkeypatch, capsys)["won"]
+    run({**later, "state": "release", "host": "h2", "outcome": "published"}, monkeypatch,
+        capsys)
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert keys == ["fleet/graphs/.claims/run-a/ck-1.json"]

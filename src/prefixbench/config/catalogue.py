@@ -97,6 +97,13 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "first publishes: the first run's wall shorter by a publish, a restore and a "
             "start, at the price of a compile per host).", "wait",
             choices=("wait", "compile")),
+    Setting("prefixbench_host_strategy", "str", "How the hosts' play (provision, deploy, "
+            "bench) runs: free (each host at its own pace; the only wait between hosts is a "
+            "compile follower's, for its own key) or linear (Ansible's lockstep, every "
+            "host waits for the slowest at each task: output read in order, or an A/B "
+            "measurement). A play's strategy is read before any host's variables: give it "
+            "with -e, an inventory value has no effect.", "free",
+            choices=("free", "linear")),
     Setting("prefixbench_compile_cache_s3_region", "str", "Region of an s3:// compile "
             "store's bucket; empty: boto3's default on the host.", "",
             pattern=r"^$|^[a-z]{2}(-[a-z]+)+-\d+$"),
