@@ -12,11 +12,11 @@ from typing import Any
 
 import module_runner
 import pytest
+from moto_s3 import moto_bucket
 
 sys.path.insert(0, str(module_runner.ROOT / "module_utils"))
 import prefixbench_compile_cache as cc
 import prefixbench_compile_claim as claims
-import prefixbench_s3 as s3
 
 BUCKET = "pbtest-claims"
 STORE = f"s3://{BUCKET}/fleet/graphs"
@@ -139,15 +139,7 @@ moto = pytest.importorskip("moto")
 
 @pytest.fixture
 def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A client of moto's S3, nothing read from this machine's AWS config."""
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with moto.mock_aws():
-        cli = s3.make_client(region="us-east-1", retries=1)
-        cli.create_bucket(Bucket=BUCKET)
+    with moto_bucket(monkeypatch, BUCKET) as cli:
         yield cli
 
 
