@@ -3,7 +3,7 @@
 ``run RUN_DIR``
     a finished run's wall time against the slowest host's bench durations plus server
     start-ups.
-``fleet [-i INVENTORY] [--slow HOST=CORES] [--strategy free|linear] [--workloads K]``
+``fleet [-i INVENTORY] [--slow HOST=CORES] [--strategy free|linear] [--workloads K] [--limit H]``
     on the simulated fleet (up and provisioned): the whole of ``benchmark.yml`` with K
     tiny workloads, a fresh run id and a fresh compile store, optionally with one host
     held to CORES of CPU for the whole run (``prefixbench.sim.throttle``), then the run's
@@ -107,7 +107,7 @@ def _plugin(host_name: str, runs: int) -> int:
     return 0
 
 
-def _fleet(inventory: str, slow: str, strategy: str, workloads: int) -> int:
+def _fleet(inventory: str, slow: str, strategy: str, workloads: int, limit: str) -> int:
     from prefixbench.perf.scale import tiny  # noqa: PLC0415
     from prefixbench.sim.layout import parse_host_name  # noqa: PLC0415
     from prefixbench.sim.throttle import throttled  # noqa: PLC0415 - needs root and the fleet
@@ -121,7 +121,8 @@ def _fleet(inventory: str, slow: str, strategy: str, workloads: int) -> int:
         results = Path(tmp) / "results"
         argv = ["ansible-playbook", "benchmark.yml", "-i", inventory, "-e", f"@{extra}",
                 "-e", f"prefixbench_run_id={run_id}", "-e", f"prefixbench_results_dir={results}",
-                "-e", f"prefixbench_host_strategy={strategy}"]
+                "-e", f"prefixbench_host_strategy={strategy}",
+                *(["--limit", limit] if limit else [])]
         with contextlib.ExitStack() as stack:
             if slow:
                 name, _, cores = slow.partition("=")
@@ -157,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fleet.add_argument("--slow", default="", help="HOST=CORES, e.g. trn3-sim-1=0.3")
     fleet.add_argument("--strategy", choices=["free", "linear"], default="free")
     fleet.add_argument("--workloads", type=int, default=1)
+    fleet.add_argument("--limit", default="", help="the hosts, as ansible-playbook --limit")
     plug = sub.add_parser("plugin", help="the action plugin against the bare command")
     plug.add_argument("host")
     plug.add_argument("-n", "--runs", type=int, default=3)
@@ -169,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return 0
     if args.mode == "fleet":
-        return _fleet(args.inventory, args.slow, args.strategy, args.workloads)
+        return _fleet(args.inventory, args.slow, args.strategy, args.workloads, args.limit)
     return _plugin(args.host, args.runs)
 
 
