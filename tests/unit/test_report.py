@@ -613,7 +613,8 @@ def test_time_and_cost_per_host(tmp_path: Path) -> None:
     (run / "host-a" / "cached" / "compile.json").write_text(json.dumps(
         {"compiled": True, "restored_files": 0, "role": "leader"}))
     (run / "host-b" / "cached" / "compile.json").write_text(json.dumps(
-        {"compiled": False, "restored_files": 42, "role": "follower"}))
+        {"compiled": False, "restored_files": 42, "role": "follower",
+         "waited_for_leader_s": 45.0}))
     s = build_summary(run)
     t = s.host("host-a").time
     assert t is not None and t.startup_s == {"cached": 412.0} and t.price_per_hour == 36.0
@@ -623,11 +624,14 @@ def test_time_and_cost_per_host(tmp_path: Path) -> None:
     # make_run's records all start 08:00 and end 08:01.
     assert t.bench_wall_s == 60.0 and t.cost == pytest.approx(0.6)
     assert t.idle_s == {"cached": 90.0} and t.idle_cost == pytest.approx(0.9)
-    assert other.idle_s == {} and other.idle_cost is None
+    # host-b's start waited 45 s for its compile leader: idle for another host, priced.
+    assert other.idle_s == {} and other.leader_wait_s == {"cached": 45.0}
+    assert other.idle_total_s == 45.0 and other.idle_cost == pytest.approx(0.45)
+    assert t.leader_wait_s == {}
     write_outputs(s, run)
     md = (run / "report.md").read_text()
     assert "## Time and cost" in md and "cached 412 s (compiled)" in md
-    assert "| 90 s (0.90) |" in md
+    assert "| 90 s (0.90) |" in md and "| 45 s (0.45) |" in md
     assert "Graphs: 1 of 2 server starts compiled" in md
     base = fixture_bench("baseline", "high_overlap")["output_throughput"]
     cached = fixture_bench("cached", "high_overlap")["output_throughput"]

@@ -9,11 +9,12 @@
   added graphs to its cache), ``restored`` (from the fleet's store before the start) or
   ``reused`` (its own cache already had them);
 - *instance-hours*: the bench wall in hours;
-- *idle with a healthy server*: for each configuration, from the moment its server was
-  healthy (``startup.json`` ``healthy_at``) to the start of its first bench: time the
-  instance is paid for and measures nothing (in Ansible's lockstep mostly the wait for
-  the other hosts' starts and the leader's compile-cache publish); priced like the
-  instance-hours;
+- *idle for other hosts*: for each configuration, from the moment its server was healthy
+  (``startup.json`` ``healthy_at``) to the start of its first bench (in Ansible's
+  lockstep mostly the wait for the other hosts' starts; with the hosts at their own pace
+  the host's own bench client start), plus a compile follower's wait for its key's
+  leader (``compile.json`` ``waited_for_leader_s``): time the instance is paid for and
+  measures nothing; priced like the instance-hours;
 - *cost per million output tokens* with and without caching: the price of an
   instance-hour (``prefixbench_price_per_instance_hour``, by instance type, recorded in
   ``run.json``) over the output tokens an hour of the high-overlap workload yields at the
@@ -44,10 +45,14 @@ class HostTime:
     graphs: Mapping[str, str] = field(default_factory=dict)
     #: configuration -> seconds from its server's healthy_at to its first bench's start.
     idle_s: Mapping[str, float] = field(default_factory=dict)
+    #: configuration -> seconds its start waited for its compile key's leader to publish.
+    leader_wait_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def idle_total_s(self) -> float | None:
-        return sum(self.idle_s.values()) if self.idle_s else None
+        if not self.idle_s and not self.leader_wait_s:
+            return None
+        return sum(self.idle_s.values()) + sum(self.leader_wait_s.values())
 
     @property
     def idle_cost(self) -> float | None:
@@ -70,6 +75,7 @@ class HostTime:
                 "startup_s": dict(self.startup_s), "graphs": dict(self.graphs),
                 "instance_hours": self.instance_hours, "price_per_hour": self.price_per_hour,
                 "cost": self.cost, "idle_s": dict(self.idle_s),
+                "leader_wait_s": dict(self.leader_wait_s),
                 "idle_total_s": self.idle_total_s, "idle_cost": self.idle_cost}
 
 
@@ -105,7 +111,22 @@ def host_time(run_dir: Path, host: str, spans: Sequence[tuple[str, str]],
             idle[path.parent.name] = (first - healthy).total_seconds()
     graphs = {conf: how for conf, path in layout.server_records(host, COMPILE).items()
               if (how := _graphs(path)) is not None}
-    return HostTime(host, wall, startup, price_per_hour, graphs, idle)
+    waits = {conf: wait for conf, path in layout.server_records(host, COMPILE).items()
+             if (wait := _leader_wait(path))}
+    return HostTime(host, wall, startup, price_per_hour, graphs, idle, waits)
+
+
+def _leader_wait(path: Path) -> float | None:
+    """A start's wait for its compile leader (``compile.json``), or None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = data.get("waited_for_leader_s") if isinstance(data, Mapping) else None
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _graphs(path: Path) -> str | None:

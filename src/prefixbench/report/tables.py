@@ -246,6 +246,6 @@ def time_cost_table(s: Summary) -> Table:
                      fmt(t.cost, ".2f"), idle, *per_m))
     return Table(("Host", "Instance type", "Bench wall", "Server start-ups (compile)",
                   "Instance-hours", "Price / hour", "Cost",
-                  "Idle, server healthy before its first bench (cost)",
+                  "Idle for other hosts: compile leader + healthy before first bench (cost)",
                   "Per M output tokens, baseline", "Per M output tokens, cached"),
                  tuple(rows), (2, 4, 5, 6, 7, 8, 9))
