@@ -19,6 +19,7 @@ from prefixbench.frontend import cli
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
 from prefixbench.predict.cachemodel import CacheModel
+from prefixbench.predict.schedasync import AsyncSchedulerSim
 from prefixbench.predict.schedconfig import Serving
 from prefixbench.predict.schedhybrid import HybridSchedulerSim
 from prefixbench.predict.schedsim import SchedulerSim
@@ -169,3 +170,19 @@ def test_an_unbounded_replay_at_concurrency_reports_no_working_set() -> None:
     pred = whatif.predict(w, block_size=128, serving=Serving(4))
     assert serial.cached_blocks == 5 * 24 + 200 * 8 and pred.cached_blocks is None
     assert pred.hit_tokens == serial.hit_tokens
+
+
+def test_async_scheduling_is_the_async_scheduler_replay() -> None:
+    w = sustained_c4()
+    serving = Serving(4, async_scheduling=True)
+    pred = whatif.predict(w, block_size=128, capacity_blocks=150, serving=serving)
+    want = AsyncSchedulerSim(128, 150).replay(whatif.prefix_repetition_tokens(w),
+                                              w.prefix_repetition_output_len,
+                                              concurrency=4)
+    assert (pred.hit_tokens, pred.evicted_blocks) == (want.total_hit_tokens,
+                                                      want.evicted_blocks)
+    assert "vLLM async scheduler model at concurrency 4" in pred.method
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "150",
+                       "--concurrency", "4", "--async-scheduling")
+    assert code == 0 and f"predicted ratio: {pred.ratio:.4%}" in out
+    assert "replayed:        vLLM async scheduler model at concurrency 4" in out

@@ -121,7 +121,8 @@ def serving(args: argparse.Namespace) -> Serving:
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     return Serving(concurrency=args.concurrency, max_num_seqs=args.max_num_seqs,
-                   max_num_batched_tokens=args.max_num_batched_tokens)
+                   max_num_batched_tokens=args.max_num_batched_tokens,
+                   async_scheduling=args.async_scheduling)
 
 
 def cache_model(args: argparse.Namespace) -> CacheModel:
