@@ -106,7 +106,8 @@ def test_skipped_decode_steps_change_nothing(hybrid: bool, budget: int) -> None:
     got = slow.replay(prompts, outs, concurrency=5)
     assert got.hit_tokens == want.hit_tokens and got.preemptions == want.preemptions
     assert (got.evicted_blocks, got.steps) == (want.evicted_blocks, want.steps)
-    assert list(slow._lru) == list(fast._lru)
+    assert got.preempted_hit_tokens == want.preempted_hit_tokens
+    assert list(slow._lru) == list(fast._lru) and slow._key_of == fast._key_of
     assert fast.stepped < want.steps  # some steps were skipped in bulk
     assert sum(want.preemptions) > 0
 

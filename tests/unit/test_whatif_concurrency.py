@@ -21,7 +21,7 @@ from prefixbench.predict import whatif
 from prefixbench.predict.cachemodel import CacheModel
 from prefixbench.predict.schedasync import AsyncSchedulerSim
 from prefixbench.predict.schedconfig import Serving
-from prefixbench.predict.schedhybrid import HybridSchedulerSim
+from prefixbench.predict.schedhybrid import AsyncHybridSchedulerSim, HybridSchedulerSim
 from prefixbench.predict.schedsim import SchedulerSim
 
 
@@ -205,3 +205,19 @@ def test_async_scheduling_is_the_async_scheduler_replay() -> None:
                        "--concurrency", "4", "--async-scheduling")
     assert code == 0 and f"predicted ratio: {pred.ratio:.4%}" in out
     assert "replayed:        vLLM async scheduler model at concurrency 4" in out
+
+
+def test_the_hybrid_manager_under_async_scheduling_one_at_a_time_is_the_async_model() -> None:
+    """Concurrency 1 with the hybrid manager goes through the async scheduler model: its
+    admission cap (two batches in flight) and sliding-window frees (a step later) differ
+    from the one-at-a-time hybrid model's."""
+    w = sustained_c4()
+    hybrid = CacheModel("hybrid")
+    pred = whatif.predict(w, block_size=128, capacity_blocks=100, cache_model=hybrid,
+                          serving=Serving(1, async_scheduling=True))
+    want = AsyncHybridSchedulerSim(128, 100, sliding_window=128).replay(
+        whatif.prefix_repetition_tokens(w), w.prefix_repetition_output_len)
+    assert (pred.hit_tokens, pred.evicted_blocks) == (want.total_hit_tokens,
+                                                      want.evicted_blocks)
+    serial = whatif.predict(w, block_size=128, capacity_blocks=100, cache_model=hybrid)
+    assert serial.hit_tokens != pred.hit_tokens

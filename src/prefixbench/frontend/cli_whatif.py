@@ -154,7 +154,8 @@ def _curve(args: argparse.Namespace, workload: Any, model: CacheModel, served: S
         raise UsageError(str(exc)) from None
     print(f"workload:        {workload.name} ({workload.dataset_name}), block "
           f"{args.block_size}, {model.describe()}", file=out)
-    print(f"replayed:        {served.describe()}", file=out)
+    if served.scheduled or served.async_scheduling:
+        print(f"replayed:        {served.describe()}", file=out)
     print(f"{'capacity':>12}  {'hit ratio':>9}  {'evicted blocks':>14}", file=out)
     for point in (*curve.points, curve.unbounded):
         cap = "unbounded" if point.capacity_blocks is None else f"{point.capacity_blocks:,}"
