@@ -22,7 +22,7 @@ import json
 import os
 import random
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ class Case:
     given: tuple[tuple[tuple[int, ...], int], ...] = ()
     #: gpt-oss's layout with this sliding window (tokens); None: full attention only.
     hybrid: int | None = None
+    #: vLLM's AsyncScheduler, driven as the engine core does (two batches in flight).
+    asynchronous: bool = False
 
     def items(self) -> list[tuple[tuple[int, ...], int]]:
         """(prompt, output_len) per request, in send order."""
@@ -152,6 +154,45 @@ def _cases() -> list[Case]:
     return cases
 
 
+def _async_cases() -> list[Case]:
+    """The same shapes (other seeds) under vLLM's AsyncScheduler."""
+    cases: list[Case] = []
+    for conc, seqs, budget in ((1, 4, 32), (2, 4, 32), (4, 4, 48), (8, 4, 32),
+                               (32, 16, 64)):
+        cases.append(Case(f"async-c{conc}-never-evicts", seed=1100 + conc, requests=300,
+                          block_size=4, max_prompt_blocks=20, concurrency=conc,
+                          max_num_seqs=seqs, max_num_batched_tokens=budget,
+                          num_gpu_blocks=None, asynchronous=True))
+        cases.append(Case(f"async-c{conc}-evicts", seed=1200 + conc, requests=300,
+                          block_size=4, max_prompt_blocks=16, concurrency=conc,
+                          max_num_seqs=seqs, max_num_batched_tokens=budget,
+                          num_gpu_blocks=40, max_output_len=24, asynchronous=True))
+        cases.append(Case(f"async-c{conc}-evicts-tiny-vocab", seed=1300 + conc,
+                          requests=200, block_size=2, max_prompt_blocks=16,
+                          concurrency=conc, max_num_seqs=seqs,
+                          max_num_batched_tokens=budget // 2, num_gpu_blocks=30,
+                          max_output_len=8, vocab=3, asynchronous=True))
+    cases.append(Case("async-c8-block16-chunked-evicts", seed=1408, requests=200,
+                      block_size=16, max_prompt_blocks=12, concurrency=8, max_num_seqs=16,
+                      max_num_batched_tokens=48, num_gpu_blocks=36, max_output_len=40,
+                      asynchronous=True))
+    for conc, seqs in ((1, 4), (2, 4), (4, 4), (8, 4), (32, 8)):
+        cases.append(Case(f"async-hybrid-c{conc}-evicts", seed=1500 + conc, requests=200,
+                          block_size=16, max_prompt_blocks=18, concurrency=conc,
+                          max_num_seqs=seqs, max_num_batched_tokens=64, num_gpu_blocks=64,
+                          max_output_len=40, hybrid=128, asynchronous=True))
+        cases.append(Case(f"async-hybrid-c{conc}-evicts-tiny-vocab", seed=1600 + conc,
+                          requests=200, block_size=4, max_prompt_blocks=16,
+                          concurrency=conc, max_num_seqs=seqs, max_num_batched_tokens=24,
+                          num_gpu_blocks=40, max_output_len=12, vocab=3, hybrid=16,
+                          asynchronous=True))
+    cases.append(Case("async-hybrid-c8-never-evicts", seed=1708, requests=300,
+                      block_size=16, max_prompt_blocks=24, concurrency=8, max_num_seqs=8,
+                      max_num_batched_tokens=128, num_gpu_blocks=None, hybrid=128,
+                      asynchronous=True))
+    return cases
+
+
 #: Two requests sharing a 32-token prefix sent at once, both admitted in step 1 (budget
 #: 100, 40 tokens each): vLLM caches A's blocks when it schedules them, so B, admitted
 #: after A in the same step, hits all 8 shared blocks.
@@ -177,7 +218,16 @@ HAND = [
          num_gpu_blocks=6, given=(((*_P8, 100, 101), 9), (_P8, 9))),
 ]
 
-CASES = [*_cases(), SAME_STEP, *HAND]
+#: 3 usable blocks of 4: A (4 tokens, 3 out) and B (8 tokens, 1 out) admitted in step 1.
+#: Synchronously B has finished before A's first decode needs a block; asynchronously B
+#: still runs (its last token in flight), is preempted for A, and finishes waiting.
+STALE = Case("hand-stale-finish", seed=0, requests=2, block_size=4, max_prompt_blocks=2,
+             concurrency=2, max_num_seqs=2, max_num_batched_tokens=64, num_gpu_blocks=4,
+             given=(((1, 2, 3, 4), 3), (tuple(range(11, 19)), 1)))
+ASYNC_HAND = [replace(case, name=f"async-{case.name}", asynchronous=True)
+              for case in (SAME_STEP, *HAND, STALE)]
+ASYNC_CASES = [*_async_cases(), *ASYNC_HAND]
+CASES = [*_cases(), SAME_STEP, *HAND, STALE, *ASYNC_CASES]
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +238,7 @@ def vllm_served(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
     for case in CASES:
         items = case.items()
         cases.append({"block_size": case.block_size, "num_blocks": case.gpu_blocks(items),
-                      "hybrid": case.hybrid,
+                      "hybrid": case.hybrid, "async": case.asynchronous,
                       "max_num_seqs": case.max_num_seqs,
                       "max_num_batched_tokens": case.max_num_batched_tokens,
                       "concurrency": case.concurrency,
@@ -206,12 +256,16 @@ def vllm_served(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
     return {case.name: got for case, got in zip(CASES, out["cases"], strict=True)}
 
 
-def model_replay(case: Case, capacity: int | None) -> SchedReplayResult:
+def model_replay(case: Case, capacity: int | None, *,
+                 asynchronous: bool | None = None) -> SchedReplayResult:
+    """The case through the model (its own scheduling mode unless ``asynchronous``)."""
     items = case.items()
     sim = scheduler_sim_for("full" if case.hybrid is None else "hybrid", case.block_size,
                             capacity, sliding_window=case.hybrid,
                             max_num_seqs=case.max_num_seqs,
-                            max_num_batched_tokens=case.max_num_batched_tokens)
+                            max_num_batched_tokens=case.max_num_batched_tokens,
+                            async_scheduling=case.asynchronous if asynchronous is None
+                            else asynchronous)
     return sim.replay([p for p, _ in items], [out for _, out in items],
                       concurrency=case.concurrency)
 
@@ -270,3 +324,36 @@ def test_the_hand_cases_preempt_as_the_unit_tests_say(
     # V is preempted in step 4 and admitted again in step 5 (hitting 8 tokens), then
     # once more later on.
     assert (rule["preemptions"], rule["preempted_hits"]) == ([0, 2], 16)
+
+
+def test_async_scheduling_changes_what_vllm_does(
+        vllm_served: dict[str, dict[str, Any]]) -> None:
+    """The async cases are not the synchronous ones again: the synchronous model, given
+    them, misses vLLM's steps in every case above concurrency 1 and its hits or
+    preemptions in some bounded ones; one request at a time, full attention keeps the
+    synchronous hits (the hybrid manager does not: its admission cap and sliding-window
+    frees change)."""
+    differ = 0
+    for case in ASYNC_CASES:
+        want = vllm_served[case.name]
+        capacity = usable_blocks(case.gpu_blocks(case.items()))
+        sync = model_replay(case, capacity, asynchronous=False)
+        if case.concurrency == 1 and case.hybrid is None:
+            assert sync.hit_tokens == want["hit_tokens"], case.name
+        elif case.concurrency == 1:
+            assert sync.hit_tokens != want["hit_tokens"], case.name
+        elif not case.given:
+            assert sync.steps != want["steps"], case.name
+        differ += len(mismatches(want["hit_tokens"], sync.hit_tokens))
+        differ += len(mismatches(want["preemptions"], sync.preemptions))
+    assert differ > 0
+
+
+def test_a_preempted_request_finishes_by_its_stale_token(
+        vllm_served: dict[str, dict[str, Any]]) -> None:
+    """What vLLM's AsyncScheduler does, not only that the model agrees: the request whose
+    last token is in flight is preempted and finishes without being admitted again."""
+    sync, asynchronous = vllm_served[STALE.name], vllm_served[f"async-{STALE.name}"]
+    assert (sync["preemptions"], sync["steps"]) == ([0, 0], 3)
+    assert (asynchronous["preemptions"], asynchronous["steps"]) == ([0, 1], 4)
+    assert asynchronous["readmission_hits"] == [[], []]

@@ -19,8 +19,9 @@ from prefixbench.frontend import cli
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
 from prefixbench.predict.cachemodel import CacheModel
+from prefixbench.predict.schedasync import AsyncSchedulerSim
 from prefixbench.predict.schedconfig import Serving
-from prefixbench.predict.schedhybrid import HybridSchedulerSim
+from prefixbench.predict.schedhybrid import AsyncHybridSchedulerSim, HybridSchedulerSim
 from prefixbench.predict.schedsim import SchedulerSim
 
 
@@ -152,7 +153,6 @@ def test_the_whatif_command_says_which_model_it_replayed() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
     (["--concurrency", "2", "--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
-    (["--concurrency", "2", "--capacity-curve", "64,128"], "without --concurrency"),
 ])
 def test_the_whatif_command_refuses_what_it_cannot_replay(argv: list[str], message: str
                                                           ) -> None:
@@ -169,3 +169,55 @@ def test_an_unbounded_replay_at_concurrency_reports_no_working_set() -> None:
     pred = whatif.predict(w, block_size=128, serving=Serving(4))
     assert serial.cached_blocks == 5 * 24 + 200 * 8 and pred.cached_blocks is None
     assert pred.hit_tokens == serial.hit_tokens
+
+
+def test_the_capacity_curve_at_concurrency_is_the_scheduler_replay() -> None:
+    """``--capacity-curve`` with ``--concurrency``: each capacity replayed through the
+    scheduler model as one prediction at that capacity is, the working set not counted."""
+    code, out, err = run("--workload", "sustained_c4", "--capacity-curve", "150,400",
+                         "--concurrency", "4")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert ("replayed:        vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
+            "max_num_batched_tokens 1024)") in lines
+    w = sustained_c4()
+    for cap in (150, 400):
+        pred = whatif.predict(w, block_size=128, capacity_blocks=cap, serving=Serving(4))
+        assert pred.ratio is not None
+        assert f"{cap:>12,}  {pred.ratio:>9.2%}  {pred.evicted_blocks:>14,}" in lines
+    serial = whatif.predict(w, block_size=128, capacity_blocks=150)
+    assert f"{150:>12,}  {serial.ratio:>9.2%}" not in out  # not one at a time
+    assert any(line.startswith("working set:     not counted at concurrency 4")
+               for line in lines)
+
+
+def test_async_scheduling_is_the_async_scheduler_replay() -> None:
+    w = sustained_c4()
+    serving = Serving(4, async_scheduling=True)
+    pred = whatif.predict(w, block_size=128, capacity_blocks=150, serving=serving)
+    want = AsyncSchedulerSim(128, 150).replay(whatif.prefix_repetition_tokens(w),
+                                              w.prefix_repetition_output_len,
+                                              concurrency=4)
+    assert (pred.hit_tokens, pred.evicted_blocks) == (want.total_hit_tokens,
+                                                      want.evicted_blocks)
+    assert "vLLM async scheduler model at concurrency 4" in pred.method
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "150",
+                       "--concurrency", "4", "--async-scheduling")
+    assert code == 0 and f"predicted ratio: {pred.ratio:.4%}" in out
+    assert "replayed:        vLLM async scheduler model at concurrency 4" in out
+
+
+def test_the_hybrid_manager_under_async_scheduling_one_at_a_time_is_the_async_model() -> None:
+    """Concurrency 1 with the hybrid manager goes through the async scheduler model: its
+    admission cap (two batches in flight) and sliding-window frees (a step later) differ
+    from the one-at-a-time hybrid model's."""
+    w = sustained_c4()
+    hybrid = CacheModel("hybrid")
+    pred = whatif.predict(w, block_size=128, capacity_blocks=100, cache_model=hybrid,
+                          serving=Serving(1, async_scheduling=True))
+    want = AsyncHybridSchedulerSim(128, 100, sliding_window=128).replay(
+        whatif.prefix_repetition_tokens(w), w.prefix_repetition_output_len)
+    assert (pred.hit_tokens, pred.evicted_blocks) == (want.total_hit_tokens,
+                                                      want.evicted_blocks)
+    serial = whatif.predict(w, block_size=128, capacity_blocks=100, cache_model=hybrid)
+    assert serial.hit_tokens != pred.hit_tokens

@@ -186,6 +186,9 @@ def _whatif_parser(sub: Any) -> None:
                         help="the server's --max-num-batched-tokens, with --concurrency "
                         f"above 1 (default {DEFAULT_MAX_NUM_BATCHED_TOKENS}, the tutorial "
                         "server's)")
+    whatif.add_argument("--async-scheduling", action="store_true",
+                        help="the server runs vLLM's AsyncScheduler (vLLM's default on a "
+                        "GPU; its CPU platform, the bundle's servers', turns it off)")
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,

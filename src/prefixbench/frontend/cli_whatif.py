@@ -2,7 +2,8 @@
 workload, printed (one prediction, or hit ratio against KV capacity with
 ``--capacity-curve``). With ``--concurrency N`` above 1 the requests are replayed through
 the model of vLLM's scheduler (:mod:`prefixbench.predict.schedsim`) with the server's
-``--max-num-seqs`` / ``--max-num-batched-tokens``; the ``replayed:`` line says which model
+``--max-num-seqs`` / ``--max-num-batched-tokens`` (and ``--async-scheduling``: vLLM's
+``AsyncScheduler``), a curve's capacities too; the ``replayed:`` line says which model
 was used.
 
 The workload comes from the arguments (:func:`whatif_workload`); the prediction is
@@ -81,10 +82,7 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     model = cache_model(args).chunked(args.max_num_batched_tokens)
     served = serving(args)
     if args.capacity_curve is not None:
-        if served.scheduled:
-            raise UsageError("--capacity-curve replays one request at a time: give it "
-                             "without --concurrency")
-        return _curve(args, workload, model, out, err)
+        return _curve(args, workload, model, served, out=out, err=err)
     with ProgressBar(err) as bar:
         pred = whatif.predict(workload, block_size=args.block_size,
                               capacity_blocks=args.capacity_blocks, prompts_file=None,
@@ -121,7 +119,8 @@ def serving(args: argparse.Namespace) -> Serving:
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     return Serving(concurrency=args.concurrency, max_num_seqs=args.max_num_seqs,
-                   max_num_batched_tokens=args.max_num_batched_tokens)
+                   max_num_batched_tokens=args.max_num_batched_tokens,
+                   async_scheduling=args.async_scheduling)
 
 
 def cache_model(args: argparse.Namespace) -> CacheModel:
@@ -137,8 +136,8 @@ def cache_model(args: argparse.Namespace) -> CacheModel:
     return CacheModel("hybrid", sliding_window=args.sliding_window)
 
 
-def _curve(args: argparse.Namespace, workload: Any, model: CacheModel, out: TextIO,
-           err: TextIO) -> int:
+def _curve(args: argparse.Namespace, workload: Any, model: CacheModel, served: Serving, *,
+           out: TextIO, err: TextIO) -> int:
     from prefixbench.predict import capacity_curve  # noqa: PLC0415 - loads the tokenizer library
     from prefixbench.predict.progress import ProgressBar  # noqa: PLC0415
 
@@ -150,20 +149,26 @@ def _curve(args: argparse.Namespace, workload: Any, model: CacheModel, out: Text
             curve = capacity_curve.predict_curve(
                 workload, block_size=args.block_size, capacities=caps,
                 tokenizer_dir=args.tokenizer, workers=args.workers, progress=bar,
-                cache_model=model)
+                cache_model=model, serving=served)
     except capacity_curve.CurveError as exc:
         raise UsageError(str(exc)) from None
     print(f"workload:        {workload.name} ({workload.dataset_name}), block "
           f"{args.block_size}, {model.describe()}", file=out)
+    if served.scheduled or served.async_scheduling:
+        print(f"replayed:        {served.describe()}", file=out)
     print(f"{'capacity':>12}  {'hit ratio':>9}  {'evicted blocks':>14}", file=out)
     for point in (*curve.points, curve.unbounded):
         cap = "unbounded" if point.capacity_blocks is None else f"{point.capacity_blocks:,}"
         ratio = "refused" if point.ratio is None else f"{point.ratio:.2%}"
         print(f"{cap:>12}  {ratio:>9}  {point.evicted_blocks:>14,}", file=out)
     fits = curve.fits_from
-    print(f"working set:     {curve.working_set_blocks:,} blocks; "
-          + (f"the unbounded hit ratio from {fits:,} blocks (of those tried)" if fits is not None
-             else "no capacity tried reaches the unbounded hit ratio"), file=out)
+    reach = (f"the unbounded hit ratio from {fits:,} blocks (of those tried)" if fits is not None
+             else "no capacity tried reaches the unbounded hit ratio")
+    if served.scheduled:  # the scheduler model's cached blocks are not the working set
+        print(f"working set:     not counted at concurrency {served.concurrency} (see the "
+              f"curve without --concurrency); {reach}", file=out)
+    else:
+        print(f"working set:     {curve.working_set_blocks:,} blocks; {reach}", file=out)
     refused = [p for p in curve.points if p.ratio is None]
     if refused:
         print(f"refused:         {refused[0].note}", file=out)

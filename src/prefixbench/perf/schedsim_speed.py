@@ -11,6 +11,7 @@ the process is pinned to one core.
     make bench-schedsim ARGS="--concurrency 4 --max-num-seqs 4"   # the tutorial server
     make bench-schedsim ARGS="--prefix-len 3072 --suffix-len 1024 --block-size 128"
     make bench-schedsim ARGS="--kv-cache hybrid"          # gpt-oss's layout, window 128
+    make bench-schedsim ARGS="--async-scheduling"         # vLLM's AsyncScheduler
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def main() -> int:
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     ap.add_argument("--kv-cache", choices=("full", "hybrid"), default="full")
     ap.add_argument("--sliding-window", type=int, default=128)
+    ap.add_argument("--async-scheduling", action="store_true",
+                    help="model vLLM's AsyncScheduler (a GPU server's default)")
     args = ap.parse_args()
     pinned = _pin_one_core()
 
@@ -59,7 +62,8 @@ def main() -> int:
     sim = scheduler_sim_for(args.kv_cache, args.block_size, args.capacity_blocks or None,
                             sliding_window=args.sliding_window,
                             max_num_seqs=args.max_num_seqs,
-                            max_num_batched_tokens=args.max_num_batched_tokens)
+                            max_num_batched_tokens=args.max_num_batched_tokens,
+                            async_scheduling=args.async_scheduling)
     build = run = 0.0
     done = 0
     while done < args.prompts:
@@ -82,8 +86,8 @@ def main() -> int:
           f"{args.output_len} output each, block {args.block_size}, capacity {cap} blocks, "
           f"{args.kv_cache} KV-cache manager")
     print(f"server/client:  concurrency {args.concurrency}, max_num_seqs "
-          f"{args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}; "
-          f"{pinned}")
+          f"{args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}, "
+          f"{'async' if args.async_scheduling else 'synchronous'} scheduler; {pinned}")
     print(f"hit ratio:      {sim.hit_tokens_total / sim.query_tokens_total:.4%} (evicted "
           f"{sim.evicted_blocks:,} blocks, {sim.preempted_query_tokens:,} tokens "
           f"re-queried after preemptions)")

@@ -52,16 +52,17 @@ request by request against it, ``tests/integration/test_cachesim_vs_vllm.py``):
   caches them under unique keys (they take room and age, never hit); the
   sliding-window group never caches them.
 
-Simplifications, stated so a reader can judge: requests run one at a time
-(concurrency 1), prefill in chunks of ``max_chunk_tokens`` (``None``: one chunk; the
-server's ``--max-num-batched-tokens`` at concurrency 1); steps are synchronous (with
-async scheduling vLLM frees sliding-window blocks one step later, which can change
-which block a tight pool evicts); keys are 64-bit Python hashes (vLLM: sha256); LoRA,
-multimodal and cache-salt keys, EAGLE/MTP and KV connectors are not modelled; exactly
-two groups of equal block size (gpt-oss's layout); ``max_admission_blocks`` (vLLM's
-recycling-aware cap on the sliding-window group's admission reservation,
-``cdiv(min(window - 1 + max_in_flight_tokens, max_model_len), block_size) + 1``) is
-``None`` unless given.
+Simplifications, stated so a reader can judge: requests run one at a time (concurrency
+1), prefill in chunks of ``max_chunk_tokens`` (``None``: one chunk; the server's
+``--max-num-batched-tokens`` at concurrency 1); steps are synchronous (with async
+scheduling vLLM frees sliding-window blocks one step later and caps admission at two
+batches in flight, which can change which block a tight pool evicts: the replay then
+uses :class:`prefixbench.predict.schedhybrid.AsyncHybridSchedulerSim`); keys are 64-bit
+Python hashes (vLLM: sha256); LoRA, multimodal and cache-salt keys, EAGLE/MTP and KV
+connectors are not modelled; exactly two groups of equal block size (gpt-oss's layout);
+``max_admission_blocks`` (vLLM's recycling-aware cap on the sliding-window group's
+admission reservation, ``cdiv(min(window - 1 + max_in_flight_tokens, max_model_len),
+block_size) + 1``) is ``None`` unless given.
 """
 
 from __future__ import annotations

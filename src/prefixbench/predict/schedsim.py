@@ -60,18 +60,18 @@ vLLM's own ``Scheduler`` (``tests/integration/test_schedsim_vs_vllm.py``):
 Concurrency 1 reduces to :meth:`PrefixCacheSim.replay`: the same hits and evictions
 (``tests/unit/test_schedsim.py`` checks it on seeded workloads).
 
-Simplifications, stated so a reader can judge: the synchronous ``Scheduler`` only
-(vLLM enables ``AsyncScheduler`` by default on a server; it schedules a step before the
-previous one's output is processed, so requests finish and free their blocks a step
-later, which can change what a tight cache evicts, not which blocks a full-attention
-request sees); a finished request's successor arrives before the next step (no client,
-network or tokenizer latency); optional arrival times are in steps, not seconds; the
-FCFS policy (not ``priority``); no speculative decoding, LoRA, multimodal inputs,
-KV connectors, watermark, ``long_prefill_token_threshold`` or prompt logprobs; stop
-strings and EOS are not modelled (every request generates ``output_len`` tokens, as
-``ignore_eos``); ``max_model_len`` is not enforced; keys are 64-bit Python hashes
-(vLLM: sha256). vLLM's hybrid KV-cache manager (gpt-oss's sliding-window + full
-attention) is the subclass :class:`prefixbench.predict.schedhybrid.HybridSchedulerSim`
+Simplifications, stated so a reader can judge: this is the synchronous ``Scheduler``,
+what vLLM's CPU platform runs (it turns async scheduling off); vLLM's default elsewhere,
+``AsyncScheduler``, is the subclass
+:class:`prefixbench.predict.schedasync.AsyncSchedulerSim`; a finished request's
+successor arrives before the next step (no client, network or tokenizer latency);
+optional arrival times are in steps, not seconds; the FCFS policy (not ``priority``); no
+speculative decoding, LoRA, multimodal inputs, KV connectors, watermark,
+``long_prefill_token_threshold`` or prompt logprobs; stop strings and EOS are not
+modelled (every request generates ``output_len`` tokens, as ``ignore_eos``);
+``max_model_len`` is not enforced; keys are 64-bit Python hashes (vLLM: sha256). vLLM's
+hybrid KV-cache manager (gpt-oss's sliding-window + full attention) is the subclass
+:class:`prefixbench.predict.schedhybrid.HybridSchedulerSim`
 (:func:`prefixbench.predict.schedhybrid.scheduler_sim_for` picks one).
 
 The block pool is :class:`prefixbench.predict.schedpool.BlockPool`; the client's and
@@ -87,6 +87,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from prefixbench.predict.cachesim import (
     CapacityError,
@@ -124,8 +125,8 @@ class SchedReplayResult(ReplayResult):
 class _Request(BlockTable):
     """One request in the server: its blocks and its progress."""
 
-    __slots__ = ("computed", "hit", "index", "num_tokens", "out", "out_len", "preemptions",
-                 "prompt_len", "scheduled")
+    __slots__ = ("computed", "fl", "hit", "index", "live", "num_tokens", "out", "out_len",
+                 "ph", "preemptions", "prompt_len", "scheduled", "stale")
 
     def __init__(self, index: int, keys: list[int], prompt_len: int, out_len: int) -> None:
         super().__init__(keys)
@@ -138,6 +139,11 @@ class _Request(BlockTable):
         self.scheduled = 0
         self.preemptions = 0
         self.hit = -1
+        #: Asynchronous scheduling only: output placeholders (tokens sampled in a step
+        #: whose output is not processed yet), tokens scheduled and not processed, of
+        #: those the ones scheduled before a preemption, and whether it is running.
+        self.ph = self.fl = self.stale = 0
+        self.live = False
 
 
 class SchedulerSim(BlockPool):
@@ -152,6 +158,12 @@ class SchedulerSim(BlockPool):
     warmups and the run at N) to carry the cache over: :meth:`send` each request with
     the client's current concurrency cap, :meth:`drain` between phases.
     """
+
+    #: vLLM's ``max_concurrent_batches``: steps scheduled and not yet processed.
+    in_flight_batches = 1
+    #: Whether vLLM's ``AsyncScheduler`` is modelled
+    #: (:class:`prefixbench.predict.schedasync.AsyncSchedulerSim`).
+    async_scheduling = False
 
     def __init__(
         self,
@@ -170,6 +182,8 @@ class SchedulerSim(BlockPool):
         self._token_kind: str | None = None
         self._waiting: deque[_Request] = deque()
         self._running: list[_Request] = []
+        #: Asynchronous scheduling: the step in flight (request, tokens, sampled).
+        self._batch: list[tuple[_Request, int, bool]] = []
         self._in_flight = 0
         self._requests: list[_Request] = []
         self.steps = 0
@@ -290,6 +304,11 @@ class SchedulerSim(BlockPool):
             if req.num_tokens - req.computed != 1:
                 return 0
             steps = min(steps, len(req.table) * bs - req.computed, req.out_len - req.out)
+        return self._window_steps(steps)
+
+    def _window_steps(self, steps: int) -> int:
+        """``steps`` of :meth:`_decode_only_steps`, fewer if a running request would free
+        a block leaving its attention window before (the hybrid manager)."""
         return steps
 
     def _skip(self, steps: int) -> None:
@@ -323,7 +342,6 @@ class SchedulerSim(BlockPool):
             self._running = [r for r in self._running if r.scheduled != -1]
 
     def _schedule_running(self, budget: int, scheduled: list[_Request]) -> tuple[int, bool]:
-        bs = self.block_size
         running = self._running
         preempted = False
         i = 0
@@ -337,17 +355,19 @@ class SchedulerSim(BlockPool):
                 preempted = True
                 if victim is req:
                     if not running:
-                        raise CapacityError(
-                            f"a request of {req.prompt_len} prompt tokens cannot grow to "
-                            f"{end} tokens even alone in the KV cache (capacity "
-                            f"{self.capacity} blocks of {bs} tokens): vLLM would preempt "
-                            f"it forever")
+                        self._no_room(req, end)
                     return budget, preempted
             req.scheduled = n
             scheduled.append(req)
             budget -= n
             i += 1
         return budget, preempted
+
+    def _no_room(self, req: _Request, end: int) -> NoReturn:
+        raise CapacityError(
+            f"a request of {req.prompt_len} prompt tokens cannot grow to {end} tokens "
+            f"even alone in the KV cache (capacity {self.capacity} blocks of "
+            f"{self.block_size} tokens): vLLM would preempt it forever")
 
     def _grow(self, req: _Request, end: int) -> bool:
         """Give a running request the blocks its first ``end`` tokens need and cache

