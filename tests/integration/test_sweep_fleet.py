@@ -141,8 +141,22 @@ def test_capacity_sweep_measures_the_predicted_curve(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["kind"] == "capacity_sweep", summary.get("kind")
     assert [p["kv_blocks"] for p in summary["points"]] == [26, 43, 64]
-    rows = {r["point_blocks"]: r for r in summary["rows"]}
+    rows = {r["point_blocks"]: r for r in summary["rows"] if r["workload"] == "high_overlap"}
     assert sorted(rows) == [26, 43, 64], summary["rows"]
+    # The same prompts at concurrency 4, decided against the scheduler model's prediction.
+    for row in (r for r in summary["rows"] if r["workload"] == "high_overlap_c4"):
+        print(f"kv{row['point_blocks']} at concurrency 4: measured {row['measured']:.4f} "
+              f"predicted {row['predicted']:.4f} ({row['diff_pp']:+.2f} pp): {row['detail']}")
+    fours = {r["point_blocks"]: r for r in summary["rows"] if r["workload"] == "high_overlap_c4"}
+    assert sorted(fours) == [26, 43, 64], summary["rows"]
+    # Where the model evicts, the server's hits move with when each request reaches the
+    # engine (two identical runs measured 35.00% and 38.33% at 63 blocks against the
+    # model's 31.66%; it was exact at 25 and 42): agreement is PASS, a difference
+    # INCONCLUSIVE with the figures and why, never FAIL.
+    for row in fours.values():
+        assert row["method"] == "served" and row["status"] in ("PASS", "INCONCLUSIVE"), row
+        assert ("scheduler model at concurrency 4" in row["detail"]
+                or "when each request reaches the engine" in row["detail"]), row
     for blocks, row in rows.items():
         # The measured ratio from the point's raw counters, not the summary's.
         hits, queries = raw_counters(run_dir / "sweep" / f"kv{blocks}" / host.name / "cached"
@@ -166,9 +180,10 @@ def test_capacity_sweep_measures_the_predicted_curve(
     causes = {c["code"]: c["points"] for c in small["hosts"][0]["shortfalls"]["high_overlap"]}
     assert causes.get("eviction", 0) < -30, causes
     assert causes.get("junction", 0) > -5, causes
-    assert summary["status"] == "PASS", summary["rows"]
-    (curve,) = summary["curves"]
-    assert curve["workload"] == "high_overlap" and curve["block_size"] == 128
+    overall = "PASS" if all(r["status"] == "PASS" for r in fours.values()) else "INCONCLUSIVE"
+    assert summary["status"] == overall, summary["rows"]
+    curve = next(c for c in summary["curves"] if c["workload"] == "high_overlap")
+    assert curve["block_size"] == 128
     assert curve["working_set_blocks"] is not None and curve["working_set_blocks"] > 25
     assert curve["unbounded_ratio"] == pytest.approx(rows[64]["predicted"], abs=1e-9)
     # The unbounded ratio is reached between the middle point and the largest.
@@ -176,7 +191,7 @@ def test_capacity_sweep_measures_the_predicted_curve(
     html = (run_dir / "report.html").read_text()
     assert "Hit ratio against KV capacity: high_overlap" in html
     assert "working set (blocks)" in html
-    assert "KV-capacity sweep, overall PASS" in out, out[-3000:]
+    assert f"KV-capacity sweep, overall {overall}" in out, out[-3000:]
 
     # Afterwards the host runs the inventory's units again, without the override.
     unit = sim_fleet.sh(host, "cat /etc/systemd/system/vllm-cached.service")

@@ -11,6 +11,15 @@ concurrency (``served_concurrency``); the report's what-if for your prompts runs
 workload's concurrency when the record keeps those limits. A record that does not say
 (made before the scheduler model), or says another concurrency, stays INCONCLUSIVE.
 
+Where the model evicts blocks above concurrency 1, the server's own hit ratio depends on
+when each request reaches the engine, which the model does not know: it has every
+request arrive at a step boundary, the next one right after its predecessor finishes.
+On the simulated fleet (the tiny gpt-oss, 12 prompts at concurrency 4) the model was
+exact at 25 and 42 usable blocks in two runs, and at 63 blocks the same run measured
+35.00% and then 38.33% against the model's 31.66%. So such a point is PASS when the
+measurement agrees with the model within the threshold, and INCONCLUSIVE, not FAIL,
+when it does not: the difference may be the timing, not the server.
+
 A finite ``request_rate`` spaces arrivals that the model sends back to back, so fewer
 requests overlap than it assumes. With nothing evicted in the model, where the pool is
 fullest, spacing cannot change a hit (with a cache that evicts nothing, concurrency
@@ -89,6 +98,13 @@ def judge(measured: float | None, predicted: float | None, *, concurrency: int |
                       f"so timing cannot change a hit")
     diff = measured - predicted
     within = abs(diff) <= max_diff + 1e-12
+    if concurrency > 1 and evicted_blocks != 0 and not within:
+        evicted = "evicts" if evicted_blocks is None else f"evicts {evicted_blocks} blocks"
+        return INCONCLUSIVE, (
+            f"measured {measured:.2%} vs predicted {predicted:.2%} ({diff * 100:+.2f} pp) at "
+            f"concurrency {concurrency}, where the model {evicted}: which blocks go depends on "
+            f"when each request reaches the engine, which the model does not know, so the "
+            f"difference may be timing, not the server")
     return (PASS if within else FAIL), (
         f"measured {measured:.2%} vs predicted {predicted:.2%} ({diff * 100:+.2f} pp; "
         f"within {max_diff * 100:g} pp: {'yes' if within else 'no'}{basis})")
