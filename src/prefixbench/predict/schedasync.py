@@ -115,29 +115,10 @@ class AsyncSchedulerSim(SchedulerSim):
         if finished:
             self._running = [r for r in self._running if r.scheduled != -1]
 
-    def _schedule_running(self, budget: int, scheduled: list[_Request]) -> tuple[int, bool]:
-        running = self._running
-        preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            i += 1
-            if req.ph and req.computed + 2 - req.ph >= req.prompt_len + req.out_len:
-                continue  # its last token is in flight
-            n = min(req.num_tokens + req.ph - req.computed, budget)
-            end = req.computed + n
-            while not self._grow(req, end):
-                victim = running.pop()
-                self._preempt(victim)
-                preempted = True
-                if victim is req:
-                    if not running:
-                        self._no_room(req, end)
-                    return budget, preempted
-            req.scheduled = n
-            scheduled.append(req)
-            budget -= n
-        return budget, preempted
+    def _wanted(self, req: _Request) -> int | None:
+        if req.ph and req.computed + 2 - req.ph >= req.prompt_len + req.out_len:
+            return None  # its last token is in flight
+        return req.num_tokens + req.ph - req.computed
 
     def _preempt(self, req: _Request) -> None:
         super()._preempt(req)

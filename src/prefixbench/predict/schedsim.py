@@ -347,7 +347,11 @@ class SchedulerSim(BlockPool):
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            n = min(req.num_tokens - req.computed, budget)
+            i += 1
+            wanted = self._wanted(req)
+            if wanted is None:
+                continue
+            n = min(wanted, budget)
             end = req.computed + n
             while not self._grow(req, end):
                 victim = running.pop()
@@ -360,8 +364,11 @@ class SchedulerSim(BlockPool):
             req.scheduled = n
             scheduled.append(req)
             budget -= n
-            i += 1
         return budget, preempted
+
+    def _wanted(self, req: _Request) -> int | None:
+        """Tokens a running request asks this step; None: skip it this step."""
+        return req.num_tokens - req.computed
 
     def _no_room(self, req: _Request, end: int) -> NoReturn:
         raise CapacityError(
