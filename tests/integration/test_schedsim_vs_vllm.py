@@ -8,10 +8,12 @@ model runner by ``helpers/drive_scheduler.py`` in the venv of :mod:`vllm_venv`) 
 replayed through :class:`prefixbench.predict.schedsim.SchedulerSim` with the same
 ``num_gpu_blocks`` (:func:`prefixbench.predict.kvcapacity.usable_blocks`),
 ``max_num_seqs`` and ``max_num_batched_tokens``, by a client keeping 1, 2, 4, 8 or 32
-requests in flight. Every request's hit at its first admission (what vLLM's
-``prefix_cache_hits`` counts) and preemption count must agree, and so must the
-counters' totals (preempted requests' lookups included) and the number of steps; with a
-cache that never evicts and with small ones that evict and preempt. Prefills are
+requests in flight; some by a timed client (requests reaching the engine steps late,
+out of order, or paced: :mod:`prefixbench.predict.schedclient`). Every request's hit
+at its first admission (what vLLM's ``prefix_cache_hits`` counts) and preemption count
+must agree, and so must the counters' totals (preempted requests' lookups included) and
+the number of steps; with a cache that never evicts and with small ones that evict and
+preempt. Prefills are
 chunked (small token budgets). All cases run in one vLLM process. Needs the wheelhouse
 the integration tier builds; no fleet is used.
 """
@@ -63,6 +65,23 @@ class Case:
     hybrid: int | None = None
     #: vLLM's AsyncScheduler, driven as the engine core does (two batches in flight).
     asynchronous: bool = False
+    #: A timed client (prefixbench.predict.schedclient): "jitter" (every request reaches
+    #: the engine 0-3 steps after its slot frees) or "paced" (released by a Poisson
+    #: process, about one every 3 steps, then 0-1 steps late); "": the model's own.
+    timing: str = ""
+
+    def timed(self) -> tuple[list[int], list[int]] | None:
+        """(release, lag) per request of a timed client, seeded by the case."""
+        if not self.timing:
+            return None
+        rng = random.Random(self.seed * 7 + 1)  # noqa: S311 - test data
+        if self.timing == "jitter":
+            return [0] * self.requests, [rng.randint(0, 3) for _ in range(self.requests)]
+        at, release = 0.0, []
+        for _ in range(self.requests):
+            release.append(int(at))
+            at += rng.expovariate(1 / 3)
+        return release, [rng.randint(0, 1) for _ in range(self.requests)]
 
     def items(self) -> list[tuple[tuple[int, ...], int]]:
         """(prompt, output_len) per request, in send order."""
@@ -154,6 +173,32 @@ def _cases() -> list[Case]:
     return cases
 
 
+def _timed_cases() -> list[Case]:
+    """Timed clients (the arrival timings whose range the served expectation reports)
+    over shapes above: requests reaching the engine late and out of order, and paced."""
+    cases: list[Case] = []
+    for timing in ("jitter", "paced"):
+        for conc in (4, 32):
+            cases.append(Case(f"{timing}-c{conc}-evicts", seed=800 + conc, requests=300,
+                              block_size=4, max_prompt_blocks=16, concurrency=conc,
+                              max_num_seqs=16 if conc > 4 else 4,
+                              max_num_batched_tokens=48, num_gpu_blocks=40,
+                              max_output_len=24, timing=timing))
+        cases.append(Case(f"{timing}-hybrid-c4-evicts", seed=900, requests=200,
+                          block_size=16, max_prompt_blocks=18, concurrency=4,
+                          max_num_seqs=4, max_num_batched_tokens=64, num_gpu_blocks=64,
+                          max_output_len=40, hybrid=128, timing=timing))
+        cases.append(Case(f"{timing}-hybrid-c8-never-evicts", seed=908, requests=300,
+                          block_size=16, max_prompt_blocks=24, concurrency=8,
+                          max_num_seqs=8, max_num_batched_tokens=128, num_gpu_blocks=None,
+                          hybrid=128, timing=timing))
+    cases.append(Case("jitter-async-c4-evicts", seed=1804, requests=300, block_size=4,
+                      max_prompt_blocks=16, concurrency=4, max_num_seqs=4,
+                      max_num_batched_tokens=48, num_gpu_blocks=40, max_output_len=24,
+                      asynchronous=True, timing="jitter"))
+    return cases
+
+
 def _async_cases() -> list[Case]:
     """The same shapes (other seeds) under vLLM's AsyncScheduler."""
     cases: list[Case] = []
@@ -227,7 +272,8 @@ STALE = Case("hand-stale-finish", seed=0, requests=2, block_size=4, max_prompt_b
 ASYNC_HAND = [replace(case, name=f"async-{case.name}", asynchronous=True)
               for case in (SAME_STEP, *HAND, STALE)]
 ASYNC_CASES = [*_async_cases(), *ASYNC_HAND]
-CASES = [*_cases(), SAME_STEP, *HAND, STALE, *ASYNC_CASES]
+TIMED_CASES = _timed_cases()
+CASES = [*_cases(), SAME_STEP, *HAND, STALE, *ASYNC_CASES, *TIMED_CASES]
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +283,9 @@ def vllm_served(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
     cases: list[dict[str, Any]] = []
     for case in CASES:
         items = case.items()
-        cases.append({"block_size": case.block_size, "num_blocks": case.gpu_blocks(items),
+        release, lag = case.timed() or (None, None)
+        cases.append({"release": release, "lag": lag,
+                      "block_size": case.block_size, "num_blocks": case.gpu_blocks(items),
                       "hybrid": case.hybrid, "async": case.asynchronous,
                       "max_num_seqs": case.max_num_seqs,
                       "max_num_batched_tokens": case.max_num_batched_tokens,
@@ -266,8 +314,9 @@ def model_replay(case: Case, capacity: int | None, *,
                             max_num_batched_tokens=case.max_num_batched_tokens,
                             async_scheduling=case.asynchronous if asynchronous is None
                             else asynchronous)
+    release, lag = case.timed() or (None, None)
     return sim.replay([p for p, _ in items], [out for _, out in items],
-                      concurrency=case.concurrency)
+                      concurrency=case.concurrency, release=release, lag=lag)
 
 
 def mismatches(want: list[int], got: list[int]) -> list[tuple[int, int, int]]:
@@ -324,6 +373,24 @@ def test_the_hand_cases_preempt_as_the_unit_tests_say(
     # V is preempted in step 4 and admitted again in step 5 (hitting 8 tokens), then
     # once more later on.
     assert (rule["preemptions"], rule["preempted_hits"]) == ([0, 2], 16)
+
+
+def test_the_timed_clients_change_what_vllm_does(
+        vllm_served: dict[str, dict[str, Any]]) -> None:
+    """The timed cases are not the untimed ones again: given the same requests with the
+    model's own client, the model misses vLLM's step count in every timed case and its
+    hits in some, the hybrid cache that never evicts among them (its sliding-window
+    group frees blocks, so when requests meet changes what they hit)."""
+    hit_differs: list[str] = []
+    for case in TIMED_CASES:
+        want = vllm_served[case.name]
+        untimed = model_replay(replace(case, timing=""),
+                               usable_blocks(case.gpu_blocks(case.items())))
+        assert untimed.steps != want["steps"], case.name
+        if mismatches(want["hit_tokens"], untimed.hit_tokens):
+            hit_differs.append(case.name)
+    assert "jitter-hybrid-c8-never-evicts" in hit_differs, hit_differs
+    assert len(hit_differs) >= len(TIMED_CASES) // 2, hit_differs
 
 
 def test_async_scheduling_changes_what_vllm_does(

@@ -182,7 +182,7 @@ def test_arrival_steps_hold_requests_back() -> None:
     then, and the idle steps are counted."""
     prompt = tuple(range(1, 9))
     result = SchedulerSim(4, None).replay([prompt, prompt], 1, concurrency=4,
-                                          arrival_steps=[0, 10])
+                                          release=[0, 10])
     assert result.hit_tokens == [0, 4]
     assert result.steps == 11
 

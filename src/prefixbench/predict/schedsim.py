@@ -64,11 +64,13 @@ Simplifications, stated so a reader can judge: this is the synchronous ``Schedul
 what vLLM's CPU platform runs (it turns async scheduling off); vLLM's default elsewhere,
 ``AsyncScheduler``, is the subclass
 :class:`prefixbench.predict.schedasync.AsyncSchedulerSim`; a finished request's
-successor arrives before the next step (no client, network or tokenizer latency);
-optional arrival times are in steps, not seconds; the FCFS policy (not ``priority``); no
-speculative decoding, LoRA, multimodal inputs, KV connectors, watermark,
-``long_prefill_token_threshold`` or prompt logprobs; stop strings and EOS are not
-modelled (every request generates ``output_len`` tokens, as ``ignore_eos``);
+successor arrives before the next step (no client, network or tokenizer latency) unless
+the client is timed (:mod:`prefixbench.predict.schedclient`, in steps, not seconds;
+:mod:`prefixbench.predict.arrivals` gives the range of hits over such timings); the
+FCFS policy (not ``priority``); no speculative decoding, LoRA, multimodal inputs, KV
+connectors, watermark, ``long_prefill_token_threshold`` or prompt logprobs; stop
+strings and EOS are not modelled (every request generates ``output_len`` tokens, as
+``ignore_eos``);
 ``max_model_len`` is not enforced; keys are 64-bit Python hashes (vLLM: sha256). vLLM's
 hybrid KV-cache manager (gpt-oss's sliding-window + full attention) is the subclass
 :class:`prefixbench.predict.schedhybrid.HybridSchedulerSim`
@@ -96,6 +98,7 @@ from prefixbench.predict.cachesim import (
     block_hashes,
     same_kind,
 )
+from prefixbench.predict.schedclient import send_timed
 from prefixbench.predict.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
@@ -198,22 +201,14 @@ class SchedulerSim(BlockPool):
         """Requests sent and not finished."""
         return self._in_flight
 
-    def send(self, tokens: Tokens, output_len: int = 0, *, concurrency: int = 1,
-             arrival_step: int | None = None) -> int:
+    def send(self, tokens: Tokens, output_len: int = 0, *, concurrency: int = 1) -> int:
         """Send one request as a client keeping at most ``concurrency`` in flight: wait
-        (run steps) until fewer are, and until step ``arrival_step`` if given; return
-        its index (its hit is known once admitted: :meth:`hit_tokens`). ``output_len``:
-        tokens it generates (at least one is)."""
+        (run steps) until fewer are; return its index (its hit is known once admitted:
+        :meth:`hit_tokens`). ``output_len``: tokens it generates (at least one is)."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         while self._in_flight >= concurrency:
             self._advance(None)
-        if arrival_step is not None:
-            while self.steps < arrival_step:
-                if not self._in_flight:
-                    self.steps = arrival_step
-                    break
-                self._advance(arrival_step)
         self._token_kind = same_kind(self._token_kind, tokens)
         req = self._new_request(len(self._requests), block_hashes(tokens, self.block_size),
                                 len(tokens), max(output_len, 1))
@@ -243,6 +238,12 @@ class SchedulerSim(BlockPool):
                      ) -> _Request:
         return _Request(index, keys, prompt_len, out_len)
 
+    def advance(self, until: int | None = None) -> None:
+        """Run one step, or several identical decode-only steps at once, never past step
+        ``until`` (for a client that times its own sends:
+        :func:`prefixbench.predict.arrivals.replay_timed`)."""
+        self._advance(until)
+
     def drain(self) -> None:
         """Run until every request sent has finished."""
         while self._in_flight:
@@ -253,20 +254,22 @@ class SchedulerSim(BlockPool):
         return self._requests[index].hit
 
     def replay(self, prompts: Iterable[Tokens], output_len: int | Sequence[int] = 0, *,
-               concurrency: int = 1, arrival_steps: Sequence[int] | None = None,
-               ) -> SchedReplayResult:
-        """Send ``prompts`` in order with at most ``concurrency`` in flight (from step
-        ``arrival_steps[i]`` on, if given), run until all finished; per-request hits."""
-        first = len(self._requests)
+               concurrency: int = 1, release: Sequence[int] | None = None,
+               lag: Sequence[int] | None = None) -> SchedReplayResult:
+        """Send ``prompts`` in order with at most ``concurrency`` in flight, run until
+        all finished; per-request hits, in ``prompts``' order. ``release`` and ``lag``
+        time the client (:func:`prefixbench.predict.schedclient.send_timed`; default:
+        each request waiting as soon as a slot is free)."""
         steps0, evicted0 = self.steps, self.evicted_blocks
         ph0, pq0 = self.preempted_hit_tokens, self.preempted_query_tokens
-        outs = [output_len] if isinstance(output_len, int) else output_len
-        each = isinstance(output_len, int)
-        for i, tokens in enumerate(prompts):
-            self.send(tokens, outs[0 if each else i], concurrency=concurrency,
-                      arrival_step=None if arrival_steps is None else arrival_steps[i])
-        self.drain()
-        done = self._requests[first:]
+        sent = list(prompts)
+        n = len(sent)
+        outs = [output_len] * n if isinstance(output_len, int) else list(output_len)
+        zero = [0] * n
+        order = send_timed(self, sent, outs, concurrency=concurrency,
+                           release=zero if release is None else release,
+                           lag=zero if lag is None else lag)
+        done = [self._requests[i] for i in order]
         return SchedReplayResult(
             hit_tokens=[r.hit for r in done],
             query_tokens=sum(r.prompt_len for r in done),

@@ -25,7 +25,11 @@ in one pool (vLLM's ``HybridKVCacheCoordinator``), retention interval 0 as the s
 ``CacheConfig`` defaults to.
 
 The client keeps ``concurrency`` requests in flight: it adds the next request (in list
-order) to the scheduler as soon as one finishes, before the next ``schedule()``. Each
+order) to the scheduler as soon as one finishes, before the next ``schedule()``. A case
+with ``"release"`` and ``"lag"`` (a step per request) times its client instead: request
+``i`` gets a slot in list order once one is free and no earlier than step
+``release[i]``, and is added ``lag[i]`` steps after that (requests due at the same step
+in list order); an idle scheduler's step count jumps to the next arrival. Each
 step, :class:`StandInModelRunner` (a test double of vLLM's model runner) answers
 ``schedule()``'s output, as soon as it is scheduled, with one sampled token for every
 request the step does not leave in the middle of its prefill (``is_prefill_chunk``);
@@ -52,6 +56,7 @@ Prints one JSON object: ``{"cases": [...], "vllm": "<version>"}``.
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import sys
 import tempfile
@@ -178,26 +183,40 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
     runner = StandInModelRunner()
     requests: list[Request] = []
     sent = in_flight = steps = 0
+    release: list[int] = case.get("release") or [0] * len(items)
+    lag: list[int] = case.get("lag") or [0] * len(items)
+    due: list[tuple[int, int]] = []  # (arrival step, request) handed a slot, not added
     counters = dict.fromkeys(("queries", "hits", "preempted_queries", "preempted_hits"), 0)
     #: Batches scheduled and not processed, newest first (the engine core's batch queue).
     queue: deque[tuple[SchedulerOutput, ModelRunnerOutput]] = deque()
     depth = 2 if case.get("async") else 1
 
-    def send() -> None:
-        nonlocal sent, in_flight
-        item = items[sent]
+    def send(n: int) -> None:
+        nonlocal in_flight
+        item = items[n]
         requests.append(Request(
-            request_id=str(sent), prompt_token_ids=list(item["tokens"]),
+            request_id=str(n), prompt_token_ids=list(item["tokens"]),
             sampling_params=SamplingParams(max_tokens=max(int(item["output_len"]), 1),
                                            ignore_eos=True),
             pooling_params=None, block_hasher=hasher))
         scheduler.add_request(requests[-1])
-        sent += 1
         in_flight += 1
 
-    while sent < len(items) and in_flight < concurrency:
-        send()
-    while in_flight:
+    def client() -> None:
+        """Hand out free slots, then add every request due by now."""
+        nonlocal sent
+        while sent < len(items) and in_flight + len(due) < concurrency:
+            heapq.heappush(due, (max(steps, release[sent]) + lag[sent], sent))
+            sent += 1
+        while due and due[0][0] <= steps:
+            send(heapq.heappop(due)[1])
+
+    client()
+    while in_flight or due:
+        if not in_flight:
+            steps = due[0][0]
+            client()
+            continue
         steps += 1
         if steps > 1_000_000:
             raise RuntimeError("the scheduler made no progress")
@@ -214,8 +233,7 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
                 step = outs.scheduler_stats.prefix_cache_stats
                 for name in counters:
                     counters[name] += getattr(step, name)
-        while sent < len(items) and in_flight < concurrency:
-            send()
+        client()
     hits, rehits = [], []
     for n in range(len(items)):
         done = admissions[str(n)]
@@ -223,7 +241,8 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
         hits.append(done[0][0])
         rehits.append([h for h, _ in done[1:]])
     return {"hit_tokens": hits, "readmission_hits": rehits,
-            "preemptions": [r.num_preemptions for r in requests],
+            "preemptions": [r.num_preemptions
+                            for r in sorted(requests, key=lambda r: int(r.request_id))],
             **counters, "steps": steps}
 
 
