@@ -54,15 +54,33 @@ def test_where_the_model_evicts_above_concurrency_1_a_difference_is_not_a_failur
                  evicted_blocks=47)[0] == "FAIL"
 
 
-def test_a_finite_request_rate_is_judged_only_where_the_model_evicts_nothing() -> None:
+def test_with_the_range_over_arrival_timings_a_point_is_decided_both_ways() -> None:
+    # The fleet's 63-block point: the model's range over arrival timings is 19.17% to
+    # 38.33%; the two runs' 35.00% and 38.33% are inside it.
+    at4 = {"concurrency": 4, "note": None, "max_diff": 0.005, "predicted_at": 4,
+           "evicted_blocks": 47, "band": (0.1917, 0.3833)}
+    for measured in (0.3500, 0.3833, 0.3870):
+        status, why = judge(measured, 0.3166, **at4)
+        assert status == "PASS", why
+        assert "of the range 19.17% to 38.33% by arrival timing: yes" in why
+    status, why = judge(0.3166, 0.3166, **at4)
+    assert status == "PASS" and "of the point: yes" in why
+    # Outside it by more than the threshold: no timing tried explains it.
+    for measured in (0.10, 0.3890):
+        status, why = judge(measured, 0.3166, **at4)
+        assert status == "FAIL" and "outside the range 19.17% to 38.33%" in why, why
+
+
+def test_a_finite_request_rate_is_judged_by_its_range() -> None:
     paced = {"concurrency": 4, "note": None, "max_diff": 0.02, "predicted_at": 4,
              "request_rate": 2.0}
-    status, why = judge(0.70, 0.70, evicted_blocks=0, **paced)
-    assert status == "PASS" and "request_rate 2/s not modelled: nothing evicted" in why
-    status, why = judge(0.70, 0.70, evicted_blocks=37, **paced)
-    assert status == "INCONCLUSIVE" and "evicts 37 blocks" in why
-    assert "set request_rate: inf" in why
-    assert judge(0.70, 0.70, evicted_blocks=None, **paced)[0] == "INCONCLUSIVE"
+    # A record without the range (made before it): not decided, evicting or not.
+    for evicted in (0, 37, None):
+        status, why = judge(0.70, 0.70, evicted_blocks=evicted, **paced)
+        assert status == "INCONCLUSIVE" and "no range over arrival timings" in why
+    status, why = judge(0.60, 0.70, evicted_blocks=37, band=(0.55, 0.72), **paced)
+    assert status == "PASS" and "by arrival timing, request_rate 2/s: yes" in why
+    assert judge(0.40, 0.70, evicted_blocks=37, band=(0.55, 0.72), **paced)[0] == "FAIL"
 
 
 def _record(workload: Workload, expected: dict[str, Any]) -> BenchmarkRecord:
@@ -98,16 +116,25 @@ def _sustained_run(tmp_path: Path, expected: dict[str, Any]) -> Path:
 
 def test_the_report_judges_a_concurrent_bench_its_record_predicted_at_its_concurrency(
         tmp_path: Path) -> None:
-    made = {"served_ratio": 0.745, "served_evicted_blocks": 0, **SCHEDULED}
+    made = {"served_ratio": 0.745, "served_evicted_blocks": 0, **SCHEDULED,
+            "served_band_lo": 0.745, "served_band_hi": 0.745}
     (row,) = build_capacity(_sustained_run(tmp_path / "new", made)).rows
     assert row.status == "PASS", row.detail
     assert "scheduler model at concurrency 4" in row.detail
     old = {k: v for k, v in made.items() if k != "served_concurrency"}
     (row,) = build_capacity(_sustained_run(tmp_path / "old", old)).rows
     assert row.status == "INCONCLUSIVE" and "rerun the bench" in row.detail
-    evicting = {**made, "served_evicted_blocks": 12}
+    evicting = {k: v for k, v in made.items() if not k.startswith("served_band")}
+    evicting["served_evicted_blocks"] = 12
     (row,) = build_capacity(_sustained_run(tmp_path / "paced", evicting)).rows
     assert row.status == "INCONCLUSIVE" and "request_rate 2/s" in row.detail
+    # With the range over arrival timings the record keeps, decided both ways.
+    ranged = {**evicting, "served_band_lo": 0.70, "served_band_hi": 0.76}
+    (row,) = build_capacity(_sustained_run(tmp_path / "ranged", ranged)).rows
+    assert row.status == "PASS" and "70.00% to 76.00% by arrival timing" in row.detail
+    below = {**evicting, "served_ratio": 0.79, "served_band_lo": 0.78, "served_band_hi": 0.80}
+    (row,) = build_capacity(_sustained_run(tmp_path / "below", below)).rows
+    assert row.status == "FAIL", row.detail
 
 
 W4 = Workload.from_dict({"name": "w", "prefix_repetition_prefix_len": 256,

@@ -225,9 +225,14 @@ def test_the_hybrid_model_prefills_in_the_servers_chunks(tok: Path) -> None:
     got = benchrun.served_expected(w, tok.parent, 16, CacheConfig.from_labels(HYBRID_16))
     assert got["max_num_batched_tokens"] == 1024
     assert got["served_concurrency"] == 1  # what the capacity verdict needs above 1
+    assert "served_band_lo" not in got  # one at a time: no arrival timing to vary
     from prefixbench.predict.schedconfig import Serving  # noqa: PLC0415
 
     four = Serving(concurrency=4, max_num_seqs=2, max_num_batched_tokens=512)
     got = benchrun.served_expected(w, tok.parent, 16, CacheConfig.from_labels(HYBRID_16),
                                    serving=four)
     assert (got["served_concurrency"], got["max_num_seqs"]) == (4, 2)
+    # ... and the range over arrival timings, the point inside it (the capacity verdict
+    # and the fleet's departures judge against it).
+    assert got["served_band_lo"] <= got["served_ratio"] <= got["served_band_hi"]
+    assert got["served_band_variants"] == 33 and "arrival timings" in got["served_band_note"]

@@ -50,7 +50,10 @@ def test_the_plan_states_requests_tokens_and_the_models_ratio_per_workload() -> 
                         "request at a time")
     assert lines[11].endswith("concurrency 4 through the vLLM scheduler model (max_num_seqs 4, "
                              "max_num_batched_tokens 1024)")
-    assert lines[12].startswith("criterion high_overlap")  # then the criteria
+    # Full attention, unbounded: the sustained load's hits do not depend on timing.
+    assert lines[12] == ("    the same whenever the requests reach the engine (over 23 "
+                         "arrival timings)")
+    assert lines[13].startswith("criterion high_overlap")  # then the criteria
 
 
 def test_gpt_oss_on_cpu_is_expected_through_the_hybrid_model() -> None:
@@ -83,6 +86,12 @@ def test_the_block_size_and_capacity_come_from_the_settings() -> None:
                                         serving=Serving(4, 4, 1024)).ratio
     assert bounded is not None and bounded < w.expected(64).ratio  # 100 blocks evict
     assert lines[2].startswith(f"  expected hit ratio {bounded * 100:.1f}% ")
+    # Four requests at once in 100 blocks: when each reaches the engine moves the hits.
+    band = predict_prefix_repetition(w, block_size=64, capacity_blocks=100,
+                                     serving=Serving(4, 4, 1024)).band
+    assert band is not None and band[0] < band[1]
+    assert lines[4].startswith(f"    when requests reach the engine moves it: "
+                               f"{band[0]:.2%} to {band[1]:.2%} over 33 arrival timings")
 
 
 def test_a_big_workload_is_not_replayed_and_the_plan_says_why(

@@ -85,3 +85,31 @@ def test_fleet_departures_hold_the_hit_ratio_to_the_verdicts_expectation(tmp_pat
     assert _status(s, "hit_rate_matches_expected") == FAIL
     hi = [d for d in s.fleet.hit_departures if d.workload == "high_overlap"]
     assert [d.expected for d in hi] == [0.66, 0.66]  # both signals, served expectation
+
+
+def test_fleet_departures_above_concurrency_1_are_from_the_range_over_arrival_timings(
+        tmp_path: Path) -> None:
+    import json  # noqa: PLC0415
+
+    from prefixbench.measure.records import with_checksum  # noqa: PLC0415
+    from prefixbench.report.fleet_model import HitDeparture  # noqa: PLC0415
+    from prefixbench.report.tables import departures_table  # noqa: PLC0415
+
+    def departures(band: tuple[float, float] | None) -> list[HitDeparture]:
+        run = make_run(tmp_path / str(band))
+        path = run / "host-a" / "cached" / "high_overlap" / "rep1.json"
+        data = json.loads(path.read_text())
+        data["expected"].update(served_ratio=0.66)  # measured 67.50%
+        if band is not None:
+            data["expected"].update(served_band_lo=band[0], served_band_hi=band[1])
+        path.write_text(json.dumps(with_checksum(data)))
+        s = build_summary(run)
+        got = [d for d in s.fleet.hit_departures if d.workload == "high_overlap"]
+        if got:
+            assert "by arrival timing" in str(departures_table(s.fleet).rows) or band is None
+        return got
+
+    assert len(departures(None)) == 2  # 1.5 points from the point
+    assert departures((0.64, 0.68)) == []  # inside the range timing gives
+    (d, _) = departures((0.60, 0.66))  # above it by 1.5 points
+    assert d.band == (0.60, 0.66) and abs(d.diff_pp - 1.5) < 1e-9

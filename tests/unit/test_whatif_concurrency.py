@@ -39,8 +39,13 @@ def test_prefix_repetition_at_concurrency_is_the_scheduler_replay() -> None:
         want.total_hit_tokens, want.query_tokens, 200, want.evicted_blocks)
     assert pred.method.endswith("vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
                                 "max_num_batched_tokens 1024)")
-    assert pred.note == ("request_rate 2/s not modelled: each request is sent as soon as "
-                         "one of the 4 in flight finishes")
+    assert pred.note == ("request_rate 2/s: the ratio has each request sent as soon as "
+                         "one of the 4 in flight finishes; the range over arrival timings "
+                         "(a workload's) spans the paced ones")
+    # The range over arrival timings: the bench's paced arrivals, the point among them.
+    assert pred.band is not None and pred.band_note is not None
+    assert pred.band[0] <= pred.ratio <= pred.band[1]  # type: ignore[operator]
+    assert "over 23 arrival timings" in pred.band_note and "2/s, steps of" in pred.band_note
     # Four requests holding their blocks at once evict more than one at a time.
     serial = whatif.predict(w, block_size=128, capacity_blocks=200)
     assert pred.ratio is not None and serial.ratio is not None
@@ -148,6 +153,25 @@ def test_the_whatif_command_says_which_model_it_replayed() -> None:
     assert code == 0
     assert "hybrid (sliding window 128 + full attention, one shared block pool)" in out
     assert "replayed:        vLLM scheduler model at concurrency 4" in out
+
+
+def test_the_whatif_command_gives_the_range_over_arrival_timings() -> None:
+    """The workload's own paced arrivals (2/s), or --request-rate's: all at once gives
+    the jitter variants instead. One request at a time has no range."""
+    w = sustained_c4()
+    paced = whatif.predict(w, block_size=128, capacity_blocks=200, serving=Serving(4))
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+                       "--concurrency", "4")
+    assert code == 0 and f"timing range:    {paced.band_note}" in out.splitlines()
+    assert "over 23 arrival timings" in out
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+                       "--concurrency", "4", "--request-rate", "inf")
+    assert code == 0 and "over 33 arrival timings" in out and "jitter 0-" in out
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+                       "--concurrency", "4", "--request-rate", "50", "--burstiness", "0.5")
+    assert code == 0 and "50/s, steps of" in out
+    code, out, _ = run("--workload", "high_overlap")
+    assert code == 0 and "timing range" not in out
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -25,7 +25,10 @@ not counted: the record's served expectation adds them after the run. A replay c
 about 0.1 s per million prompt tokens at block 32 (2-core machine); above
 :data:`PLAN_MAX_TOKENS` the plan does not replay: an unbounded full-attention cache then
 takes the block-aligned formula, which is exact for it, and anything else says why there
-is no figure. Estimates are kept per workload shape, so a goodput ladder's rungs cost one.
+is no figure. Estimates are kept per workload shape, so a goodput ladder's rungs cost one
+at concurrency 1. Above it the plan also gives the range over arrival timings
+(:mod:`prefixbench.predict.arrivals`, paced by the workload's ``request_rate``), up to
+:data:`PLAN_MAX_BAND_TOKENS`.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ __all__ = ["PLAN_MAX_TOKENS", "Estimate", "Sizing", "estimate", "expected_lines"
 #: Prompt tokens (requests x prompt length) above which the plan does not replay a
 #: workload: ~0.5 s at block 32 on a 2-core machine (4.1 M tokens took 0.45 s).
 PLAN_MAX_TOKENS: Final = 4_000_000
+#: ... and above which it gives no range over arrival timings (23 to 33 replays more; the
+#: tutorial's sustained_c4, 819,200 tokens, takes about 1.5 s with it).
+PLAN_MAX_BAND_TOKENS: Final = 1_000_000
 #: vLLM's default block sizes when the inventory sets none (prefixbench.config.rules'
 #: CPU_BLOCK_SIZE and NEURON_DEFAULT_BLOCK_SIZE; repeated so the rules need not load).
 _DEFAULT_BLOCK: Final = {"cpu": (128, "vLLM's cpu default"),
@@ -125,13 +131,19 @@ class Estimate:
     #: How it was made ("replay", "formula"), or why not.
     how: str
     prompt_tokens: int
+    #: Above concurrency 1, the lowest and highest over arrival timings, and which.
+    band: tuple[float, float] | None = None
+    band_note: str | None = None
 
 
 def estimate(w: Workload, sizing: Sizing, model: CacheModel | None = None) -> Estimate:
     """The expected hit ratio of prefix_repetition workload ``w`` on the server ``sizing``
     describes (``model`` instead of its cache model: the plan's comparisons)."""
-    shape = dataclasses.replace(w, name="plan", request_rate=math.inf, burstiness=1.0,
-                                criterion="")
+    # One at a time, arrivals change nothing: the goodput ladder's rungs share one shape.
+    scheduled = serving_of(w, sizing).scheduled
+    shape = dataclasses.replace(w, name="plan", criterion="",
+                                request_rate=w.request_rate if scheduled else math.inf,
+                                burstiness=w.burstiness if scheduled else 1.0)
     return _estimate(shape, dataclasses.replace(sizing, model=model or sizing.model))
 
 
@@ -147,10 +159,11 @@ def _estimate(w: Workload, sizing: Sizing) -> Estimate:
                               f"{PLAN_MAX_TOKENS:,}", tokens)
     pred = predict_prefix_repetition(w, block_size=sizing.block_size,
                                      capacity_blocks=sizing.capacity_blocks,
-                                     cache_model=sizing.model, serving=serving_of(w, sizing))
+                                     cache_model=sizing.model, serving=serving_of(w, sizing),
+                                     band=tokens <= PLAN_MAX_BAND_TOKENS)
     if pred.ratio is None:
         return Estimate(None, pred.note or "no prediction", tokens)
-    return Estimate(pred.ratio, "replay", tokens)
+    return Estimate(pred.ratio, "replay", tokens, pred.band, pred.band_note)
 
 
 def sends_line(w: Workload) -> str:
@@ -177,5 +190,15 @@ def expected_lines(w: Workload, sizing: Sizing, est: Estimate) -> list[str]:
                 f"whatif --workload {w.name} gives it)", assumes]
     method = ("the block-aligned formula, exact for this cache" if est.how == "formula"
               else "the bundle's cache model on the prompts' token lengths")
-    return [f"  expected hit ratio {est.ratio * 100:.1f}% ({method}; no tokenizer yet, so a "
-            f"BOS and the server's re-encoding are not counted)", assumes]
+    lines = [f"  expected hit ratio {est.ratio * 100:.1f}% ({method}; no tokenizer yet, so "
+             f"a BOS and the server's re-encoding are not counted)", assumes]
+    if est.band is not None and est.band[1] - est.band[0] < 1e-12:
+        count = (est.band_note or "").partition(" over ")[2].partition(" (")[0]
+        lines.append(f"    the same whenever the requests reach the engine (over {count})")
+    elif est.band is not None:
+        lines.append(f"    when requests reach the engine moves it: {est.band_note}")
+    elif serving.scheduled and est.how == "replay":
+        lines.append(f"    no range over arrival timings ({est.prompt_tokens:,} prompt tokens, "
+                     f"above the plan's {PLAN_MAX_BAND_TOKENS:,}; prefixbench whatif "
+                     f"--workload {w.name} --concurrency {serving.concurrency} gives it)")
+    return lines

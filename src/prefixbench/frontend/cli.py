@@ -186,6 +186,14 @@ def _whatif_parser(sub: Any) -> None:
                         help="the server's --max-num-batched-tokens, with --concurrency "
                         f"above 1 (default {DEFAULT_MAX_NUM_BATCHED_TOKENS}, the tutorial "
                         "server's)")
+    whatif.add_argument("--request-rate", type=float, metavar="R",
+                        help="requests per second the client releases (vllm bench serve "
+                        "--request-rate; default: the workload's, inf for a prompts file); "
+                        "with --concurrency above 1 the range over arrival timings then "
+                        "spans this paced traffic")
+    whatif.add_argument("--burstiness", type=float, metavar="B",
+                        help="the gamma shape of the arrivals with --request-rate (vllm "
+                        "bench serve --burstiness; default: the workload's, 1: Poisson)")
     whatif.add_argument("--async-scheduling", action="store_true",
                         help="the server runs vLLM's AsyncScheduler (vLLM's default on a "
                         "GPU; its CPU platform, the bundle's servers', turns it off)")

@@ -48,6 +48,7 @@ from prefixbench.predict.tokenizer import Tokenizer, serial_batches
 
 if TYPE_CHECKING:
     from prefixbench.bench.workloads import Workload
+    from prefixbench.predict.schedsim import SchedulerSim
 
 __all__ = [
     "JOB_BYTES",
@@ -55,6 +56,7 @@ __all__ = [
     "Prediction",
     "concurrency_note",
     "default_workers",
+    "new_scheduler",
     "replay_curve",
     "replay_requests",
     "replay_sent",
@@ -91,6 +93,10 @@ class Prediction:
     #: Blocks the cache holds after the last request; unbounded, the working set: every
     #: distinct full prompt block the workload ever cached.
     cached_blocks: int | None = None
+    #: Above concurrency 1: the lowest and highest ratio over arrival timings
+    #: (:func:`prefixbench.predict.arrivals.arrival_band`), and which timings gave them.
+    band: tuple[float, float] | None = None
+    band_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,8 +121,9 @@ def serving_note(workload: Workload | None, serving: Serving) -> str | None:
         notes.append(f"replayed at concurrency {serving.concurrency}; the workload runs at "
                      f"{workload.max_concurrency or 'unbounded'}")
     if workload is not None and workload.request_rate != math.inf:
-        notes.append(f"request_rate {workload.request_rate:g}/s not modelled: each request "
-                     f"is sent as soon as one of the {serving.concurrency} in flight finishes")
+        notes.append(f"request_rate {workload.request_rate:g}/s: the ratio has each request "
+                     f"sent as soon as one of the {serving.concurrency} in flight finishes; "
+                     f"the range over arrival timings (a workload's) spans the paced ones")
     return "; ".join(notes) or None
 
 
@@ -169,6 +176,16 @@ class _Replay:
                           note=f"a request does not fit the cache: {exc}")
 
 
+def new_scheduler(block_size: int, capacity_blocks: int | None, cache_model: CacheModel,
+                  serving: Serving) -> SchedulerSim:
+    """A fresh scheduler model of the server ``cache_model`` and ``serving`` describe."""
+    return scheduler_sim_for(
+        cache_model.kind, block_size, capacity_blocks,
+        sliding_window=cache_model.sliding_window, max_num_seqs=serving.max_num_seqs,
+        max_num_batched_tokens=serving.max_num_batched_tokens,
+        async_scheduling=serving.async_scheduling)
+
+
 class _SchedReplay(_Replay):
     """Requests sent by a client at ``serving.concurrency`` to a fresh server modelled
     step by step (:class:`prefixbench.predict.schedsim.SchedulerSim`): the ready check
@@ -177,11 +194,7 @@ class _SchedReplay(_Replay):
 
     def __init__(self, block_size: int, capacity_blocks: int | None,
                  cache_model: CacheModel, serving: Serving) -> None:
-        self.sched = scheduler_sim_for(
-            cache_model.kind, block_size, capacity_blocks,
-            sliding_window=cache_model.sliding_window, max_num_seqs=serving.max_num_seqs,
-            max_num_batched_tokens=serving.max_num_batched_tokens,
-            async_scheduling=serving.async_scheduling)
+        self.sched = new_scheduler(block_size, capacity_blocks, cache_model, serving)
         self.serving = serving
         self.cache_model = cache_model
         self.block_size = block_size

@@ -26,11 +26,13 @@ from typing import Any
 from prefixbench.bench.prefix_repetition import align_to_server, generate_prompts
 from prefixbench.bench.workloads import Workload
 from prefixbench.measure.ratios import block_aligned_expected, block_aligned_hit_tokens
+from prefixbench.predict.arrivals import ArrivalBand, arrival_band
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench.predict.replay import (
     Prediction,
     concurrency_note,
+    new_scheduler,
     replay_curve,
     replay_requests,
     serving_note,
@@ -82,6 +84,9 @@ class ServedExpectation:
     #: Hits of the same prompts with full attention and an unbounded cache: below it, a
     #: hybrid server's ``unbounded_hit_tokens`` is what its sliding-window group costs.
     full_attention_hit_tokens: int | None = None
+    #: Above concurrency 1: the lowest and highest hits over arrival timings
+    #: (:func:`prefixbench.predict.arrivals.arrival_band`), ``hit_tokens`` among them.
+    band: ArrivalBand | None = None
 
     @property
     def ratio(self) -> float:
@@ -255,6 +260,12 @@ def served_expectation(
         for tokens in prompts:
             own.run(tokens)
         hits = unbounded_hits = own.hit_tokens_total
+    band = None
+    if serving.scheduled:
+        band = arrival_band(
+            prompts, outputs, serving=serving, request_rate=w.request_rate,
+            burstiness=w.burstiness, seed=w.seed or 0,
+            new_sim=lambda: new_scheduler(block_size, capacity_blocks, cache_model, serving))
     if capacity_blocks is not None:
         bounded = replay_requests(prompts, outputs, block_size=block_size,
                                   capacity_blocks=capacity_blocks, method="served",
@@ -280,4 +291,4 @@ def served_expectation(
         gained_blocks=-sum(d for d in lost if d < 0) // block_size,
         block_size=block_size, capacity_blocks=capacity_blocks, bos_tokens=bos,
         vocab_size=vocab, note="; ".join(notes) or None,
-        full_attention_hit_tokens=free.hit_tokens_total)
+        full_attention_hit_tokens=free.hit_tokens_total, band=band)

@@ -51,7 +51,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from prefixbench.bench.custom import PreparedPrompts
 from prefixbench.bench.custom_index import PromptIndex, index_file
@@ -59,12 +59,14 @@ from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.measure.ratios import block_aligned_expected
+from prefixbench.predict.arrivals import arrival_band
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
 from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
 from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import (
     Prediction,
+    new_scheduler,
     replay_requests,
     replay_sent,
     serving_note,
@@ -123,10 +125,12 @@ def predict_prefix_repetition(
     bos_tokens: int = 0,
     cache_model: CacheModel = FULL_ATTENTION,
     serving: Serving = SERIAL,
+    band: bool = True,
 ) -> Prediction:
     """Replay a prefix_repetition workload (as ``serving`` sends it); the formula alongside
     (the formula is full attention's with an unbounded cache, which concurrency does not
-    change: with the hybrid cache model or a bounded one the two can differ)."""
+    change: with the hybrid cache model or a bounded one the two can differ). Above
+    concurrency 1 also the range over arrival timings, unless not ``band``."""
     w = workload
     formula = block_aligned_expected(
         w.num_prompts, w.prefix_repetition_num_prefixes, w.prefix_repetition_prefix_len,
@@ -149,12 +153,20 @@ def predict_prefix_repetition(
     # matter, only that every prompt shares them.
     bos = list(range(bos_tokens))
     prompts = prefix_repetition_tokens(w, bos=bos)
+    outputs = [w.prefix_repetition_output_len] * len(prompts)
     pred = replay_requests(
-        prompts, [w.prefix_repetition_output_len] * len(prompts), block_size=block_size,
+        prompts, outputs, block_size=block_size,
         capacity_blocks=capacity_blocks, method="cachesim replay, prefix_repetition "
         "regenerated from the seed", note=serving_note(w, serving), cache_model=cache_model,
         serving=serving)
-    return Prediction(**{**pred.to_dict(), "formula_ratio": formula.ratio})
+    extra: dict[str, Any] = {"formula_ratio": formula.ratio}
+    if band and serving.scheduled and pred.ratio is not None:
+        timed = arrival_band(
+            prompts, outputs, serving=serving, request_rate=w.request_rate,
+            burstiness=w.burstiness, seed=w.seed or 0,
+            new_sim=lambda: new_scheduler(block_size, capacity_blocks, cache_model, serving))
+        extra.update(band=(timed.lo, timed.hi), band_note=timed.describe())
+    return Prediction(**{**pred.to_dict(), **extra})
 
 
 def predict_prepared(

@@ -136,7 +136,16 @@ def bench_summary(views: Sequence[RecordView]) -> BenchSummary:
             [v.expected_served_unbounded for v in views]),
         expected_served_full_attention=_median_or_none(
             [v.expected_served_full_attention for v in views]),
+        expected_served_band=_band([v.expected_served_band for v in views]),
         other_load=agg([_other_share(v.record.extra) for v in views]))
+
+
+def _band(bands: Sequence[tuple[float, float] | None]) -> tuple[float, float] | None:
+    """The repetitions' bands together; ``None`` unless every repetition has one."""
+    if not bands or any(b is None for b in bands):
+        return None
+    known = [b for b in bands if b is not None]
+    return min(b[0] for b in known), max(b[1] for b in known)
 
 
 def _other_share(extra: Mapping[str, Any]) -> float | None:

@@ -164,6 +164,9 @@ class BenchSummary:
     #: servers' records only): above ``expected_served_unbounded`` by what the
     #: sliding-window layers do not keep.
     expected_served_full_attention: float | None = None
+    #: The range arrival timing gives ``expected_served`` above concurrency 1 (lowest of
+    #: the repetitions' lows, highest of their highs); ``None`` where not made.
+    expected_served_band: tuple[float, float] | None = None
     #: Share of the machine's CPU that others used during each repetition
     #: (prefixbench.measure.hostload); ``None`` when the records do not say.
     other_load: Agg | None = None
@@ -208,6 +211,8 @@ class BenchSummary:
             "junction_lost_blocks": finite(self.junction_lost_blocks),
             "expected_served_unbounded": finite(self.expected_served_unbounded),
             "expected_served_full_attention": finite(self.expected_served_full_attention),
+            "expected_served_band": (None if self.expected_served_band is None
+                                     else list(self.expected_served_band)),
         } | ({} if self.other_load is None else {"other_load": agg_dict(self.other_load)})
 
 

@@ -56,15 +56,23 @@ class HitDeparture:
     signal: str
     measured: float
     expected: float
+    #: The range arrival timing gives the expectation above concurrency 1; the
+    #: departure is then from the range, not only from ``expected``.
+    band: tuple[float, float] | None = None
 
     @property
     def diff_pp(self) -> float:
+        """From the expectation, or from the nearer end of the range."""
+        if self.band is not None:
+            lo, hi = self.band
+            return (self.measured - (lo if self.measured < lo else hi)) * 100
         return (self.measured - self.expected) * 100
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "configuration": self.configuration,
                 "workload": self.workload, "signal": self.signal,
                 "measured": self.measured, "expected": self.expected,
+                "band": None if self.band is None else list(self.band),
                 "diff_pp": self.diff_pp}
 
 

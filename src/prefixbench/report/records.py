@@ -91,6 +91,14 @@ class RecordView:
     junction_lost_blocks: float | None = None
     expected_served_unbounded: float | None = None
     expected_served_full_attention: float | None = None
+    #: Above concurrency 1: the lowest and highest ratio arrival timing gives the served
+    #: prompts (prefixbench.predict.arrivals); ``None`` in older records.
+    expected_served_band: tuple[float, float] | None = None
+
+
+def _band(expected: Mapping[str, Any]) -> tuple[float, float] | None:
+    lo, hi = as_float(expected.get("served_band_lo")), as_float(expected.get("served_band_hi"))
+    return None if lo is None or hi is None or lo > hi else (lo, hi)
 
 
 def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_dir: Path,
@@ -179,6 +187,7 @@ def record_view(record: BenchmarkRecord, known: Mapping[str, Workload],
         junction_lost_blocks=as_float(e.get("junction_lost_blocks")),
         expected_served_unbounded=as_float(e.get("served_unbounded_ratio")),
         expected_served_full_attention=as_float(e.get("served_full_attention_ratio")),
+        expected_served_band=_band(e),
         record=record, workload=w, hit_ratio_queries=hq, hit_ratio_by_source=hs,
         hit_tokens=hits, query_tokens=queries, expected_block_aligned=exp_block,
         expected_tutorial=exp_tut, block_size=block_size,

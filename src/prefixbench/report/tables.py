@@ -206,7 +206,9 @@ def drift_table(f: FleetSummary) -> Table:
 
 def departures_table(f: FleetSummary) -> Table:
     rows = tuple((d.host, f"{d.configuration} / {d.workload}", d.signal, _pct(d.measured),
-                  _pct(d.expected), f"{d.diff_pp:+.2f} pp") for d in f.hit_departures)
+                  _pct(d.expected) if d.band is None else
+                  f"{_pct(d.expected)} ({_pct(d.band[0])} to {_pct(d.band[1])} by arrival "
+                  f"timing)", f"{d.diff_pp:+.2f} pp") for d in f.hit_departures)
     return Table(("Host", "Run", "Signal", "Measured", "Expected", "Difference"), rows)
 
 
