@@ -258,7 +258,8 @@ def test_outputs_are_written_and_html_is_self_contained(tmp_path: Path) -> None:
 
 
 def test_failures_are_listed_and_oom_maps_to_the_tutorials_fix(tmp_path: Path) -> None:
-    run = make_run(tmp_path, benches=(("baseline", "high_overlap"),))
+    run = make_run(tmp_path, benches=(("baseline", "high_overlap"),),
+                   fingerprints={"host-a": fingerprint("host-a", platform="neuron")})
     layout = RunLayout(tmp_path, "run-1")
     layout.write_failure(FailureRecord(
         key=ResultKey("host-a", "cached", "high_overlap", 1), seed=0, bundle_version="0.1.0",
@@ -301,8 +302,29 @@ def test_hits_without_ttft_gain(tmp_path: Path) -> None:
     def slow_cached(host: str, conf: str, wl: str, rep: int, b: dict[str, Any]) -> dict[str, Any]:
         return scale_times(b, 2.1) if (conf, wl) == ("cached", "high_overlap") else b
 
-    h = build_summary(make_run(tmp_path, transform=slow_cached)).host("host-a")
-    assert "hits_without_ttft_gain" in {i.code for i in h.issues}
+    neuron = {"host-a": fingerprint("host-a", platform="neuron")}
+    h = build_summary(make_run(tmp_path, transform=slow_cached, fingerprints=neuron)
+                      ).host("host-a")
+    issue = next(i for i in h.issues if i.code == "hits_without_ttft_gain")
+    assert "kv_segment_size_buckets" in issue.fix  # a Neuron host: its segments
+    # A host on vLLM's CPU platform has no segments: the fix says what the gain is there.
+    cpu = make_run(tmp_path / "cpu", transform=slow_cached,
+                   fingerprints={"host-a": fingerprint("host-a", platform="cpu")})
+    issue = next(i for i in build_summary(cpu).host("host-a").issues
+                 if i.code == "hits_without_ttft_gain")
+    assert "no prefill segments" in issue.fix and "kv_segment_size_buckets" not in issue.fix
+
+
+def test_oom_on_the_cpu_platform_names_its_kv_cache_setting(tmp_path: Path) -> None:
+    run = make_run(tmp_path, benches=(("baseline", "high_overlap"),),
+                   fingerprints={"host-a": fingerprint("host-a", platform="cpu")})
+    RunLayout(tmp_path, "run-1").write_failure(FailureRecord(
+        key=ResultKey("host-a", "cached", "high_overlap", 1), seed=0, bundle_version="0.1.0",
+        started_at="t0", ended_at="t1", error="server did not become healthy in 1200 s",
+        returncode=None, extra={"journal_tail": ["MemoryError: cannot allocate memory"]}))
+    issue = next(i for i in build_summary(run).host("host-a").issues
+                 if i.code == "server_oom")
+    assert "VLLM_CPU_KVCACHE_SPACE" in issue.fix and "NEURON" not in issue.fix
 
 
 def test_compare_names_the_regressed_metric(tmp_path: Path) -> None:

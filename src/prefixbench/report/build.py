@@ -97,7 +97,8 @@ def build_summary(
                            first_bench),
             host=host, benches=tuple(benches.values()), step7=step7_of(hv),
             step9=step9_of(list(benches.values())), verdicts=verdicts.verdicts(hv, t),
-            issues=tuple(common_issues(hv, host_failures, t)),
+            issues=tuple(common_issues(hv, host_failures, t,
+                                       fp.platform if fp is not None else None)),
             fingerprint=data.fingerprints.get(host), failures=tuple(host_failures),
             roles=roles, shortfalls={b.workload: causes for b in benches.values()
                                      if (causes := shortfall.explain(b))},

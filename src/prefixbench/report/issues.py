@@ -21,7 +21,9 @@ __all__ = [
     "FIX_CARRY_OVER",
     "FIX_EVICTIONS",
     "FIX_NO_GAIN",
+    "FIX_NO_GAIN_CPU",
     "FIX_OOM",
+    "FIX_OOM_CPU",
     "FIX_ZERO_HITS",
     "common_issues",
 ]
@@ -53,6 +55,17 @@ FIX_NO_GAIN: Final = (
     "span whole prefill segments (prefix_len a multiple of max_num_batched_tokens), and "
     "kv_segment_size_buckets must equal num_batched_tokens_buckets (supported: "
     f"{', '.join(map(str, SEGMENT_SIZES))}) on both servers. Compare the two rendered units.")
+#: The same issues on vLLM's CPU platform (the simulated fleet, CPU hosts): no Neuron
+#: segments or HBM budget there.
+FIX_NO_GAIN_CPU: Final = (
+    "On vLLM's CPU platform there are no prefill segments to align: a hit skips its "
+    "blocks' prefill, and the TTFT gain is that prefill's share of a request's time. A "
+    "small model prefills a short prefix in a few milliseconds, within the machine's "
+    "noise: lengthen the shared prefix, or read the goodput section's break-even hit "
+    "ratio. On Neuron this issue means misaligned segments.")
+FIX_OOM_CPU: Final = (
+    "The KV cache does not fit in the host's memory: lower VLLM_CPU_KVCACHE_SPACE (GiB "
+    "of KV cache, in vllm_service_env) or vllm_service_max_model_len.")
 FIX_CARRY_OVER: Final = (
     "Hits on the no-overlap workload come from prompts of an earlier workload on the same "
     "server (vLLM's prefix_repetition draws from one stream per --seed): give every "
@@ -65,8 +78,13 @@ def no_gain_rule(t: Thresholds) -> str:
             f"{t.no_gain_max_reduction:.0%} below the baseline's")
 
 
-def common_issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds) -> list[Issue]:
-    """Every common issue seen on one host (its failures included), with its fix."""
+def common_issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds,
+                  platform: str | None = None) -> list[Issue]:
+    """Every common issue seen on one host (its failures included), with its fix for the
+    host's ``platform`` (its fingerprint's: ``"cpu"`` gets the CPU platform's fixes,
+    anything else Neuron's)."""
+    cpu = platform == "cpu"
+    fix_oom = FIX_OOM_CPU if cpu else FIX_OOM
     out: list[Issue] = []
     name = host.name
     ch = host.role(CACHED, HIGH_OVERLAP)
@@ -86,7 +104,8 @@ def common_issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds
                 out.append(Issue(
                     "hits_without_ttft_gain", "Cache hits but no TTFT improvement", name,
                     f"hit ratio {max(ratios) * 100:.1f}% but median TTFT reduction "
-                    f"{red * 100:.1f}% (< {t.no_gain_max_reduction:.0%})", FIX_NO_GAIN,
+                    f"{red * 100:.1f}% (< {t.no_gain_max_reduction:.0%})",
+                    FIX_NO_GAIN_CPU if cpu else FIX_NO_GAIN,
                     source="bundle"))
     for b in host.benches.values():
         if b.configuration != CACHED:
@@ -112,11 +131,11 @@ def common_issues(host: HostView, failures: Sequence[FailureInfo], t: Thresholds
         if _OOM.search(text):
             out.append(Issue("server_oom", "Server fails to start with OOM", name,
                              f"{f.configuration}/{f.workload} rep{f.repetition}: {f.error}",
-                             FIX_OOM))
+                             fix_oom))
         elif _START.search(text):
             out.append(Issue(
                 "server_start_failed", "Server failed to start or became unhealthy", name,
                 f"{f.configuration}/{f.workload} rep{f.repetition}: {f.error}",
                 "Read the journal tail below (journalctl -u vllm-<configuration>). If it "
-                "shows an out-of-memory error: " + FIX_OOM, source="bundle"))
+                "shows an out-of-memory error: " + fix_oom, source="bundle"))
     return out
