@@ -59,7 +59,7 @@ demo: venv system-deps  ## The whole experiment on a simulated fleet; prints whe
 
 sim-up: venv system-deps  ## Bring up the simulated fleet (SIM_HOSTS hosts) and build what its hosts install
 	scripts/simfleet up $(SIM_HOSTS)
-	$(BIN)/python -m prefixbench.sim.artifacts $${PREFIXBENCH_SIM_STATE:-$(CURDIR)/.simfleet}/www >/dev/null
+	$(BIN)/python -m prefixbench_sim.artifacts $${PREFIXBENCH_SIM_STATE:-$(CURDIR)/.simfleet}/www >/dev/null
 
 sim-down: venv  ## Tear the simulated fleet down, leaving nothing behind
 	scripts/simfleet down
@@ -68,34 +68,34 @@ sim-status: venv  ## Show the simulated hosts and their services
 	scripts/simfleet status
 
 sim-verify: venv system-deps  ## Slow check of the simulated fleet's artifacts (apt signatures, wheelhouse, a real vllm serve); ARGS="--no-serve"
-	$(BIN)/python -m prefixbench.sim.verify_artifacts $(ARGS)
+	$(BIN)/python -m prefixbench_sim.verify_artifacts $(ARGS)
 
 tiny-model: venv  ## Build the simulated fleet's tiny model into DIR (no torch, no Hub): make tiny-model DIR=/tmp/tiny
 	@test -n "$(DIR)" || { echo "tiny-model: give DIR=<directory>"; exit 2; }
-	$(BIN)/python -m prefixbench.sim.tinymodel $(DIR)
+	$(BIN)/python -m prefixbench_sim.tinymodel $(DIR)
 
 tiny-gptoss: venv  ## Build a tiny random-weight gpt-oss (hybrid KV cache) into DIR: make tiny-gptoss DIR=/tmp/gptoss
 	@test -n "$(DIR)" || { echo "tiny-gptoss: give DIR=<directory>"; exit 2; }
-	$(BIN)/python -m prefixbench.sim.tinygptoss $(DIR)
+	$(BIN)/python -m prefixbench_sim.tinygptoss $(DIR)
 
 # Benchmarks of the bundle itself: they print figures, they are not tests.
 bench-overhead: venv  ## The bundle's own cost: ARGS="run results/<run_id>" or ARGS="plugin HOST -n 3" (simulated fleet)
-	$(BIN)/python -m prefixbench.perf.overhead_cli $(ARGS)
+	$(BIN)/python -m prefixbench_perf.overhead_cli $(ARGS)
 
 bench-scale: venv  ## Controller CPU per host and per bench at several fleet sizes; ARGS="-i inventories/sim --hosts 1,2,4"
-	$(BIN)/python -m prefixbench.perf.scale $(ARGS)
+	$(BIN)/python -m prefixbench_perf.scale $(ARGS)
 
 bench-compile: venv  ## Compilations per run and time to healthy, cold vs fetched vs warm; ARGS="-i inventories/sim --empty-host-caches"
-	$(BIN)/python -m prefixbench.perf.compile_bench $(ARGS)
+	$(BIN)/python -m prefixbench_perf.compile_bench $(ARGS)
 
 bench-cachesim: venv  ## The prefix-cache model's speed (prompts/s on one core); ARGS="--prompts 200000"
-	$(BIN)/python -m prefixbench.perf.cachesim_speed $(ARGS)
+	$(BIN)/python -m prefixbench_perf.cachesim_speed $(ARGS)
 
 bench-schedsim: venv  ## The scheduler model's speed (requests/s at concurrency 32 on one core); ARGS="--concurrency 4"
-	$(BIN)/python -m prefixbench.perf.schedsim_speed $(ARGS)
+	$(BIN)/python -m prefixbench_perf.schedsim_speed $(ARGS)
 
 bench-whatif: venv  ## The what-if analyzer's speed and its overhead over the tokenizer; ARGS="--prompts 0 --custom-prompts 5000"
-	$(BIN)/python -m prefixbench.perf.whatif_speed $(ARGS)
+	$(BIN)/python -m prefixbench_perf.whatif_speed $(ARGS)
 
 lock: venv  ## Re-resolve requirements/controller.lock from controller.in
 	rm -rf .lockvenv && python3 -m venv .lockvenv 2>/dev/null || $(BIN)/python -m venv .lockvenv

@@ -36,7 +36,7 @@ def sim_artifacts(sim_fleet: Any) -> Path:
     Builds the signed Neuron apt repository, the vLLM-on-CPU wheelhouse (downloaded once
     into the cache) and the tiny model; the fleet's fabric web server serves them.
     """
-    from prefixbench.sim.artifacts import build_all  # noqa: PLC0415 - integration only
+    from prefixbench_sim.artifacts import build_all  # noqa: PLC0415 - integration only
 
     www: Path = sim_fleet.paths.www
     build_all(www)

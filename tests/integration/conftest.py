@@ -4,7 +4,7 @@
 ``scripts/simfleet up 3``) and tears the fleet down at the end of the session whatever
 happens: failures, errors while bringing it up, Ctrl-C (pytest tears session fixtures
 down on KeyboardInterrupt), SIGTERM (turned into KeyboardInterrupt), and as a last resort
-at interpreter exit (see :func:`prefixbench.sim.testing.fleet_session`). It needs root;
+at interpreter exit (see :func:`prefixbench_sim.testing.fleet_session`). It needs root;
 without root it skips.
 
 The fleet uses the default state directory (``<repo>/.simfleet``, or
@@ -24,10 +24,10 @@ from typing import Final
 import pytest
 from helpers.side_by_side import SCENARIOS, SideBySide, started
 
-from prefixbench.sim.fleet import Fleet
-from prefixbench.sim.layout import FleetPaths, SimHost
-from prefixbench.sim.system import ensure_host_tools
-from prefixbench.sim.testing import FLEET_SIZE, SimFleetHandle, fleet_session
+from prefixbench_sim.fleet import Fleet
+from prefixbench_sim.layout import FleetPaths, SimHost
+from prefixbench_sim.system import ensure_host_tools
+from prefixbench_sim.testing import FLEET_SIZE, SimFleetHandle, fleet_session
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ def sim_fleet() -> Iterator[SimFleetHandle]:
 
 
 #: The host that the fixture below sets up the way the Neuron DLAMI and AWS's guide leave
-#: one (prefixbench.sim.flavours); the others stay bare. Every later test (provision,
+#: one (prefixbench_sim.flavours); the others stay bare. Every later test (provision,
 #: units, benchmark) therefore runs on both flavours.
 DLAMI_HOST: Final = "trn2-sim-2"
 
@@ -64,7 +64,7 @@ DLAMI_HOST: Final = "trn2-sim-2"
 @pytest.fixture(scope="session")
 def dlami_host(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> SimHost:
     """``trn2-sim-2`` dressed as a DLAMI host (idempotent: a dressed host is left as is)."""
-    from prefixbench.sim import flavours  # noqa: PLC0415 - integration only
+    from prefixbench_sim import flavours  # noqa: PLC0415 - integration only
 
     host = sim_fleet.host(DLAMI_HOST)
     flavours.dress(sim_fleet.fleet, host, "dlami")

@@ -26,8 +26,8 @@ from typing import Any, Final
 
 import pytest
 
-from prefixbench.sim.layout import FABRIC_ADDRESS, FABRIC_NETNS
-from prefixbench.sim.testing import SimFleetHandle, stop_process
+from prefixbench_sim.layout import FABRIC_ADDRESS, FABRIC_NETNS
+from prefixbench_sim.testing import SimFleetHandle, stop_process
 
 MOTO_PORT: Final = 8093
 ENDPOINT: Final = f"http://{FABRIC_ADDRESS}:{MOTO_PORT}"

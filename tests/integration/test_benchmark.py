@@ -23,9 +23,9 @@ from prefixbench.measure.records import content_checksum
 from prefixbench.measure.stats import paired_ratio_interval
 from prefixbench.report.verdicts import HIT_RATE, LOWER_TTFT, NO_REGRESSION, RULES, decide
 from prefixbench.report.vocab import Thresholds
-from prefixbench.sim.layout import SimHost
-from prefixbench.sim.testing import SimFleetHandle
-from prefixbench.sim.testing import run_playbook as playbook
+from prefixbench_sim.layout import SimHost
+from prefixbench_sim.testing import SimFleetHandle
+from prefixbench_sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
 

@@ -28,9 +28,9 @@ from s3_fabric import KEY_ID, SECRET, Fabric, s3_fabric
 
 from prefixbench.config.catalogue import BY_NAME
 from prefixbench.servers.server import COMPILE_CACHE_SUBDIRS
-from prefixbench.sim.layout import SimHost
-from prefixbench.sim.testing import SimFleetHandle
-from prefixbench.sim.testing import run_playbook as playbook
+from prefixbench_sim.layout import SimHost
+from prefixbench_sim.testing import SimFleetHandle
+from prefixbench_sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
 

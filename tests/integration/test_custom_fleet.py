@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from helpers.side_by_side import SideBySide
 
-from prefixbench.sim.layout import SimHost
-from prefixbench.sim.testing import SimFleetHandle
+from prefixbench_sim.layout import SimHost
+from prefixbench_sim.testing import SimFleetHandle
 
 pytestmark = pytest.mark.integration
 

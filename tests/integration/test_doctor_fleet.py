@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.sim.testing import SimFleetHandle
+from prefixbench_sim.testing import SimFleetHandle
 
 pytestmark = pytest.mark.integration
 

@@ -38,9 +38,9 @@ import pytest
 
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import content_checksum
-from prefixbench.sim.layout import SimHost
-from prefixbench.sim.testing import SimFleetHandle
-from prefixbench.sim.testing import run_playbook as playbook
+from prefixbench_sim.layout import SimHost
+from prefixbench_sim.testing import SimFleetHandle
+from prefixbench_sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
 

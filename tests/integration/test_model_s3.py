@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from s3_fabric import KEY_ID, SECRET, VENV, Fabric, s3_fabric
 
-from prefixbench.sim.testing import SimFleetHandle, recap
-from prefixbench.sim.testing import run_playbook as playbook
-from prefixbench.sim.tinymodel import MODEL_NAME
+from prefixbench_sim.testing import SimFleetHandle, recap
+from prefixbench_sim.testing import run_playbook as playbook
+from prefixbench_sim.tinymodel import MODEL_NAME
 
 pytestmark = pytest.mark.integration
 

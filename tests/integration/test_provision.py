@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.sim.layout import SimHost
-from prefixbench.sim.testing import SimFleetHandle, recap
-from prefixbench.sim.testing import run_playbook as playbook
+from prefixbench_sim.layout import SimHost
+from prefixbench_sim.testing import SimFleetHandle, recap
+from prefixbench_sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
 

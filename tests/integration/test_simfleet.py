@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prefixbench.sim import layout
-from prefixbench.sim.fleet import list_netns
-from prefixbench.sim.system import ProcRef, mounts_under
-from prefixbench.sim.testing import FLEET_SIZE, SimFleetHandle
+from prefixbench_sim import layout
+from prefixbench_sim.fleet import list_netns
+from prefixbench_sim.system import ProcRef, mounts_under
+from prefixbench_sim.testing import FLEET_SIZE, SimFleetHandle
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -238,9 +238,9 @@ def test_resizing_adds_and_removes_only_the_difference(sim_fleet: SimFleetHandle
 def _build_artifacts(www: Path) -> None:
     """The other half of the harness fills ``www/`` (here: apt repository and model)."""
     try:
-        artifacts = importlib.import_module("prefixbench.sim.artifacts")
+        artifacts = importlib.import_module("prefixbench_sim.artifacts")
     except ImportError:
-        pytest.skip("prefixbench.sim.artifacts (the simulated Neuron repo builder) is absent")
+        pytest.skip("prefixbench_sim.artifacts (the simulated Neuron repo builder) is absent")
     artifacts.build_all(www, pip=False)
 
 

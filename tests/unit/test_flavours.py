@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prefixbench.hosts import releases
-from prefixbench.sim.flavours import dlami_script, venv_cache_key
+from prefixbench_sim.flavours import dlami_script, venv_cache_key
 
 BASE = (b"torch==2.13.0+cpu --hash=sha256:00\n", "0.21.0.1.0.0+794754d",
         "opt/aws_neuronx_venv", "python3.11 1700000000")

@@ -1,4 +1,4 @@
-"""The o200k_harmony tokenizer's construction (prefixbench.sim.harmonytok) on a small
+"""The o200k_harmony tokenizer's construction (prefixbench_sim.harmonytok) on a small
 vocabulary, against a reference encoder written here as tiktoken defines it: split with
 the pattern, then merge the adjacent pair whose join has the lowest rank, a word that is
 itself a token taken whole. (The real vocabulary is checked against harmony's own encoder
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import regex
 
-from prefixbench.sim import harmonytok
+from prefixbench_sim import harmonytok
 
 
 def reference_encode(text: str, ranks: dict[bytes, int]) -> list[int]:

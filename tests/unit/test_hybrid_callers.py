@@ -158,7 +158,7 @@ def test_the_report_says_which_kv_cache_manager_a_host_ran() -> None:
 
 def test_the_model_config_tells_the_cache_model(tmp_path: Path) -> None:
     from prefixbench.predict.cachemodel import from_model_config, from_model_dir  # noqa: PLC0415
-    from prefixbench.sim import tinyconfig, tinygptoss  # noqa: PLC0415
+    from prefixbench_sim import tinyconfig, tinygptoss  # noqa: PLC0415
 
     gptoss = tinygptoss.model_config(tinygptoss.TinyGptOssSpec(sliding_window=64))
     assert from_model_config(gptoss) == CacheModel("hybrid", sliding_window=64)

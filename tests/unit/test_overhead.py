@@ -10,7 +10,7 @@ import pytest
 from prefixbench.measure.atomic import write_json_atomic
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import BenchmarkRecord, ResultKey
-from prefixbench.perf.overhead import SETUP, run_overhead
+from prefixbench_perf.overhead import SETUP, run_overhead
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 

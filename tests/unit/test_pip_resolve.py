@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "module_utils"))
 import module_runner  # noqa: E402
 import prefixbench_pip as pipcheck  # noqa: E402
 
-from prefixbench.sim.pip_index import build_shim_wheel  # noqa: E402
+from prefixbench_sim.pip_index import build_shim_wheel  # noqa: E402
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "module_utils"))
 import prefixbench_s3 as s3  # noqa: E402
 import prefixbench_s3_transfer as transfer  # noqa: E402
 
-from prefixbench.sim.testing import stop_process  # noqa: E402
+from prefixbench_sim.testing import stop_process  # noqa: E402
 
 BUCKET = "models-test"
 

@@ -25,7 +25,7 @@ from prefixbench.measure.ratios import block_aligned_expected
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench.predict.served import served_expectation
-from prefixbench.sim import tinyconfig, tinytokenizer
+from prefixbench_sim import tinyconfig, tinytokenizer
 
 #: sha256 of "\0".join(prompt texts) of vLLM 0.32's own PrefixRepetitionRandomDataset
 #: (random_seed 0, 50 prompts, 5 prefixes, 3072 + 1024 tokens) sampled with
@@ -155,7 +155,7 @@ def test_workload_defaults_and_refusals(word: tk.Tokenizer, tmp_path: Path) -> N
 
 def _bpe_digest_in_a_fresh_process(hash_seed: str) -> str:
     code = ("import hashlib, json; "
-            "from prefixbench.sim import tinyconfig as c, tinytokenizer as t; "
+            "from prefixbench_sim import tinyconfig as c, tinytokenizer as t; "
             "print(hashlib.sha256(json.dumps(t.bpe_tokenizer_json(c.TinyLlamaSpec()))"
             ".encode()).hexdigest())")
     env = {**os.environ, "PYTHONHASHSEED": hash_seed, "RAYON_NUM_THREADS": hash_seed}

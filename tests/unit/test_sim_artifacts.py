@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from prefixbench.hosts import instances, releases
-from prefixbench.sim import (
+from prefixbench_sim import (
     apt_packages,
     artifacts_apt,
     artifacts_pip,

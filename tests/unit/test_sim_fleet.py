@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.sim import rootfs, system
-from prefixbench.sim.state import FleetState
-from prefixbench.sim.status import HostStatus, format_status, parse_units
-from prefixbench.sim.system import ProcRef, SimFleetError
+from prefixbench_sim import rootfs, system
+from prefixbench_sim.state import FleetState
+from prefixbench_sim.status import HostStatus, format_status, parse_units
+from prefixbench_sim.system import ProcRef, SimFleetError
 
 
 def test_state_round_trips_and_tolerates_a_broken_file(tmp_path: Path) -> None:

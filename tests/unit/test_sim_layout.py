@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prefixbench.sim import cmdlines, hostfiles, layout
-from prefixbench.sim.layout import FleetPaths, SimHost
+from prefixbench_sim import cmdlines, hostfiles, layout
+from prefixbench_sim.layout import FleetPaths, SimHost
 
 PATHS = FleetPaths(repo=Path("/r"), state=Path("/r/.simfleet"), cache=Path("/c"))
 

@@ -1,4 +1,4 @@
-"""Holding one simulated host to a fraction of a core (prefixbench.sim.throttle), against
+"""Holding one simulated host to a fraction of a core (prefixbench_sim.throttle), against
 a stand-in cgroup tree in a temporary directory (a test double of /sys/fs/cgroup)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.sim import throttle
-from prefixbench.sim.layout import SimHost
+from prefixbench_sim import throttle
+from prefixbench_sim.layout import SimHost
 
 
 class FakeCgroupFiles:

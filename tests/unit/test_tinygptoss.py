@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from prefixbench.sim import tinygptoss
-from prefixbench.sim.tinyweights import read_safetensors_header
+from prefixbench_sim import tinygptoss
+from prefixbench_sim.tinyweights import read_safetensors_header
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-gptoss" / \
     "state_dict_shapes.json"

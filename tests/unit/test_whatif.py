@@ -17,7 +17,7 @@ from prefixbench.measure.ratios import block_aligned_expected
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
 from prefixbench.predict.cachesim import PrefixCacheSim
-from prefixbench.sim import tinytokenizer
+from prefixbench_sim import tinytokenizer
 
 
 def pr_workload(**values: object) -> Workload:

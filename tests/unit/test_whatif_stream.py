@@ -27,7 +27,7 @@ from prefixbench.predict import replay, whatif
 from prefixbench.predict import tokenizer as tk
 from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
 from prefixbench.predict.progress import ENCODING, READING, ProgressBar
-from prefixbench.sim import tinytokenizer
+from prefixbench_sim import tinytokenizer
 
 
 def words(*ids: int) -> str:

@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from prefixbench.sim import tinyconfig, tinytokenizer
+from prefixbench_sim import tinyconfig, tinytokenizer
 
 
 @lru_cache(maxsize=4)

@@ -257,12 +257,8 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         "junction_gained_blocks": served.gained_blocks,
         "max_num_batched_tokens": serving.max_num_batched_tokens,  # the hybrid model's chunk
         "max_num_seqs": serving.max_num_seqs, "served_concurrency": serving.concurrency}
-    if served.band is not None:  # what arrival timing can move the hits to
-        out.update(served_band_lo=served.band.lo, served_band_hi=served.band.hi,
-                   served_band_variants=served.band.variants,
-                   served_band_note=served.band.describe())
-    notes = [n for n in (served.note, note) if n]
-    if notes:
+    out.update(served.band.record("served_band") if served.band is not None else {})
+    if notes := [n for n in (served.note, note) if n]:
         out["served_note"] = "; ".join(notes)
     return out
 

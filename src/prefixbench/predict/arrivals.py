@@ -91,6 +91,12 @@ class ArrivalBand:
         return (f"{self.lo:.2%} to {self.hi:.2%} over {self.variants} arrival timings "
                 f"(lowest: {self.lo_timing}; highest: {self.hi_timing})")
 
+    def record(self, prefix: str) -> dict[str, Any]:
+        """The record keys a bench keeps (``<prefix>_lo``, ``_hi``, ``_variants``,
+        ``_note``)."""
+        return {f"{prefix}_lo": self.lo, f"{prefix}_hi": self.hi,
+                f"{prefix}_variants": self.variants, f"{prefix}_note": self.describe()}
+
     def to_dict(self) -> dict[str, Any]:
         return {"lo": self.lo, "hi": self.hi, "lo_hit_tokens": self.lo_hit_tokens,
                 "hi_hit_tokens": self.hi_hit_tokens, "query_tokens": self.query_tokens,

@@ -18,17 +18,30 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prefixbench.predict.cachesim import Tokens
 
-if TYPE_CHECKING:
-    from prefixbench.predict.schedsim import SchedulerSim
-
-__all__ = ["send_timed"]
+__all__ = ["Engine", "send_timed"]
 
 
-def send_timed(sim: SchedulerSim, prompts: Sequence[Tokens], outputs: Sequence[int], *,
+class Engine(Protocol):
+    """What the client needs of the server model
+    (:class:`prefixbench.predict.schedsim.SchedulerSim`)."""
+
+    steps: int
+
+    @property
+    def in_flight(self) -> int: ...
+
+    def send(self, tokens: Tokens, output_len: int = 0, *, concurrency: int = 1) -> int: ...
+
+    def advance(self, until: int | None = None) -> None: ...
+
+    def drain(self) -> None: ...
+
+
+def send_timed(sim: Engine, prompts: Sequence[Tokens], outputs: Sequence[int], *,
                concurrency: int, release: Sequence[int], lag: Sequence[int]) -> list[int]:
     """Send ``prompts`` (``outputs[i]`` tokens each) through ``sim`` as the client above
     with ``concurrency`` slots and run until all have finished; each request's index in

@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 
 from prefixbench.bench import chat_traffic as ct
-from prefixbench.sim import tinytokenizer
+from prefixbench_sim import tinytokenizer
 
 
 def _words(rng: random.Random, n: int) -> str:

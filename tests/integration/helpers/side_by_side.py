@@ -28,7 +28,7 @@ from typing import Final
 
 from helpers.custom_prompts import write_chat_traffic, write_multi_turn_chat
 
-from prefixbench.sim.testing import SimFleetHandle
+from prefixbench_sim.testing import SimFleetHandle
 
 __all__ = ["SCENARIOS", "Scenario", "SideBySide", "started"]
 
