@@ -78,7 +78,8 @@ def test_the_ready_check_runs_alone_and_the_warmups_before_the_prompts() -> None
     assert pred.note is None  # the workload's own concurrency, all at once
 
 
-def test_custom_prompts_at_concurrency_for_any_workers(tmp_path: Path) -> None:
+def test_custom_prompts_at_concurrency_for_any_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = mixed_file(tmp_path / "p.jsonl")
     tokdir = write_tokenizer(tmp_path / "tok")
     tok = tk.load(tokdir)
@@ -107,6 +108,18 @@ def test_custom_prompts_at_concurrency_for_any_workers(tmp_path: Path) -> None:
     # Two requests running at once in 14 blocks evict more than one at a time.
     serial = whatif.predict(w, block_size=16, capacity_blocks=14, tokenizer_dir=tokdir)
     assert serial.evicted_blocks < pred.evicted_blocks
+    # The range over arrival timings of the same encoded requests, the point inside it;
+    # none one at a time.
+    assert pred.band is not None and pred.band_note is not None
+    assert pred.band[0] <= sim.hit_tokens_total / sim.query_tokens_total <= pred.band[1]
+    assert "over 33 arrival timings" in pred.band_note
+    assert serial.band is None and serial.band_note is None
+    # Past the tokens the replay may keep for it: said, not computed.
+    monkeypatch.setattr(whatif, "BAND_MAX_TOKENS", 100)
+    big = whatif.predict(w, block_size=16, capacity_blocks=14, tokenizer_dir=tokdir,
+                         serving=serving)
+    assert big.band is None and big.ratio == pred.ratio
+    assert big.band_note == "not computed: more than 100 prompt tokens"
 
 
 def test_the_hybrid_model_at_concurrency_is_the_hybrid_scheduler_replay() -> None:

@@ -4,8 +4,8 @@ workload, printed (one prediction, or hit ratio against KV capacity with
 the model of vLLM's scheduler (:mod:`prefixbench.predict.schedsim`) with the server's
 ``--max-num-seqs`` / ``--max-num-batched-tokens`` (and ``--async-scheduling``: vLLM's
 ``AsyncScheduler``), a curve's capacities too; the ``replayed:`` line says which model
-was used, and for a workload the ``timing range:`` line the lowest and highest ratio
-over arrival timings (:mod:`prefixbench.predict.arrivals`; ``--request-rate`` and
+was used, and the ``timing range:`` line the lowest and highest ratio over arrival
+timings (:mod:`prefixbench.predict.arrivals`; ``--request-rate`` and
 ``--burstiness`` pace the client).
 
 The workload comes from the arguments (:func:`whatif_workload`); the prediction is
@@ -104,12 +104,8 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
           f"{model.describe()}", file=out)
     print(f"replayed:        {served.describe()}", file=out)
     print(f"predicted ratio: {pred.ratio:.4%}", file=out)
-    if pred.band is not None:
+    if pred.band_note is not None:  # above concurrency 1
         print(f"timing range:    {pred.band_note}", file=out)
-    elif served.scheduled:
-        print("timing range:    not computed for a prompts file (its prompts are streamed "
-              "once); the ratio above has every request waiting as soon as a slot is free",
-              file=out)
     print(f"hit tokens:      {pred.hit_tokens:,} of {pred.query_tokens:,} queried, "
           f"{pred.requests:,} requests", file=out)
     print(f"evicted blocks:  {pred.evicted_blocks:,}", file=out)

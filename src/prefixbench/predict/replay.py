@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JOB_BYTES",
     "JOB_PROMPTS",
+    "Kept",
     "Prediction",
     "concurrency_note",
     "default_workers",
@@ -310,6 +311,27 @@ def _encoded(jobs: Sequence[Sequence[int]], encode: Callable[[Sequence[int]], En
                 future.cancel()
 
 
+class Kept:
+    """The requests a replay sent, in order, kept for another pass (the range over
+    arrival timings: :func:`prefixbench.predict.arrivals.arrival_band`) while they hold
+    at most ``budget`` prompt tokens; past it, none (``overflow``)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.prompts: list[array[int]] = []
+        self.outputs: list[int] = []
+        self.tokens = 0
+        self.overflow = False
+
+    def add(self, tokens: array[int], output_len: int) -> None:
+        self.tokens += len(tokens)
+        if self.overflow or self.tokens > self.budget:
+            self.overflow, self.prompts, self.outputs = True, [], []
+            return
+        self.prompts.append(tokens)
+        self.outputs.append(output_len)
+
+
 class _Fan:
     """The same requests replayed through one fresh cache per capacity at once (a
     capacity curve encodes each prompt once). A capacity too small for a request is
@@ -364,14 +386,15 @@ def replay_sent(
     note: str | None,
     cache_model: CacheModel = FULL_ATTENTION,
     serving: Serving = SERIAL,
+    keep: Kept | None = None,
 ) -> Prediction:
     """Encode the prompts ``order`` names (``texts_of``; ``sizes`` weigh them into jobs)
     and replay them in that order, the first one ``pre_requests`` more times first, as
-    ``serving`` sends them."""
+    ``serving`` sends them (into ``keep`` too, if given)."""
     return replay_sent_curve(order, sizes, outs, texts_of, tokenizer, block_size=block_size,
                              capacities=[capacity_blocks], pre_requests=pre_requests,
                              workers=workers, progress=progress, note=note,
-                             cache_model=cache_model, serving=serving)[0]
+                             cache_model=cache_model, serving=serving, keep=keep)[0]
 
 
 def replay_sent_curve(
@@ -389,11 +412,18 @@ def replay_sent_curve(
     note: str | None,
     cache_model: CacheModel = FULL_ATTENTION,
     serving: Serving = SERIAL,
+    keep: Kept | None = None,
 ) -> list[Prediction]:
     """:func:`replay_sent` through one cache per capacity (``None``: unbounded), each
     prompt encoded once; one prediction per capacity, in order."""
     method = "cachesim replay, custom prompts tokenized"
     fan = _Fan(block_size, capacities, cache_model, serving)
+
+    def send(tokens: array[int], output_len: int) -> None:
+        fan.run(tokens, output_len)
+        if keep is not None:
+            keep.add(tokens, output_len)
+
     total = len(order) + (pre_requests if order else 0)
     jobs = _jobs(order, sizes)
     workers = default_workers() if workers is None else workers
@@ -407,9 +437,9 @@ def replay_sent_curve(
         for job, arrays in zip(jobs, encoded, strict=True):
             if not fan.requests:
                 for _ in range(pre_requests):
-                    fan.run(arrays[0], outs[job[0]])
+                    send(arrays[0], outs[job[0]])
             for i, tokens in zip(job, arrays, strict=True):
-                fan.run(tokens, outs[i])
+                send(tokens, outs[i])
             if fan.all_refused:
                 break
             if progress is not None:

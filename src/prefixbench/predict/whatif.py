@@ -47,11 +47,12 @@ it runs, as the model assumes every request generates all of them (``ignore_eos`
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from prefixbench.bench.custom import PreparedPrompts
 from prefixbench.bench.custom_index import PromptIndex, index_file
@@ -65,6 +66,7 @@ from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
 from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import (
+    Kept,
     Prediction,
     new_scheduler,
     replay_requests,
@@ -159,14 +161,38 @@ def predict_prefix_repetition(
         capacity_blocks=capacity_blocks, method="cachesim replay, prefix_repetition "
         "regenerated from the seed", note=serving_note(w, serving), cache_model=cache_model,
         serving=serving)
-    extra: dict[str, Any] = {"formula_ratio": formula.ratio}
-    if band and serving.scheduled and pred.ratio is not None:
-        timed = arrival_band(
-            prompts, outputs, serving=serving, request_rate=w.request_rate,
-            burstiness=w.burstiness, seed=w.seed or 0,
-            new_sim=lambda: new_scheduler(block_size, capacity_blocks, cache_model, serving))
-        extra.update(band=(timed.lo, timed.hi), band_note=timed.describe())
-    return Prediction(**{**pred.to_dict(), **extra})
+    pred = replace(pred, formula_ratio=formula.ratio)
+    if not (band and serving.scheduled):
+        return pred
+    kept = Kept(MAX_REPLAY_TOKENS)
+    kept.prompts, kept.outputs = list(prompts), outputs
+    return _banded(pred, kept, w, block_size=block_size, capacity_blocks=capacity_blocks,
+                   cache_model=cache_model, serving=serving)
+
+
+#: Prompt tokens a prompts file's replay keeps for the range over arrival timings (23
+#: to 33 replays more, about 0.1 s per million tokens each): above it, no range.
+BAND_MAX_TOKENS: Final = 5_000_000
+
+
+def _banded(pred: Prediction, kept: Kept | None, workload: Workload | None, *,
+            block_size: int, capacity_blocks: int | None, cache_model: CacheModel,
+            serving: Serving) -> Prediction:
+    """``pred`` with the range over arrival timings of the requests ``kept`` (above
+    concurrency 1; :func:`prefixbench.predict.arrivals.arrival_band`), or why none."""
+    if kept is None or pred.ratio is None or not serving.scheduled:
+        return pred
+    if kept.overflow:
+        return replace(pred, band_note=f"not computed: more than {kept.budget:,} prompt "
+                                       f"tokens")
+    w = workload
+    timed = arrival_band(
+        kept.prompts, kept.outputs, serving=serving,
+        request_rate=w.request_rate if w is not None else math.inf,
+        burstiness=w.burstiness if w is not None else 1.0,
+        seed=(w.seed or 0) if w is not None else 0,
+        new_sim=lambda: new_scheduler(block_size, capacity_blocks, cache_model, serving))
+    return replace(pred, band=(timed.lo, timed.hi), band_note=timed.describe())
 
 
 def predict_prepared(
@@ -183,17 +209,21 @@ def predict_prepared(
     progress: Progress | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
     serving: Serving = SERIAL,
+    band: bool = True,
 ) -> Prediction:
     """Replay prepared custom prompts in vLLM's send order, encoded like the server.
     ``workers``: threads that encode (default
     :func:`prefixbench.predict.replay.default_workers`)."""
     texts = prepared.texts
-    return replay_sent(prepared.sent(seed, shuffle=shuffle), list(map(len, texts)),
-                        prepared.output_tokens, lambda job: [texts[i] for i in job],
-                        tokenizer, block_size=block_size, capacity_blocks=capacity_blocks,
-                        pre_requests=pre_requests, workers=workers, progress=progress,
-                        note=serving_note(workload, serving), cache_model=cache_model,
-                        serving=serving)
+    kept = Kept(BAND_MAX_TOKENS) if band and serving.scheduled else None
+    pred = replay_sent(prepared.sent(seed, shuffle=shuffle), list(map(len, texts)),
+                       prepared.output_tokens, lambda job: [texts[i] for i in job],
+                       tokenizer, block_size=block_size, capacity_blocks=capacity_blocks,
+                       pre_requests=pre_requests, workers=workers, progress=progress,
+                       note=serving_note(workload, serving), cache_model=cache_model,
+                       serving=serving, keep=kept)
+    return _banded(pred, kept, workload, block_size=block_size,
+                   capacity_blocks=capacity_blocks, cache_model=cache_model, serving=serving)
 
 
 def predict_indexed(
@@ -210,18 +240,22 @@ def predict_indexed(
     progress: Progress | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
     serving: Serving = SERIAL,
+    band: bool = True,
 ) -> Prediction:
     """:func:`predict_prepared` for an indexed file
     (:func:`prefixbench.bench.custom_index.index_file`): the prompts are read back from the
     file as they are sent, never all held at once. Raises
     :class:`~prefixbench.bench.custom_read.CustomPromptsError` if the file changed since."""
+    kept = Kept(BAND_MAX_TOKENS) if band and serving.scheduled else None
     with index.reader(tokenizer) as reader:
-        return replay_sent(index.sent(seed, shuffle=shuffle), index.lengths,
-                            index.output_tokens, reader.texts, tokenizer,
-                            block_size=block_size, capacity_blocks=capacity_blocks,
-                            pre_requests=pre_requests, workers=workers, progress=progress,
-                            note=serving_note(workload, serving),
-                            cache_model=cache_model, serving=serving)
+        pred = replay_sent(index.sent(seed, shuffle=shuffle), index.lengths,
+                           index.output_tokens, reader.texts, tokenizer,
+                           block_size=block_size, capacity_blocks=capacity_blocks,
+                           pre_requests=pre_requests, workers=workers, progress=progress,
+                           note=serving_note(workload, serving),
+                           cache_model=cache_model, serving=serving, keep=kept)
+    return _banded(pred, kept, workload, block_size=block_size,
+                   capacity_blocks=capacity_blocks, cache_model=cache_model, serving=serving)
 
 
 def server_cache_model(cache_config: CacheConfig | None,
@@ -284,6 +318,7 @@ def predict(
     progress: Progress | None = None,
     cache_model: CacheModel | None = None,
     serving: Serving = SERIAL,
+    band: bool = True,
 ) -> Prediction:
     """The predicted hit ratio of one bench of ``workload`` on an empty cache.
 
@@ -312,7 +347,9 @@ def predict(
     ``max_num_batched_tokens`` (default one request at a time). Above concurrency 1 the
     requests go through the scheduler model (:mod:`prefixbench.predict.schedsim`): the
     workload's ready check one at a time, its warmups, then its prompts, each phase
-    finished before the next; with the full-attention or the hybrid cache model.
+    finished before the next; with the full-attention or the hybrid cache model, and
+    (unless not ``band``) the range over arrival timings
+    (:attr:`~prefixbench.predict.replay.Prediction.band`).
     """
     serving = replace(serving, ready=1 if (workload.ready_check_timeout_sec or 0) > 0 else 0,
                       warmups=workload.num_warmups)
@@ -323,13 +360,13 @@ def predict(
                         cache_model=(cache_model or (from_model_dir(tokenizer_dir)
                                                      or FULL_ATTENTION).chunked(
                                                          serving.max_num_batched_tokens)),
-                        serving=serving)
+                        serving=serving, band=band)
     capacity, model, cap_note = server_cache_model(cache_config)
     pred = _predict(workload, block_size=block_size, capacity_blocks=capacity,
                     prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,
                     workers=workers, progress=progress,
                     cache_model=cache_model or model.chunked(serving.max_num_batched_tokens),
-                    serving=serving)
+                    serving=serving, band=band)
     if cap_note is None:
         return pred
     note = cap_note if pred.note is None else f"{pred.note}; {cap_note}"
@@ -347,6 +384,7 @@ def _predict(
     progress: Progress | None = None,
     cache_model: CacheModel = FULL_ATTENTION,
     serving: Serving = SERIAL,
+    band: bool = True,
 ) -> Prediction:
     if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):
         return _none(f"block_size ({block_size}) and capacity_blocks ({capacity_blocks}) "
@@ -364,7 +402,7 @@ def _predict(
             return predict_prefix_repetition(workload, block_size=block_size,
                                              capacity_blocks=capacity_blocks,
                                              bos_tokens=bos, cache_model=cache_model,
-                                             serving=serving)
+                                             serving=serving, band=band)
         except (WorkloadError, ValueError) as exc:
             return _none(f"cannot replay: {exc}", block_size, capacity_blocks)
     if tokenizer is None:
@@ -385,6 +423,6 @@ def _predict(
                                shuffle=not workload.disable_shuffle,
                                pre_requests=workload.pre_requests, workload=workload,
                                workers=workers, progress=progress, cache_model=cache_model,
-                               serving=serving)
+                               serving=serving, band=band)
     except CustomPromptsError as exc:
         return _none(f"prompts unavailable: {exc}", block_size, capacity_blocks)

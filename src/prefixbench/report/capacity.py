@@ -213,7 +213,8 @@ def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityR
             predicted_at=predicted_at(record, w, method) if w is not None else None,
             request_rate=w.request_rate if w is not None else math.inf,
             evicted_blocks=None if evicted is None else int(evicted),
-            band=view.expected_served_band if method == "served" else None)
+            band=view.expected_served_band if method == "served" else
+            view.predicted.band if view.predicted is not None else None)
         rows.append(CapacityRow(
             point_blocks=blocks, host=record.key.host, workload=record.key.workload,
             repetition=record.key.repetition, capacity_blocks=capacity,

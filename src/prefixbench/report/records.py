@@ -122,7 +122,9 @@ def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_di
     return predict(seeded, block_size=int(block),
                    cache_config=cfg,
                    prompts_file=prompts if prompts.is_file() else None,
-                   tokenizer_dir=tokenizer_dir(run_dir), serving=_serving(record, workload))
+                   tokenizer_dir=tokenizer_dir(run_dir), serving=_serving(record, workload),
+                   # prefix_repetition's range is the served expectation's, in the record
+                   band=workload.is_custom)
 
 
 def concurrency_of(workload: Workload) -> int:
