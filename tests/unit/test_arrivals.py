@@ -84,11 +84,11 @@ def test_paced_traffic_spans_one_at_a_time_to_all_at_once() -> None:
     band = arrival_band(prompts, outs, new_sim=new_sim, serving=Serving(concurrency=4),
                         request_rate=5.0)
     assert band.lo_hit_tokens <= serial.total_hit_tokens <= band.hi_hit_tokens
-    names = [t.name for t in timings(len(prompts), concurrency=4, request_rate=5.0)]
+    names = [t.name for t in timings(len(prompts), request_rate=5.0)]
     assert names[:2] == ["as soon as the client may send", "one at a time"]
     assert any("steps of 1000 ms" in n for n in names)
     # the one-at-a-time timing alone: requests never overlap
-    one = next(t for t in timings(len(prompts), concurrency=4, request_rate=5.0,
+    one = next(t for t in timings(len(prompts), request_rate=5.0,
                                   serial_gap=16 * 12 + 9) if t.name == "one at a time")
     sim = new_sim()
     got = sim.replay(prompts, outs, concurrency=4, release=one.release, lag=one.lag)

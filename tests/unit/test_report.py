@@ -325,6 +325,10 @@ def test_oom_on_the_cpu_platform_names_its_kv_cache_setting(tmp_path: Path) -> N
     issue = next(i for i in build_summary(run).host("host-a").issues
                  if i.code == "server_oom")
     assert "VLLM_CPU_KVCACHE_SPACE" in issue.fix and "NEURON" not in issue.fix
+    from prefixbench.config import settings  # noqa: PLC0415
+
+    named = [w.strip("(),.") for w in issue.fix.split() if w.startswith(("vllm_", "(vllm_"))]
+    assert named and all(n in settings.BY_NAME for n in named), named  # real settings
 
 
 def test_compare_names_the_regressed_metric(tmp_path: Path) -> None:

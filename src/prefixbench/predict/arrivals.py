@@ -104,9 +104,9 @@ class ArrivalBand:
                 "hi_timing": self.hi_timing}
 
 
-def timings(n: int, *, concurrency: int, request_rate: float = math.inf,
-            burstiness: float = 1.0, seed: int = 0, serial_gap: int = 1,
-            seeds: int | None = None) -> Iterator[Timing]:
+def timings(n: int, *, request_rate: float = math.inf, burstiness: float = 1.0,
+            seed: int = 0, serial_gap: int = 1, seeds: int | None = None
+            ) -> Iterator[Timing]:
     """The arrival timings of :func:`arrival_band` for ``n`` requests: the point first.
     ``serial_gap``: steps apart that make requests never overlap (one at a time)."""
     zero = (0,) * n
@@ -153,9 +153,8 @@ def arrival_band(prompts: Sequence[Tokens], outputs: Sequence[int], *,
     lo: tuple[int, str] | None = None
     hi: tuple[int, str] | None = None
     variants = queries = 0
-    for timing in timings(measured, concurrency=serving.concurrency,
-                          request_rate=request_rate, burstiness=burstiness, seed=seed,
-                          serial_gap=gap, seeds=seeds):
+    for timing in timings(measured, request_rate=request_rate, burstiness=burstiness,
+                          seed=seed, serial_gap=gap, seeds=seeds):
         sim = new_sim()
         for i in range(pre):
             if i == serving.ready:

@@ -65,7 +65,7 @@ FIX_NO_GAIN_CPU: Final = (
     "ratio. On Neuron this issue means misaligned segments.")
 FIX_OOM_CPU: Final = (
     "The KV cache does not fit in the host's memory: lower VLLM_CPU_KVCACHE_SPACE (GiB "
-    "of KV cache, in vllm_service_env) or vllm_service_max_model_len.")
+    "of KV cache, in vllm_service_environment) or vllm_service_max_model_len.")
 FIX_CARRY_OVER: Final = (
     "Hits on the no-overlap workload come from prompts of an earlier workload on the same "
     "server (vLLM's prefix_repetition draws from one stream per --seed): give every "
