@@ -40,6 +40,7 @@ from prefixbench.predict.hybridsim import (
     HybridCacheSim,
     cache_sim_for,
 )
+from prefixbench.predict.tokenizer import model_directory
 
 __all__ = ["FULL_ATTENTION", "CacheModel", "from_model_config", "from_model_dir"]
 
@@ -106,13 +107,17 @@ def from_model_config(config: Mapping[str, Any]) -> CacheModel | None:
     return None
 
 
-def from_model_dir(directory: Path | None) -> CacheModel | None:
-    """:func:`from_model_config` of ``<directory>/config.json`` (the model's directory, or
-    a run's copy of its tokenizer files); ``None`` without a readable one."""
-    if directory is None or not (Path(directory) / "config.json").is_file():
+def from_model_dir(tokenizer: Path | None) -> CacheModel | None:
+    """:func:`from_model_config` of the ``config.json`` beside a tokenizer (the model's
+    directory, or a run's copy of its tokenizer files), named as ``--tokenizer`` names it:
+    the directory or its ``tokenizer.json``
+    (:func:`prefixbench.predict.tokenizer.model_directory`); ``None`` without a readable
+    one."""
+    directory = model_directory(tokenizer)
+    if directory is None or not (directory / "config.json").is_file():
         return None
     try:
-        config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return from_model_config(config) if isinstance(config, dict) else None

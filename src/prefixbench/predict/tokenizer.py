@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["Tokenizer", "TokenizerError", "load", "serial_batches"]
+__all__ = ["Tokenizer", "TokenizerError", "load", "model_directory", "serial_batches"]
 
 TOKENIZER_JSON: Final = "tokenizer.json"
 TOKENIZER_CONFIG: Final = "tokenizer_config.json"
@@ -277,13 +277,8 @@ def load(path: Path) -> Tokenizer:
         raise TokenizerError("the tokenizers package is not installed "
                              "(run scripts/bootstrap)") from None
     path = Path(path)
-    directory: Path | None
-    if path.is_dir():
-        directory, file = path, path / TOKENIZER_JSON
-    else:
-        directory, file = None, path
-        if path.name == TOKENIZER_JSON and (path.parent / TOKENIZER_CONFIG).is_file():
-            directory = path.parent
+    directory = model_directory(path)
+    file = path / TOKENIZER_JSON if path.is_dir() else path
     if not file.is_file():
         raise TokenizerError(f"{file}: no such file (a tokenizer directory needs "
                              f"{TOKENIZER_JSON})")
@@ -308,6 +303,20 @@ def load(path: Path) -> Tokenizer:
     return Tokenizer(source=file, backend=backend, config=config,
                      chat_template=_chat_template(directory, config),
                      model_config=_model_config(directory))
+
+
+def model_directory(path: Path | None) -> Path | None:
+    """The directory whose files (``tokenizer_config.json``, ``chat_template.jinja``, the
+    model's ``config.json``) go with a tokenizer named by ``path``: the directory itself,
+    or the one holding a file named ``tokenizer.json``, so that ``DIR`` and
+    ``DIR/tokenizer.json`` are the same model; ``None`` for a file of another name (a
+    bare tokenizer, nothing beside it is read)."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        return path
+    return path.parent if path.name == TOKENIZER_JSON else None
 
 
 def _model_config(directory: Path | None) -> dict[str, Any]:
