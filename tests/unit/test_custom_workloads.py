@@ -173,7 +173,7 @@ def test_prepared_file_is_what_vllm_reads(tmp_path: Path) -> None:
     prepared = prepare_file(path, custom_output_len=16,
                             tokenizer_dir=write_tokenizer(tmp_path / "tok"))
     assert prepared.texts == ("t5 t6\nt7 \u00e9", "t12 t5 t13 t10 t9 t13 t11", "t8")
-    assert prepared.output_tokens == (3, 16, 16)
+    assert prepared.output_tokens == (16, 16, 16)  # vLLM: --custom-output-len for every line
     assert prepared.num_prompts == 3 and prepared.chat_lines == 1
     lines = prepared.jsonl.decode("ascii").splitlines()
     assert [json.loads(line) for line in lines] == [

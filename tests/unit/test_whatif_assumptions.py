@@ -54,3 +54,15 @@ def test_the_tokenizer_named_by_its_file_is_the_same_model(gptoss_dir: Path,
                         "--capacity-blocks", "40", "--kv-cache", "full")
     ratio = [line for line in outs[0].splitlines() if line.startswith("predicted ratio")]
     assert code == 0 and ratio and ratio[0] not in full  # the model matters here
+
+
+def test_the_output_length_is_the_benchs_rule(tmp_path: Path) -> None:
+    """vLLM 0.32's ``CustomDataset.sample``: ``--custom-output-len N`` for every request,
+    each line's ``output_tokens`` only with -1 (lines without one are then refused)."""
+    from prefixbench.bench.custom import prepare_file  # noqa: PLC0415
+
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"t{4 + i}", "output_tokens": 1 + i}) + "\n"
+                            for i in range(3)))
+    assert prepare_file(path, custom_output_len=7).output_tokens == (7, 7, 7)
+    assert prepare_file(path, custom_output_len=-1).output_tokens == (1, 2, 3)

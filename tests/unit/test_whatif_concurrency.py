@@ -93,7 +93,7 @@ def test_custom_prompts_at_concurrency_for_any_workers(
         items = [json.loads(line) for line in handle if line.strip()]
     texts = [item["prompt"] if "prompt" in item else tok.render_chat(item["messages"])
              for item in items]
-    outs = [item.get("output_tokens", 9) for item in items]
+    outs = [9] * len(items)  # the workload's custom_output_len, as vLLM sends it
     order = list(range(len(items)))
     random.Random(5).shuffle(order)  # noqa: S311 - vLLM's shuffle
     sim = SchedulerSim(16, 14, max_num_seqs=2, max_num_batched_tokens=32)

@@ -72,7 +72,7 @@ def reference(path: Path, tok: tk.Tokenizer, *, block_size: int, capacity: int |
         items = [json.loads(line) for line in handle if line.strip()]
     texts = [item["prompt"] if "prompt" in item else tok.render_chat(item["messages"])
              for item in items]
-    outs = [item.get("output_tokens", out_len) for item in items]
+    outs = [item["output_tokens"] if out_len == -1 else out_len for item in items]  # vLLM's
     order = list(range(len(items)))
     if shuffle:
         random.Random(seed).shuffle(order)  # noqa: S311 - vLLM's shuffle

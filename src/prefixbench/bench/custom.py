@@ -16,9 +16,11 @@ the file and the line number.
 :func:`prepare` writes every line as ``{"prompt": text, "output_tokens": N}`` (ASCII
 JSON, one object a line): exactly what vLLM 0.32's ``CustomDataset`` reads with
 ``pandas.read_json(lines=True)``, and the bench passes ``--skip-chat-template`` so the
-server gets the text unchanged. ``output_tokens`` is the line's own value, else
-``custom_output_len``, so the column is whole (``--custom-output-len`` overrides it
-unless -1).
+server gets the text unchanged. ``output_tokens`` is what the bench will generate for
+the line, by vLLM's rule (``CustomDataset.sample``): the workload's ``custom_output_len``
+(``--custom-output-len``, which the bench always passes) for every line, and only when
+it is -1 the line's own ``output_tokens``. So the column is whole, and a line's own value
+is ignored unless ``custom_output_len`` is -1.
 
 Order (:func:`send_order`): ``CustomDataset`` loads every line, then
 ``random.seed(seed); random.shuffle(data)`` unless ``--disable-shuffle``, then sends the

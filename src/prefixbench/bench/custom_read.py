@@ -260,10 +260,12 @@ def scan_file(
             if deferred is not None:
                 continue  # keep parsing: an unparsable line is reported first
             where = f"{path}:{item.line}"
-            if item.output_tokens is not None:
-                outs.append(item.output_tokens)
-            elif custom_output_len != -1:
+            # vLLM 0.32's CustomDataset.sample: --custom-output-len for every request
+            # unless it is -1, then each line's output_tokens.
+            if custom_output_len != -1:
                 outs.append(custom_output_len)
+            elif item.output_tokens is not None:
+                outs.append(item.output_tokens)
             else:
                 deferred = CustomPromptsError(
                     f"{where}: no output_tokens, and custom_output_len is -1 (use each "
