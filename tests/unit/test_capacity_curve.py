@@ -72,6 +72,8 @@ def test_the_whatif_command_prints_the_curve() -> None:
     assert cli.main(["whatif", "--workload", "high_overlap", "--capacity-curve",
                      "530,100"], out=out, err=err) == 0
     lines = out.getvalue().splitlines()
+    assert "  block size:             128 tokens [cpu platform's default" in lines[3]
+    lines = lines[lines.index(next(x for x in lines if x.startswith("    capacity"))) - 1:]
     assert lines[1].split() == ["capacity", "hit", "ratio", "evicted", "blocks"]
     assert lines[2].split()[:2] == ["100", "30.38%"]
     assert lines[3].split() == ["530", "67.50%", "0"]

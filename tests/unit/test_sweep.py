@@ -198,5 +198,5 @@ def test_the_report_puts_the_what_if_prediction_next_to_the_measurement(
     # concurrency, and says what it does not model (the request rate's pacing).
     sustained = rows[("cached", "sustained_c4")]
     assert sustained.predicted is not None
-    assert "request_rate 2/s: the ratio has each request sent as soon as" in (
+    assert "paces requests at 2/s, but the predicted ratio has each request sent" in (
         sustained.prediction_note or "")

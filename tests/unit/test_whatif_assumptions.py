@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,8 @@ def test_the_tokenizer_named_by_its_file_is_the_same_model(gptoss_dir: Path,
         code, out, err = run(str(prompts), "--tokenizer", str(tok), "--block-size", "16",
                              "--capacity-blocks", "40")
         assert code == 0, err
-        outs.append(out.replace(str(tok), "TOKENIZER"))
+        outs.append(out.replace(str(gptoss_dir / "tokenizer.json"), "TOKENIZER")
+                    .replace(str(gptoss_dir), "TOKENIZER"))
     assert outs[0] == outs[1]
     assert "hybrid (sliding window 16" in outs[0]
     code, full, _ = run(str(prompts), "--tokenizer", str(gptoss_dir), "--block-size", "16",
@@ -66,3 +68,27 @@ def test_the_output_length_is_the_benchs_rule(tmp_path: Path) -> None:
                             for i in range(3)))
     assert prepare_file(path, custom_output_len=7).output_tokens == (7, 7, 7)
     assert prepare_file(path, custom_output_len=-1).output_tokens == (1, 2, 3)
+
+
+def test_the_docs_and_help_state_the_defaults_the_command_applies(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``docs/own-traffic.md``'s table and ``--help`` say what :data:`DEFAULTS` says, for
+    every flag with a default; the command applies it (the ``assumed:`` lines)."""
+    from prefixbench.frontend.whatif_setup import DEFAULTS  # noqa: PLC0415
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "own-traffic.md").read_text()
+    rows = dict(re.findall(r"^\s*\| `(--[a-z-]+)` \| (.+?) \|$", doc, flags=re.MULTILINE))
+    assert rows == DEFAULTS
+    code, _, _ = run("--help")
+    help_text = capsys.readouterr().out
+    assert code == 0
+    flat = " ".join(help_text.split())
+    for flag, text in DEFAULTS.items():
+        assert f"default: {text}" in flat, flag
+    code, out, _ = run("--workload", "high_overlap")
+    assert code == 0
+    assert "  block size:             128 tokens [cpu platform's default" in out
+    code, out, _ = run("--workload", "high_overlap", "--platform", "neuron")
+    assert code == 0
+    assert "  block size:             32 tokens [neuron platform's default" in out
+    assert "  scheduler:              async (AsyncScheduler) [neuron platform's default" in out

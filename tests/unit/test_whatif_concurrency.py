@@ -39,9 +39,9 @@ def test_prefix_repetition_at_concurrency_is_the_scheduler_replay() -> None:
         want.total_hit_tokens, want.query_tokens, 200, want.evicted_blocks)
     assert pred.method.endswith("vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
                                 "max_num_batched_tokens 1024)")
-    assert pred.note == ("request_rate 2/s: the ratio has each request sent as soon as "
-                         "one of the 4 in flight finishes; the range over arrival timings "
-                         "(a workload's) spans the paced ones")
+    assert pred.note == ("the workload paces requests at 2/s, but the predicted ratio has "
+                         "each request sent as soon as one of the 4 in flight finishes; the "
+                         "timing range spans the paced arrivals")
     # The range over arrival timings: the bench's paced arrivals, the point among them.
     assert pred.band is not None and pred.band_note is not None
     assert pred.band[0] <= pred.ratio <= pred.band[1]  # type: ignore[operator]
@@ -158,7 +158,7 @@ def test_the_whatif_command_says_which_model_it_replayed() -> None:
     assert code == 0
     assert ("replayed:        vLLM scheduler model at concurrency 8 (max_num_seqs 8, "
             "max_num_batched_tokens 2048)") in out
-    assert "replayed at concurrency 8; the workload runs at 4" in out
+    assert "note:            Replayed at concurrency 8, while the workload runs at 4." in out
     code, out, _ = run("--workload", "high_overlap")
     assert code == 0 and "replayed:        one request at a time (concurrency 1)" in out
     code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "150",
@@ -175,7 +175,10 @@ def test_the_whatif_command_gives_the_range_over_arrival_timings() -> None:
     paced = whatif.predict(w, block_size=128, capacity_blocks=200, serving=Serving(4))
     code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
                        "--concurrency", "4")
-    assert code == 0 and f"timing range:    {paced.band_note}" in out.splitlines()
+    assert paced.band is not None and paced.band_note is not None
+    timings = paced.band_note.partition(" over ")[2]
+    assert code == 0 and (f"timing range:    {paced.band[0]:.4%} to {paced.band[1]:.4%} "
+                          f"over {timings}") in out.splitlines()
     assert "over 23 arrival timings" in out
     code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
                        "--concurrency", "4", "--request-rate", "inf")

@@ -19,9 +19,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from prefixbench.frontend import cli_chat, cli_doctor
+from prefixbench.frontend import cli_chat, cli_doctor, cli_whatif
 from prefixbench.frontend.cli_run import (
     EXIT_INTERRUPTED,
     STOP_PLAYBOOK,
@@ -29,7 +29,6 @@ from prefixbench.frontend.cli_run import (
     run_request,
 )
 from prefixbench.frontend.cli_shared import PROG, UsageError, report_module
-from prefixbench.frontend.cli_whatif import run_whatif
 from prefixbench.frontend.runview import (
     EXIT_ANSIBLE,
     EXIT_FAILED,
@@ -39,7 +38,6 @@ from prefixbench.frontend.runview import (
     EXIT_REGRESSION,
     EXIT_USAGE,
 )
-from prefixbench.predict.schedconfig import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 
 __all__ = ["build_parser", "main"]
 
@@ -58,6 +56,13 @@ exit codes:
      same --run-id to run only what is missing
   {EXIT_INTERRUPTED}  run: interrupted (Ctrl+C or SIGTERM): the playbook was ended and the vLLM
      servers stopped ({STOP_PLAYBOOK}); rerun with the same --run-id to resume
+"""
+
+#: The exit codes of the commands that run nothing on a host (whatif, chat-traffic).
+TOOL_EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}  success: the prediction (or the file and its expectation) is printed
+  {EXIT_USAGE}  usage or input error (bad arguments, an unreadable prompts file or tokenizer)
 """
 
 #: Repository holding benchmark.yml and ansible.cfg (the editable install lives in it).
@@ -116,87 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "exit 4 on regression")
     compare.add_argument("args", nargs=argparse.REMAINDER)
 
-    _whatif_parser(sub)
-    cli_chat.add_parser(sub, EXIT_CODES)
+    cli_whatif.add_parser(sub, TOOL_EXIT_CODES)
+    cli_chat.add_parser(sub, TOOL_EXIT_CODES)
     cli_doctor.add_parser(sub, _DEFAULT_PROJECT)
 
     return parser
-
-
-def _whatif_parser(sub: Any) -> None:
-    whatif = sub.add_parser(
-        "whatif", help="predict the prefix-cache hit ratio of your prompts or a workload",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES,
-        description="Replay requests through the model of vLLM's prefix cache, in the order "
-        "vllm bench serve sends them, and print the predicted token hit ratio "
-        "(prefix_cache_hits / prefix_cache_queries). Either a JSONL prompts file (prompt or "
-        "chat-messages lines, counted with --tokenizer) or a prefix_repetition workload "
-        "(--workload; no tokenizer needed).")
-    whatif.add_argument("prompts", nargs="?", type=Path, metavar="PROMPTS.jsonl",
-                        help="your prompts, one JSON object a line")
-    whatif.add_argument("--workload", metavar="NAME",
-                        help="a workload by name instead (the tutorial's, or --workloads)")
-    whatif.add_argument("--workloads", type=Path, metavar="FILE",
-                        help="YAML file with a 'workloads:' list (default: the tutorial's)")
-    whatif.add_argument("--tokenizer", type=Path, metavar="DIR",
-                        help="directory with the server's tokenizer.json (and "
-                        "tokenizer_config.json for chat lines)")
-    whatif.add_argument("--block-size", type=int, default=128,
-                        help="KV block size of the server (vllm:cache_config_info; default 128)")
-    whatif.add_argument("--capacity-blocks", type=int, metavar="N",
-                        help="usable KV capacity in blocks: the server's num_gpu_blocks - 1 "
-                        "(block 0 is vLLM's null block); default unbounded")
-    whatif.add_argument("--kv-cache", choices=("full", "hybrid"),
-                        help="the server's KV-cache manager: full (full attention in every "
-                        "layer) or hybrid (vLLM's hybrid manager: sliding-window and "
-                        "full-attention layers sharing one block pool, as gpt-oss); "
-                        "default: what the model's config.json beside --tokenizer says, "
-                        "else full")
-    whatif.add_argument("--sliding-window", type=int, default=128, metavar="N",
-                        help="with --kv-cache hybrid: the sliding window in tokens "
-                        "(default 128, gpt-oss's)")
-    whatif.add_argument("--seed", type=int, help="vllm bench serve --seed (default 0, or "
-                        "the workload's)")
-    whatif.add_argument("--no-shuffle", action="store_true",
-                        help="as --disable-shuffle: send the prompts in file order")
-    whatif.add_argument("--num-prompts", type=int, metavar="N",
-                        help="prompts sent (default: every line, or the workload's)")
-    whatif.add_argument("--custom-output-len", type=int, default=256, metavar="N",
-                        help="output tokens per request, -1: each line's output_tokens "
-                        "(only matters with --capacity-blocks; default 256)")
-    whatif.add_argument("--num-warmups", type=int, default=0, metavar="N",
-                        help="warmup requests (copies of the first prompt) sent first")
-    whatif.add_argument("--capacity-curve", metavar="N,N,...",
-                        help="predict at each of these KV capacities (usable blocks) and "
-                        "unbounded: hit ratio against capacity, the working set, and the "
-                        "smallest capacity that holds it")
-    whatif.add_argument("--workers", type=int, metavar="N",
-                        help="threads encoding a prompts file (default: one more than the "
-                        "usable cores; the prediction is the same for any number)")
-    whatif.add_argument("--concurrency", type=int, default=1, metavar="N",
-                        help="requests the client keeps in flight (vllm bench serve "
-                        "--max-concurrency). Above 1 the requests go through a model of "
-                        "vLLM's scheduler (either --kv-cache) with --max-num-seqs and "
-                        "--max-num-batched-tokens; default 1: one request at a time")
-    whatif.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
-                        metavar="N", help="the server's --max-num-seqs, with --concurrency "
-                        f"above 1 (default {DEFAULT_MAX_NUM_SEQS}, the tutorial server's)")
-    whatif.add_argument("--max-num-batched-tokens", type=int,
-                        default=DEFAULT_MAX_NUM_BATCHED_TOKENS, metavar="N",
-                        help="the server's --max-num-batched-tokens, with --concurrency "
-                        f"above 1 (default {DEFAULT_MAX_NUM_BATCHED_TOKENS}, the tutorial "
-                        "server's)")
-    whatif.add_argument("--request-rate", type=float, metavar="R",
-                        help="requests per second the client releases (vllm bench serve "
-                        "--request-rate; default: the workload's, inf for a prompts file); "
-                        "with --concurrency above 1 the range over arrival timings then "
-                        "spans this paced traffic")
-    whatif.add_argument("--burstiness", type=float, metavar="B",
-                        help="the gamma shape of the arrivals with --request-rate (vllm "
-                        "bench serve --burstiness; default: the workload's, 1: Poisson)")
-    whatif.add_argument("--async-scheduling", action="store_true",
-                        help="the server runs vLLM's AsyncScheduler (vLLM's default on a "
-                        "GPU; its CPU platform, the bundle's servers', turns it off)")
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
@@ -215,7 +144,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         if args.command == "run":
             return run_benchmark(run_request(args), out, err)
         if args.command == "whatif":
-            return run_whatif(args, out, err)
+            return cli_whatif.run_whatif(args, out, err)
         if args.command == "chat-traffic":
             return cli_chat.run_chat_traffic(args, out, err)
         if args.command == "doctor":

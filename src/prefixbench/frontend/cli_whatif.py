@@ -16,14 +16,98 @@ Both are imported when the command runs (they load the tokenizer library).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, TextIO
 
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
-from prefixbench.predict.schedconfig import Serving
+from prefixbench.frontend.whatif_setup import DEFAULTS, PLATFORMS, Setup, resolve
 
-__all__ = ["cache_model", "run_whatif", "serving", "whatif_workload"]
+__all__ = ["add_parser", "method_sentence", "run_whatif", "sentences", "whatif_workload"]
+
+
+def _default(flag: str) -> str:
+    return f"default: {DEFAULTS[flag]}"
+
+
+def add_parser(sub: Any, epilog: str) -> None:
+    """The ``whatif`` subcommand's arguments; every default is
+    :data:`~prefixbench.frontend.whatif_setup.DEFAULTS`' (None here: :func:`resolve`
+    applies it and says so)."""
+    w = sub.add_parser(
+        "whatif", help="predict the prefix-cache hit ratio of your prompts or a workload",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog,
+        description="Replay requests through the model of vLLM's prefix cache, in the order "
+        "vllm bench serve sends them, and print the predicted token hit ratio "
+        "(prefix_cache_hits / prefix_cache_queries), with every assumption and where it "
+        "comes from. Either a JSONL prompts file (prompt or chat-messages lines, counted "
+        "with --tokenizer) or a prefix_repetition workload (--workload; no tokenizer "
+        "needed). With --platform neuron, also the prefill segments warm requests skip.")
+    w.add_argument("prompts", nargs="?", type=Path, metavar="PROMPTS.jsonl",
+                   help="your prompts, one JSON object a line")
+    w.add_argument("--workload", metavar="NAME",
+                   help="a workload by name instead (the tutorial's, or --workloads)")
+    w.add_argument("--workloads", type=Path, metavar="FILE",
+                   help="with --workload: a YAML file with a 'workloads:' list (default: "
+                   "the tutorial's)")
+    w.add_argument("--tokenizer", type=Path, metavar="DIR",
+                   help="the server's tokenizer: its directory or its tokenizer.json (with "
+                   "tokenizer_config.json for chat lines, config.json for the model)")
+    w.add_argument("--platform", choices=PLATFORMS,
+                   help=f"the server's platform; {_default('--platform')}")
+    w.add_argument("--block-size", type=int, metavar="N",
+                   help=f"KV block size of the server; {_default('--block-size')}")
+    w.add_argument("--capacity-blocks", type=int, metavar="N",
+                   help="usable KV capacity in blocks: the server's num_gpu_blocks - 1 "
+                   f"(block 0 is vLLM's null block); {_default('--capacity-blocks')}")
+    w.add_argument("--kv-cache", choices=("full", "hybrid"),
+                   help="the server's KV-cache manager: full (full attention in every "
+                   "layer) or hybrid (vLLM's hybrid manager: sliding-window and "
+                   "full-attention layers sharing one block pool, as gpt-oss on cpu); "
+                   f"{_default('--kv-cache')}")
+    w.add_argument("--sliding-window", type=int, metavar="N",
+                   help="with --kv-cache hybrid: the sliding window in tokens; "
+                   f"{_default('--sliding-window')}")
+    w.add_argument("--seed", type=int, help="vllm bench serve --seed (default 0, or "
+                   "the workload's)")
+    w.add_argument("--no-shuffle", action="store_true",
+                   help="as --disable-shuffle: send the prompts in file order")
+    w.add_argument("--num-prompts", type=int, metavar="N",
+                   help="prompts sent, >= 1 (default: every line, or the workload's)")
+    w.add_argument("--custom-output-len", type=int, metavar="N",
+                   help="a prompts file: output tokens per request, -1: each line's "
+                   "output_tokens (it matters with --capacity-blocks or --concurrency); "
+                   f"{_default('--custom-output-len')}")
+    w.add_argument("--num-warmups", type=int, default=0, metavar="N",
+                   help="warmup requests (copies of the first prompt) sent first")
+    w.add_argument("--capacity-curve", metavar="N,N,...",
+                   help="predict at each of these KV capacities (usable blocks) and "
+                   "unbounded: hit ratio against capacity, the working set, and the "
+                   "smallest capacity that holds it")
+    w.add_argument("--workers", type=int, metavar="N",
+                   help="threads encoding a prompts file (default: one more than the "
+                   "usable cores; the prediction is the same for any number)")
+    w.add_argument("--concurrency", type=int, metavar="N",
+                   help="requests the client keeps in flight (vllm bench serve "
+                   "--max-concurrency); above 1 the requests go through a model of "
+                   f"vLLM's scheduler; {_default('--concurrency')}")
+    w.add_argument("--max-num-seqs", type=int, metavar="N",
+                   help="the server's --max-num-seqs, with concurrency above 1; "
+                   f"{_default('--max-num-seqs')}")
+    w.add_argument("--max-num-batched-tokens", type=int, metavar="N",
+                   help="the server's --max-num-batched-tokens, with concurrency above 1; "
+                   f"{_default('--max-num-batched-tokens')}")
+    w.add_argument("--request-rate", type=float, metavar="R",
+                   help="with concurrency above 1: requests per second the client "
+                   "releases (vllm bench serve --request-rate; default: the workload's, "
+                   "inf for a prompts file); the timing range then spans this paced "
+                   "traffic")
+    w.add_argument("--burstiness", type=float, metavar="B",
+                   help="with --request-rate: the gamma shape of the arrivals (vllm bench "
+                   "serve --burstiness; default: the workload's, 1: Poisson)")
+    w.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
+                   help="the server runs vLLM's AsyncScheduler; "
+                   f"{_default('--async-scheduling')}")
 
 
 def whatif_workload(args: argparse.Namespace) -> Any:
@@ -37,6 +121,10 @@ def whatif_workload(args: argparse.Namespace) -> Any:
         if args.no_shuffle:
             data["disable_shuffle"] = True
         if args.num_prompts is not None:
+            if args.num_prompts < 1:
+                raise UsageError(f"--num-prompts must be >= 1, got {args.num_prompts} "
+                                 f"(leave it out to send every line, or the workload's "
+                                 f"number)")
             data["num_prompts"] = args.num_prompts
         if args.num_warmups:
             data["num_warmups"] = args.num_warmups
@@ -67,7 +155,8 @@ def whatif_workload(args: argparse.Namespace) -> Any:
         return wl.Workload.from_dict(overrides({
             "name": "whatif", "dataset_name": "custom", "max_concurrency": 1,
             "dataset_path": str(args.prompts.resolve()),
-            "custom_output_len": args.custom_output_len}))
+            "custom_output_len": (256 if args.custom_output_len is None
+                                  else args.custom_output_len)}))
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -79,32 +168,37 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from prefixbench.predict.progress import ProgressBar  # noqa: PLC0415
 
     workload = whatif_workload(args)
-    if args.block_size < 1 or (args.capacity_blocks is not None and args.capacity_blocks < 1):
-        raise UsageError("--block-size and --capacity-blocks must be >= 1")
     if args.tokenizer is not None and not args.tokenizer.exists():
         raise UsageError(f"--tokenizer {args.tokenizer}: no such file or directory")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
-    model = cache_model(args).chunked(args.max_num_batched_tokens)
-    served = serving(args)
+    setup = resolve(args, workload)
     if args.capacity_curve is not None:
-        return _curve(args, workload, model, served, out=out, err=err)
+        return _curve(args, workload, setup, out=out, err=err)
     with ProgressBar(err) as bar:
-        pred = whatif.predict(workload, block_size=args.block_size,
+        pred = whatif.predict(workload, block_size=setup.block_size,
                               capacity_blocks=args.capacity_blocks, prompts_file=None,
                               tokenizer_dir=args.tokenizer, workers=args.workers,
-                              progress=bar, cache_model=model, serving=served)
+                              progress=bar, cache_model=setup.cache_model,
+                              serving=setup.serving)
     if pred.ratio is None:
         raise UsageError(pred.note or "no prediction")
     cap = "unbounded" if args.capacity_blocks is None else f"{args.capacity_blocks} blocks"
     print(f"workload:        {workload.name} ({workload.dataset_name}), seed "
           f"{workload.seed if workload.seed is not None else 0}, "
           f"{'file order' if workload.disable_shuffle else 'shuffled'}", file=out)
-    print(f"cache:           block {args.block_size}, capacity {cap}, "
-          f"{model.describe()}", file=out)
-    print(f"replayed:        {served.describe()}", file=out)
+    print("assumed:         [where each value comes from]", file=out)
+    for assumed in setup.assumed:
+        print(assumed.line(), file=out)
+    print(f"cache:           block {setup.block_size}, capacity {cap}, "
+          f"{setup.cache_model.describe()}", file=out)
+    print(f"replayed:        {setup.serving.describe()}", file=out)
     print(f"predicted ratio: {pred.ratio:.4%}", file=out)
-    if pred.band_note is not None:  # above concurrency 1
+    if pred.band is not None and pred.band_note is not None:  # above concurrency 1
+        timings = pred.band_note.partition(" over ")[2]
+        print(f"timing range:    {pred.band[0]:.4%} to {pred.band[1]:.4%} over {timings}",
+              file=out)
+    elif pred.band_note is not None:
         print(f"timing range:    {pred.band_note}", file=out)
     print(f"hit tokens:      {pred.hit_tokens:,} of {pred.query_tokens:,} queried, "
           f"{pred.requests:,} requests", file=out)
@@ -112,56 +206,60 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if pred.formula_ratio is not None:
         print(f"formula:         {pred.formula_ratio:.4%} (block-aligned, unbounded cache; "
               f"tutorial's step 9: {workload.tutorial_ratio():.4%})", file=out)
-    print(f"method:          {pred.method}", file=out)
-    if pred.note:
-        print(f"note:            {pred.note}", file=out)
+    print(f"method:          {method_sentence(pred.method, workload, setup)}", file=out)
+    for i, note in enumerate(sentences(pred.note)):
+        print(f"{'note:' if i == 0 else '':<17}{note}", file=out)
     return EXIT_OK
 
 
-def serving(args: argparse.Namespace) -> Serving:
-    """How ``--concurrency``, ``--max-num-seqs`` and ``--max-num-batched-tokens`` send
-    the requests (the workload's ready check and warmups are added by the prediction)."""
-    for flag, value in (("--concurrency", args.concurrency),
-                        ("--max-num-seqs", args.max_num_seqs),
-                        ("--max-num-batched-tokens", args.max_num_batched_tokens)):
-        if value < 1:
-            raise UsageError(f"{flag} must be >= 1, got {value}")
-    return Serving(concurrency=args.concurrency, max_num_seqs=args.max_num_seqs,
-                   max_num_batched_tokens=args.max_num_batched_tokens,
-                   async_scheduling=args.async_scheduling)
+def method_sentence(method: str, workload: Any, setup: Setup) -> str:
+    """How the prediction was computed, as one sentence."""
+    if method.startswith("block-aligned formula"):
+        return ("Too many prompt tokens to replay, so the ratio is the block-aligned "
+                "formula's, which is exact for an unbounded cache.")
+    seed = workload.seed if workload.seed is not None else 0
+    made = ("read from the file and encoded with the tokenizer" if workload.is_custom
+            else f"regenerated from seed {seed} as vLLM draws them")
+    serving = setup.serving
+    sent = ("one at a time" if not (serving.scheduled or serving.async_scheduling)
+            else f"through the {serving.describe()}")
+    return (f"The requests were {made} and replayed in vLLM's send order, {sent}, "
+            f"against a model of vLLM's prefix cache: {setup.cache_model.describe()}.")
 
 
-def cache_model(args: argparse.Namespace) -> CacheModel:
-    """The cache model ``--kv-cache`` / ``--sliding-window`` ask for; without
-    ``--kv-cache``, the one the model's ``config.json`` beside ``--tokenizer`` implies
-    (gpt-oss: hybrid, with its own window), else full attention."""
-    if args.kv_cache is None:
-        return from_model_dir(args.tokenizer) or FULL_ATTENTION
-    if args.kv_cache == "full":
-        return FULL_ATTENTION
-    if args.sliding_window < 2:
-        raise UsageError(f"--sliding-window must be >= 2 tokens, got {args.sliding_window}")
-    return CacheModel("hybrid", sliding_window=args.sliding_window)
+def sentences(note: str | None) -> list[str]:
+    """A prediction's note (parts joined by ``"; "``) as sentences, one a part."""
+    out = []
+    for part in (note or "").split("; "):
+        text = part.strip()
+        if text:
+            out.append(text[0].upper() + text[1:] + ("" if text.endswith(".") else "."))
+    return out
 
 
-def _curve(args: argparse.Namespace, workload: Any, model: CacheModel, served: Serving, *,
-           out: TextIO, err: TextIO) -> int:
+def _curve(args: argparse.Namespace, workload: Any, setup: Setup, *, out: TextIO,
+           err: TextIO) -> int:
     from prefixbench.predict import capacity_curve  # noqa: PLC0415 - loads the tokenizer library
     from prefixbench.predict.progress import ProgressBar  # noqa: PLC0415
 
     if args.capacity_blocks is not None:
         raise UsageError("give --capacity-blocks or --capacity-curve, not both")
+    model, served = setup.cache_model, setup.serving
     try:
         caps = capacity_curve.parse_capacities(args.capacity_curve)
         with ProgressBar(err) as bar:
             curve = capacity_curve.predict_curve(
-                workload, block_size=args.block_size, capacities=caps,
+                workload, block_size=setup.block_size, capacities=caps,
                 tokenizer_dir=args.tokenizer, workers=args.workers, progress=bar,
                 cache_model=model, serving=served)
     except capacity_curve.CurveError as exc:
         raise UsageError(str(exc)) from None
     print(f"workload:        {workload.name} ({workload.dataset_name}), block "
-          f"{args.block_size}, {model.describe()}", file=out)
+          f"{setup.block_size}, {model.describe()}", file=out)
+    print("assumed:         [where each value comes from]", file=out)
+    for assumed in setup.assumed:
+        if assumed.name != "KV capacity":  # the curve's
+            print(assumed.line(), file=out)
     if served.scheduled or served.async_scheduling:
         print(f"replayed:        {served.describe()}", file=out)
     print(f"{'capacity':>12}  {'hit ratio':>9}  {'evicted blocks':>14}", file=out)

@@ -119,12 +119,13 @@ def serving_note(workload: Workload | None, serving: Serving) -> str | None:
         return concurrency_note(workload)
     notes: list[str] = []
     if workload is not None and workload.max_concurrency != serving.concurrency:
-        notes.append(f"replayed at concurrency {serving.concurrency}; the workload runs at "
-                     f"{workload.max_concurrency or 'unbounded'}")
+        notes.append(f"replayed at concurrency {serving.concurrency}, while the workload "
+                     f"runs at {workload.max_concurrency or 'unbounded'}")
     if workload is not None and workload.request_rate != math.inf:
-        notes.append(f"request_rate {workload.request_rate:g}/s: the ratio has each request "
-                     f"sent as soon as one of the {serving.concurrency} in flight finishes; "
-                     f"the range over arrival timings (a workload's) spans the paced ones")
+        notes.append(f"the workload paces requests at {workload.request_rate:g}/s, but the "
+                     f"predicted ratio has each request sent as soon as one of the "
+                     f"{serving.concurrency} in flight finishes; the timing range spans the "
+                     f"paced arrivals")
     return "; ".join(notes) or None
 
 

@@ -1,0 +1,283 @@
+"""What ``prefixbench whatif`` assumes about the server and the client, and where each
+assumption comes from: a flag, the model's files, the workload, or a default (the
+platform's, the bench's or the tutorial server's, named).
+
+:func:`resolve` turns the parsed arguments and the workload into a :class:`Setup`: the
+values the replay uses and one :class:`Assumed` line per assumption, in the order the
+command prints them. Every default the command applies is in :data:`DEFAULTS`, the one
+text that ``--help`` and ``docs/own-traffic.md`` ("What the what-if assumes") state, and a
+test holds the three together.
+
+The platform decides the defaults that differ between vLLM's CPU platform (the bundle's
+simulated servers) and vllm-neuron 0.21 on Trn (``--platform neuron``):
+
+* block size: 128 on cpu (``vllm/platforms/cpu.py``, ``check_and_update_config``), 32 on
+  Neuron (aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/guides/
+  reference-configuration.md, "KV cache options"; the same at v2.32.0);
+* KV-cache manager: on cpu, what the model's ``config.json`` beside the tokenizer implies
+  (:func:`prefixbench.predict.cachemodel.from_model_dir`: gpt-oss is hybrid), else full
+  attention; on Neuron full attention, as the plugin registers a ``FullAttentionSpec``
+  for every layer (aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/design/vllm/
+  vllm-integration-kv-cache.md; :mod:`prefixbench.predict.cachemodel`);
+* async scheduling: off on cpu (vLLM's CPU platform turns it off), on on Neuron ("Async
+  scheduling is on by default", aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/design/
+  vllm/async-scheduling-and-async-execution.md);
+* on Neuron the prefill segment is ``--max-num-batched-tokens`` (the tutorial: "the
+  1024-token prefill segment (--max-num-batched-tokens)"), one of the supported sizes,
+  and the block size must divide it (:data:`prefixbench.config.rules.SEGMENT_SOURCE`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from prefixbench.frontend.cli_shared import UsageError
+from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
+from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
+from prefixbench.predict.schedconfig import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    Serving,
+)
+from prefixbench.predict.tokenizer import TOKENIZER_JSON, model_directory
+
+if TYPE_CHECKING:
+    from prefixbench.bench.workloads import Workload
+
+__all__ = ["DEFAULTS", "PLATFORMS", "Assumed", "Setup", "resolve"]
+
+PLATFORMS: Final = ("cpu", "neuron")
+#: vLLM's KV block size on each platform when none is given (see the module's docstring).
+PLATFORM_BLOCK_SIZE: Final = {"cpu": 128, "neuron": 32}
+#: vllm bench serve's ``--custom-output-len`` default (vLLM 0.32 benchmarks/datasets).
+BENCH_OUTPUT_LEN: Final = 256
+_NEURON_DOCS: Final = "aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs"
+_SOURCES: Final = {
+    "cpu block": "vLLM's cpu platform: vllm/platforms/cpu.py, check_and_update_config",
+    "neuron block": f"vllm-neuron 0.21: {_NEURON_DOCS}/guides/reference-configuration.md",
+    "neuron kv": f"vllm-neuron registers a FullAttentionSpec for every layer: {_NEURON_DOCS}"
+                 f"/design/vllm/vllm-integration-kv-cache.md",
+    "cpu async": "vLLM's cpu platform turns it off: vllm/platforms/cpu.py",
+    "neuron async": f"vllm-neuron's default: {_NEURON_DOCS}/design/vllm/"
+                    f"async-scheduling-and-async-execution.md; its NeuronScheduler is "
+                    f"modelled as vLLM's",
+}
+
+#: Every default the command applies, by flag: what --help says and the docs table shows.
+DEFAULTS: Final = {
+    "--platform": "cpu (vLLM's CPU platform, the bundle's simulated servers)",
+    "--block-size": "the platform's: 128 on cpu, 32 on neuron (vllm-neuron 0.21's)",
+    "--capacity-blocks": "unbounded",
+    "--kv-cache": "on cpu, what the model's config.json beside --tokenizer implies "
+                  "(gpt-oss: hybrid), else full; on neuron, full",
+    "--sliding-window": f"the model's config.json, else {DEFAULT_SLIDING_WINDOW} (gpt-oss's)",
+    "--concurrency": "the workload's max_concurrency (a prompts file: 1, one request at "
+                     "a time)",
+    "--max-num-seqs": f"{DEFAULT_MAX_NUM_SEQS}, the tutorial server's",
+    "--max-num-batched-tokens": f"{DEFAULT_MAX_NUM_BATCHED_TOKENS}, the tutorial server's "
+                                f"(on neuron, also the prefill segment)",
+    "--async-scheduling": "the platform's: off on cpu, on on neuron",
+    "--custom-output-len": f"{BENCH_OUTPUT_LEN} for every request, vllm bench serve's "
+                           f"(a line's output_tokens only with -1)",
+}
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """One assumption of the prediction: its name, value and where the value comes from."""
+
+    name: str
+    value: str
+    source: str
+
+    def line(self) -> str:
+        return f"  {self.name + ':':<24}{self.value} [{self.source}]"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The values a what-if replays with, and every assumption behind them."""
+
+    platform: str
+    block_size: int
+    cache_model: CacheModel
+    serving: Serving
+    #: Neuron only: the prefill segment in tokens (``--max-num-batched-tokens``).
+    segment: int | None
+    assumed: tuple[Assumed, ...]
+
+
+def _given(flag: str) -> str:
+    return f"given: {flag}"
+
+
+def _block(args: argparse.Namespace, platform: str) -> Assumed:
+    if args.block_size is not None:
+        if args.block_size < 1:
+            raise UsageError(f"--block-size must be >= 1, got {args.block_size}")
+        return Assumed("block size", f"{args.block_size} tokens", _given("--block-size"))
+    return Assumed("block size", f"{PLATFORM_BLOCK_SIZE[platform]} tokens",
+                   f"{platform} platform's default; {_SOURCES[platform + ' block']}")
+
+
+def _kv(args: argparse.Namespace, platform: str) -> tuple[CacheModel, Assumed]:
+    name = "KV-cache manager"
+    if args.kv_cache == "full":
+        return FULL_ATTENTION, Assumed(name, FULL_ATTENTION.describe(), _given("--kv-cache"))
+    model_dir = model_directory(args.tokenizer)
+    read = from_model_dir(args.tokenizer) if platform == "cpu" or args.kv_cache else None
+    if args.kv_cache == "hybrid":
+        window, said = args.sliding_window, _given("--kv-cache hybrid --sliding-window")
+        if window is None:
+            window = read.sliding_window if read is not None else None
+            said = (_given("--kv-cache hybrid") + "; window " + (
+                f"from the model's files: {model_dir}/config.json" if window is not None
+                else f"default {DEFAULT_SLIDING_WINDOW}, gpt-oss's"))
+        if window is not None and window < 2:
+            raise UsageError(f"--sliding-window must be >= 2 tokens, got {window}")
+        model = CacheModel("hybrid", sliding_window=window)
+        return model, Assumed(name, model.describe(), said)
+    if args.sliding_window is not None:
+        raise UsageError("--sliding-window applies with --kv-cache hybrid only")
+    if platform == "neuron":
+        return FULL_ATTENTION, Assumed(name, FULL_ATTENTION.describe(),
+                                       f"neuron platform's default; {_SOURCES['neuron kv']}")
+    if read is not None:
+        return read, Assumed(name, read.describe(),
+                             f"read from the model's files: {model_dir}/config.json")
+    why = ("no --tokenizer" if args.tokenizer is None
+           else f"no usable config.json beside {args.tokenizer}")
+    return FULL_ATTENTION, Assumed(name, FULL_ATTENTION.describe(),
+                                   f"cpu platform's default for a model it cannot read "
+                                   f"({why})")
+
+
+def _int_flag(args: argparse.Namespace, attr: str, flag: str, default: int, said: str
+              ) -> tuple[int, str]:
+    value = getattr(args, attr)
+    if value is None:
+        return default, said
+    if value < 1:
+        raise UsageError(f"{flag} must be >= 1, got {value}")
+    return value, _given(flag)
+
+
+def _concurrency(args: argparse.Namespace, workload: Workload) -> tuple[int, str]:
+    if args.concurrency is not None:
+        return _int_flag(args, "concurrency", "--concurrency", 1, "")
+    if workload.max_concurrency is None:
+        if not workload.num_prompts:
+            raise UsageError(f"workload {workload.name} runs at unbounded concurrency: "
+                             f"give --concurrency N")
+        return workload.num_prompts, (f"workload {workload.name} runs unbounded: every "
+                                      f"prompt in flight at once")
+    if args.prompts is not None:
+        return workload.max_concurrency, "default for a prompts file; --concurrency N"
+    return workload.max_concurrency, f"workload {workload.name}'s max_concurrency"
+
+
+def _scheduler(args: argparse.Namespace, workload: Workload, platform: str
+               ) -> tuple[Serving, list[Assumed]]:
+    concurrency, c_said = _concurrency(args, workload)
+    seqs, s_said = _int_flag(args, "max_num_seqs", "--max-num-seqs", DEFAULT_MAX_NUM_SEQS,
+                             "default: the tutorial server's")
+    batched, b_said = _int_flag(args, "max_num_batched_tokens", "--max-num-batched-tokens",
+                                DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                                "default: the tutorial server's")
+    if args.async_scheduling is not None:
+        asynchronous, a_said = args.async_scheduling, _given(
+            "--async-scheduling" if args.async_scheduling else "--no-async-scheduling")
+    else:
+        asynchronous = platform == "neuron"
+        a_said = f"{platform} platform's default; {_SOURCES[platform + ' async']}"
+    serving = Serving(concurrency=concurrency, max_num_seqs=seqs,
+                      max_num_batched_tokens=batched, async_scheduling=asynchronous)
+    assumed = [Assumed("concurrency", str(concurrency), c_said)]
+    if serving.scheduled or asynchronous:
+        assumed += [Assumed("max_num_seqs", str(seqs), s_said),
+                    Assumed("max_num_batched_tokens", str(batched), b_said)]
+    assumed.append(Assumed("scheduler", ("async (AsyncScheduler)" if asynchronous
+                                         else "sync (Scheduler)"), a_said))
+    return serving, assumed
+
+
+def _segment(serving: Serving, block_size: int) -> tuple[int, Assumed]:
+    from prefixbench.config.catalogue import SEGMENT_SIZES  # noqa: PLC0415
+    from prefixbench.config.rules import SEGMENT_SOURCE  # noqa: PLC0415 - neuron only
+
+    segment = serving.max_num_batched_tokens
+    if segment not in SEGMENT_SIZES:
+        raise UsageError(f"--max-num-batched-tokens {segment} is not a Neuron prefill "
+                         f"segment size: use one of {', '.join(map(str, SEGMENT_SIZES))} "
+                         f"({SEGMENT_SOURCE})")
+    if segment % block_size:
+        raise UsageError(f"--block-size {block_size} does not divide the {segment}-token "
+                         f"prefill segment (block size must divide the segment size, "
+                         f"{SEGMENT_SOURCE}): use one that divides it, e.g. "
+                         f"{PLATFORM_BLOCK_SIZE['neuron']}")
+    return segment, Assumed("prefill segment", f"{segment} tokens",
+                            "--max-num-batched-tokens (kv_segment_size_buckets must equal "
+                            "it)")
+
+
+def _output(args: argparse.Namespace, workload: Workload) -> Assumed:
+    name = "output length"
+    if not workload.is_custom:
+        return Assumed(name, f"{workload.prefix_repetition_output_len} tokens a request",
+                       f"workload {workload.name}'s prefix_repetition_output_len "
+                       f"(--ignore-eos: all of them)")
+    n = workload.custom_output_len
+    value = ("each line's output_tokens" if n == -1 else f"{n} tokens a request")
+    if args.custom_output_len is not None:
+        said = _given("--custom-output-len")
+    elif args.prompts is not None:
+        said = (f"vllm bench serve's default --custom-output-len {BENCH_OUTPUT_LEN}; a "
+                f"line's output_tokens only with -1")
+    else:
+        said = f"workload {workload.name}'s custom_output_len"
+    return Assumed(name, value, said)
+
+
+def resolve(args: argparse.Namespace, workload: Workload) -> Setup:
+    """The setup of one what-if, every assumption with its source; a
+    :class:`~prefixbench.frontend.cli_shared.UsageError` for a value the replay cannot
+    take or a Neuron server would refuse."""
+    platform = args.platform or PLATFORMS[0]
+    assumed = [Assumed("platform", platform, _given("--platform") if args.platform
+                       else "default; --platform neuron for a Trn server")]
+    block = _block(args, platform)
+    block_size = int(block.value.split()[0])
+    model, kv = _kv(args, platform)
+    serving, sched = _scheduler(args, workload, platform)
+    model = model.chunked(serving.max_num_batched_tokens)
+    assumed += [block, kv, *sched]
+    segment: int | None = None
+    if platform == "neuron":
+        segment, seg = _segment(serving, block_size)
+        assumed.append(seg)
+    if args.capacity_blocks is not None and args.capacity_blocks < 1:
+        raise UsageError(f"--capacity-blocks must be >= 1, got {args.capacity_blocks}")
+    assumed.append(Assumed(
+        "KV capacity", "unbounded" if args.capacity_blocks is None
+        else f"{args.capacity_blocks:,} blocks",
+        "default; --capacity-blocks N (the server's num_gpu_blocks - 1)"
+        if args.capacity_blocks is None else _given("--capacity-blocks")))
+    assumed.append(_output(args, workload))
+    assumed.append(_tokenizer(args, workload))
+    return Setup(platform=platform, block_size=block_size, cache_model=model,
+                 serving=serving, segment=segment, assumed=tuple(assumed))
+
+
+def _tokenizer(args: argparse.Namespace, workload: Workload) -> Assumed:
+    name = "tokenizer"
+    if args.tokenizer is None:
+        return Assumed(name, "none", "prefix_repetition draws token ids from the seed; "
+                       "--tokenizer adds the server's BOS")
+    path = Path(args.tokenizer)
+    file = path / TOKENIZER_JSON if path.is_dir() else path
+    use = ("counts the prompts" if workload.is_custom
+           else "adds the BOS the server puts before every prompt")
+    return Assumed(name, f"{file} ({use})", _given("--tokenizer"))
