@@ -13,9 +13,13 @@ import pytest
 from test_whatif_stream import mixed_file
 from tiny_tokenizer import write_tokenizer
 
+from prefixbench.bench.workloads import Workload, tutorial_workloads
 from prefixbench.frontend import cli
 from prefixbench.predict import tokenizer as tk
+from prefixbench.predict import whatif
 from prefixbench.predict.cachemodel import CacheModel, from_model_dir
+from prefixbench.predict.schedconfig import Serving
+from prefixbench.predict.schedsim import SchedulerSim
 from prefixbench_sim import tinygptoss
 
 
@@ -92,3 +96,56 @@ def test_the_docs_and_help_state_the_defaults_the_command_applies(
     assert code == 0
     assert "  block size:             32 tokens [neuron platform's default" in out
     assert "  scheduler:              async (AsyncScheduler) [neuron platform's default" in out
+
+
+def short_prefix(prefix_len: int, **extra: object) -> Workload:
+    """The tutorial's high-overlap workload with a shared prefix of ``prefix_len``."""
+    high = {w.name: w for w in tutorial_workloads()}["high_overlap"]
+    return Workload.from_dict({**high.to_dict(), "name": "short",
+                               "prefix_repetition_prefix_len": prefix_len, **extra})
+
+
+def test_on_neuron_only_hits_in_whole_prefill_segments_are_savings() -> None:
+    """The tutorial's 3072-token prefix is three whole 1024-token segments: every hit is a
+    skipped segment. A 1000-token prefix hits 992 tokens a warm request (block 32) and
+    skips no segment: a hit ratio with nothing saved."""
+    segment = Serving(prefill_segment=1024)
+    tutorial = whatif.predict(short_prefix(3072), block_size=32, serving=segment)
+    assert tutorial.segment_saved_tokens == tutorial.hit_tokens == 45 * 3072
+    assert tutorial.segment_requests == 45
+    short = whatif.predict(short_prefix(1000), block_size=32, serving=segment)
+    assert short.hit_tokens == 45 * 992 and short.ratio is not None and short.ratio > 0.4
+    assert (short.segment_saved_tokens, short.segment_requests) == (0, 0)
+    mixed = whatif.predict(short_prefix(2500), block_size=32, serving=segment)
+    assert (mixed.segment_saved_tokens, mixed.segment_requests) == (45 * 2048, 45)
+    assert whatif.predict(short_prefix(2500), block_size=32).segment_saved_tokens is None
+
+
+def test_segment_savings_through_the_scheduler_model_are_each_requests_hit() -> None:
+    w = short_prefix(2500, max_concurrency=4, num_prompts=60)
+    serving = Serving(4, prefill_segment=1024)
+    pred = whatif.predict(w, block_size=32, capacity_blocks=300, serving=serving, band=False)
+    sim = SchedulerSim(32, 300)
+    result = sim.replay(whatif.prefix_repetition_tokens(w), w.prefix_repetition_output_len,
+                        concurrency=4)
+    whole = [hit // 1024 * 1024 for hit in result.hit_tokens]
+    assert pred.hit_tokens == result.total_hit_tokens
+    assert (pred.segment_saved_tokens, pred.segment_requests) == (
+        sum(whole), sum(1 for h in whole if h))
+    assert 0 < sum(whole) < pred.hit_tokens
+
+
+def test_the_whatif_command_reports_segment_savings_on_neuron_only(tmp_path: Path) -> None:
+    path = tmp_path / "w.yml"
+    path.write_text(json.dumps({"workloads": [short_prefix(1000).to_dict()]}))
+    code, out, err = run("--workload", "short", "--workloads", str(path), "--platform",
+                         "neuron")
+    assert code == 0, err
+    assert ("segments saved:  0 prompt tokens of prefill skipped in whole 1024-token "
+            "segments (0.0000% of those queried); 0 of 50 requests (0.00%) skip at least "
+            "one") in out.splitlines()
+    assert "44,640 hit tokens lie outside whole segments" in out
+    assert "segment rule:    a warm request gains TTFT only for the prefill segments it " \
+           "skips whole" in out
+    code, out, _ = run("--workload", "short", "--workloads", str(path))
+    assert code == 0 and "segments saved" not in out  # cpu: no segments

@@ -21,7 +21,13 @@ from typing import Any, TextIO
 
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
-from prefixbench.frontend.whatif_setup import DEFAULTS, PLATFORMS, Setup, resolve
+from prefixbench.frontend.whatif_setup import (
+    DEFAULTS,
+    PLATFORMS,
+    SEGMENT_RULE,
+    Setup,
+    resolve,
+)
 
 __all__ = ["add_parser", "method_sentence", "run_whatif", "sentences", "whatif_workload"]
 
@@ -202,6 +208,8 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"timing range:    {pred.band_note}", file=out)
     print(f"hit tokens:      {pred.hit_tokens:,} of {pred.query_tokens:,} queried, "
           f"{pred.requests:,} requests", file=out)
+    if setup.segment is not None:
+        _segments(pred, setup.segment, out)
     print(f"evicted blocks:  {pred.evicted_blocks:,}", file=out)
     if pred.formula_ratio is not None:
         print(f"formula:         {pred.formula_ratio:.4%} (block-aligned, unbounded cache; "
@@ -212,6 +220,20 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def _segments(pred: Any, segment: int, out: TextIO) -> None:
+    """On Neuron: what the warm requests skip in whole prefill segments, beside the hits."""
+    saved, saving = pred.segment_saved_tokens or 0, pred.segment_requests or 0
+    share = saved / pred.query_tokens if pred.query_tokens else 0.0
+    print(f"segments saved:  {saved:,} prompt tokens of prefill skipped in whole "
+          f"{segment}-token segments ({share:.4%} of those queried); {saving:,} of "
+          f"{pred.requests:,} requests ({saving / max(pred.requests, 1):.2%}) skip at "
+          f"least one", file=out)
+    if pred.hit_tokens > saved:
+        print(f"{'':<17}{pred.hit_tokens - saved:,} hit tokens lie outside whole segments: "
+              f"on Neuron they save no prefill step", file=out)
+    print(f"segment rule:    {SEGMENT_RULE}", file=out)
+
+
 def method_sentence(method: str, workload: Any, setup: Setup) -> str:
     """How the prediction was computed, as one sentence."""
     if method.startswith("block-aligned formula"):
@@ -220,9 +242,8 @@ def method_sentence(method: str, workload: Any, setup: Setup) -> str:
     seed = workload.seed if workload.seed is not None else 0
     made = ("read from the file and encoded with the tokenizer" if workload.is_custom
             else f"regenerated from seed {seed} as vLLM draws them")
-    serving = setup.serving
-    sent = ("one at a time" if not (serving.scheduled or serving.async_scheduling)
-            else f"through the {serving.describe()}")
+    through = setup.serving.describe()  # when the replay went through the scheduler model
+    sent = f"through the {through}" if through in method else "one at a time"
     return (f"The requests were {made} and replayed in vLLM's send order, {sent}, "
             f"against a model of vLLM's prefix cache: {setup.cache_model.describe()}.")
 

@@ -30,7 +30,7 @@ simulated servers) and vllm-neuron 0.21 on Trn (``--platform neuron``):
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -47,7 +47,7 @@ from prefixbench.predict.tokenizer import TOKENIZER_JSON, model_directory
 if TYPE_CHECKING:
     from prefixbench.bench.workloads import Workload
 
-__all__ = ["DEFAULTS", "PLATFORMS", "Assumed", "Setup", "resolve"]
+__all__ = ["DEFAULTS", "PLATFORMS", "SEGMENT_RULE", "Assumed", "Setup", "resolve"]
 
 PLATFORMS: Final = ("cpu", "neuron")
 #: vLLM's KV block size on each platform when none is given (see the module's docstring).
@@ -65,6 +65,14 @@ _SOURCES: Final = {
                     f"async-scheduling-and-async-execution.md; its NeuronScheduler is "
                     f"modelled as vLLM's",
 }
+
+#: The rule that makes a hit a saving on Neuron, and where it is stated: the report's own
+#: (:data:`prefixbench.report.issues.FIX_NO_GAIN`).
+SEGMENT_RULE: Final = (
+    "a warm request gains TTFT only for the prefill segments it skips whole (\"If the "
+    "prefix fit inside a single segment, no segment would be fully cached and there would "
+    "be nothing to skip\": aws-neuron/aws-neuron-sdk@v2.31.1 and v2.32.0, vllm-neuron/docs/"
+    "tutorials/tutorial-prefix-caching-gpt-oss-benchmarking.md, Step 2's key flags)")
 
 #: Every default the command applies, by flag: what --help says and the docs table shows.
 DEFAULTS: Final = {
@@ -257,6 +265,7 @@ def resolve(args: argparse.Namespace, workload: Workload) -> Setup:
     segment: int | None = None
     if platform == "neuron":
         segment, seg = _segment(serving, block_size)
+        serving = replace(serving, prefill_segment=segment)
         assumed.append(seg)
     if args.capacity_blocks is not None and args.capacity_blocks < 1:
         raise UsageError(f"--capacity-blocks must be >= 1, got {args.capacity_blocks}")

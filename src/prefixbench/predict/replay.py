@@ -98,6 +98,11 @@ class Prediction:
     #: (:func:`prefixbench.predict.arrivals.arrival_band`), and which timings gave them.
     band: tuple[float, float] | None = None
     band_note: str | None = None
+    #: With a prefill segment (``Serving.prefill_segment``, Neuron): the hit tokens in
+    #: whole segments (each request's hit rounded down to a multiple of the segment),
+    #: the prefill warm requests skip, and how many requests skip at least one segment.
+    segment_saved_tokens: int | None = None
+    segment_requests: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,21 +137,36 @@ def serving_note(workload: Workload | None, serving: Serving) -> str | None:
 class _Replay:
     """Requests replayed one at a time through a fresh cache, counted as a Prediction."""
 
-    serving: Serving = SERIAL
-
     def __init__(self, block_size: int, capacity_blocks: int | None,
-                 cache_model: CacheModel = FULL_ATTENTION) -> None:
+                 cache_model: CacheModel = FULL_ATTENTION, serving: Serving = SERIAL) -> None:
         self.sim = cache_model.sim(block_size, capacity_blocks)
+        self.serving = SERIAL  # how the requests were replayed: one at a time
+        self.prefill_segment = serving.prefill_segment
         self.cache_model = cache_model
         self.block_size = block_size
         self.capacity_blocks = capacity_blocks
         self.hits = 0
         self.requests = 0
+        self.segment_saved = self.segment_requests = 0
 
     def run(self, tokens: array[int], output_len: int) -> None:
-        self.hits += self.sim.run(tokens, output_len if self.capacity_blocks is not None
-                                  else 0)
+        hit = self.sim.run(tokens, output_len if self.capacity_blocks is not None else 0)
+        self.hits += hit
         self.requests += 1
+        self._count_segments(hit)
+
+    def _count_segments(self, hit: int) -> None:
+        """Count one request's hit tokens that fall in whole prefill segments."""
+        if self.prefill_segment is not None:
+            whole = hit // self.prefill_segment * self.prefill_segment
+            self.segment_saved += whole
+            self.segment_requests += whole > 0
+
+    def _segment_totals(self) -> tuple[int | None, int | None]:
+        """Hit tokens in whole prefill segments, and the requests with any (or None)."""
+        if self.prefill_segment is None:
+            return None, None
+        return self.segment_saved, self.segment_requests
 
     def finish(self) -> None:
         """Serve what was sent and not yet served (nothing, one at a time)."""
@@ -166,11 +186,13 @@ class _Replay:
     def prediction(self, method: str, note: str | None) -> Prediction:
         method = self._method(method)
         hits, queries, evicted, cached = self._totals()
+        saved, saving = self._segment_totals()
         return Prediction(ratio=hits / queries if queries else 0.0, hit_tokens=hits,
                           query_tokens=queries, requests=self.requests,
                           evicted_blocks=evicted, method=method,
                           block_size=self.block_size, capacity_blocks=self.capacity_blocks,
-                          note=note, cached_blocks=cached)
+                          note=note, cached_blocks=cached, segment_saved_tokens=saved,
+                          segment_requests=saving)
 
     def refused(self, method: str, exc: CapacityError) -> Prediction:
         return Prediction(ratio=None, method=self._method(method), block_size=self.block_size,
@@ -203,6 +225,8 @@ class _SchedReplay(_Replay):
         self.capacity_blocks = capacity_blocks
         self.hits = 0
         self.requests = 0
+        self.prefill_segment = serving.prefill_segment
+        self.segment_saved = self.segment_requests = 0
 
     def run(self, tokens: array[int], output_len: int) -> None:
         serving, sched, n = self.serving, self.sched, self.requests
@@ -214,6 +238,9 @@ class _SchedReplay(_Replay):
 
     def finish(self) -> None:
         self.sched.drain()
+        if self.prefill_segment is not None:  # each request's hit at first admission
+            for i in range(self.requests):
+                self._count_segments(self.sched.hit_tokens(i))
 
     def _totals(self) -> tuple[int, int, int, int | None]:
         """As one at a time, but an unbounded cache's cached blocks are not the working
@@ -230,7 +257,7 @@ def _replay_for(block_size: int, capacity_blocks: int | None, cache_model: Cache
     cap and sliding-window frees differ even one request at a time)."""
     if serving.scheduled or (serving.async_scheduling and cache_model.kind == "hybrid"):
         return _SchedReplay(block_size, capacity_blocks, cache_model, serving)
-    return _Replay(block_size, capacity_blocks, cache_model)
+    return _Replay(block_size, capacity_blocks, cache_model, serving)
 
 
 def replay_requests(

@@ -55,6 +55,12 @@ class Serving:
     ready: int = 0
     warmups: int = 0
     async_scheduling: bool = False
+    #: A Neuron server's prefill segment in tokens (``kv_segment_size_buckets``, equal to
+    #: ``max_num_batched_tokens``): the replay also counts the hit tokens that fall in
+    #: whole segments, the prefill a warm request skips
+    #: (:attr:`prefixbench.predict.replay.Prediction.segment_saved_tokens`). None: not
+    #: counted (vLLM's CPU platform has no segments).
+    prefill_segment: int | None = None
 
     def __post_init__(self) -> None:
         if min(self.concurrency, self.max_num_seqs, self.max_num_batched_tokens) < 1:
@@ -63,6 +69,8 @@ class Serving:
                              f"{self.max_num_batched_tokens}")
         if min(self.ready, self.warmups) < 0:
             raise ValueError("ready and warmups must be >= 0")
+        if self.prefill_segment is not None and self.prefill_segment < 1:
+            raise ValueError(f"prefill_segment must be >= 1, got {self.prefill_segment}")
 
     @property
     def scheduled(self) -> bool:
