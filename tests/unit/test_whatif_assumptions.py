@@ -149,3 +149,61 @@ def test_the_whatif_command_reports_segment_savings_on_neuron_only(tmp_path: Pat
            "skips whole" in out
     code, out, _ = run("--workload", "short", "--workloads", str(path))
     assert code == 0 and "segments saved" not in out  # cpu: no segments
+
+
+def test_a_workload_is_replayed_at_its_own_concurrency_unless_told() -> None:
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200")
+    assert code == 0
+    lines = out.splitlines()
+    assert ("replayed:        vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
+            "max_num_batched_tokens 1024)") in lines
+    assert "  concurrency:            4 [workload sustained_c4's max_concurrency]" in lines
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+                       "--concurrency", "1")
+    assert code == 0
+    assert "replayed:        one request at a time (concurrency 1)" in out.splitlines()
+    assert "  concurrency:            1 [given: --concurrency]" in out.splitlines()
+
+
+def test_the_point_is_inside_its_printed_range_at_the_same_precision() -> None:
+    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200")
+    assert code == 0
+    point = re.search(r"^predicted ratio: (\d+\.\d+)%$", out, flags=re.MULTILINE)
+    band = re.search(r"^timing range:    (\d+\.\d+)% to (\d+\.\d+)% over ", out,
+                     flags=re.MULTILINE)
+    assert point is not None and band is not None
+    decimals = {len(x.partition(".")[2]) for x in (point[1], band[1], band[2])}
+    assert decimals == {4}
+    assert float(band[1]) <= float(point[1]) <= float(band[2])
+
+
+@pytest.mark.parametrize("argv", [
+    ["--workload", "sustained_c4", "--capacity-blocks", "200"],
+    ["--workload", "sustained_c4", "--capacity-blocks", "200", "--concurrency", "1"],
+    ["--workload", "sustained_c4", "--concurrency", "8", "--max-num-seqs", "8"],
+])
+def test_the_method_and_notes_read_as_sentences(argv: list[str]) -> None:
+    code, out, _ = run(*argv)
+    assert code == 0
+    lines = out.splitlines()
+    method = next(x for x in lines if x.startswith("method:"))[17:]
+    assert method.startswith("The requests were ") and method.endswith(".")
+    first = next(i for i, x in enumerate(lines) if x.startswith("note:"))
+    notes = [lines[first][17:]] + [x[17:] for x in lines[first + 1:] if x.startswith(" " * 17)]
+    assert notes
+    for note in notes:
+        assert note[0].isupper() and note.endswith("."), note
+        assert "; " not in note and "request_rate" not in note, note
+
+
+@pytest.mark.parametrize("command", ["whatif", "chat-traffic"])
+def test_help_names_only_what_applies(command: str,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Neither command runs anything on a host: their help lists exit codes 0 and 2 only,
+    not the run's (verdicts, regressions, ansible, interruptions)."""
+    assert cli.main([command, "--help"]) == 0
+    text = capsys.readouterr().out
+    codes = re.findall(r"^  (\d)  ", text.partition("exit codes:")[2], flags=re.MULTILINE)
+    assert codes == ["0", "2"]
+    for word in ("regression", "ansible", "INCONCLUSIVE", "Ctrl+C", "verdict"):
+        assert word not in text, word
