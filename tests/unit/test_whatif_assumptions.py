@@ -207,3 +207,30 @@ def test_help_names_only_what_applies(command: str,
     assert codes == ["0", "2"]
     for word in ("regression", "ansible", "INCONCLUSIVE", "Ctrl+C", "verdict"):
         assert word not in text, word
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--workload", "high_overlap", "--num-prompts", "0"],
+     "--num-prompts must be >= 1, got 0 (leave it out to send every line"),
+    (["--workload", "high_overlap", "--num-prompts", "-3"], "--num-prompts must be >= 1"),
+    (["--workload", "high_overlap", "--platform", "neuron", "--block-size", "100"],
+     "--block-size 100 does not divide the 1024-token prefill segment (block size must "
+     "divide the segment size, aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/guides/"
+     "reference-configuration.md, \"Prefix caching constraints\")"),
+    (["--workload", "high_overlap", "--platform", "neuron", "--max-num-batched-tokens",
+      "1000"], "--max-num-batched-tokens 1000 is not a Neuron prefill segment size"),
+    (["--workload", "high_overlap", "--block-size", "0"], "--block-size must be >= 1, got 0"),
+    (["--workload", "high_overlap", "--sliding-window", "64"],
+     "--sliding-window applies with --kv-cache hybrid only"),
+])
+def test_inputs_the_replay_or_a_neuron_server_would_refuse_are_one_line_errors(
+        argv: list[str], message: str) -> None:
+    code, out, err = run(*argv)
+    assert code == 2 and not out
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_a_block_that_divides_the_segment_is_taken_on_neuron_and_any_on_cpu() -> None:
+    assert run("--workload", "high_overlap", "--platform", "neuron", "--block-size",
+               "128")[0] == 0
+    assert run("--workload", "high_overlap", "--block-size", "100")[0] == 0
