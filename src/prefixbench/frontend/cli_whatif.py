@@ -244,7 +244,7 @@ def method_sentence(method: str, workload: Any, setup: Setup) -> str:
             else f"regenerated from seed {seed} as vLLM draws them")
     through = setup.serving.describe()  # when the replay went through the scheduler model
     sent = f"through the {through}" if through in method else "one at a time"
-    return (f"The requests were {made} and replayed in vLLM's send order, {sent}, "
+    return (f"The requests were {made}, then replayed in vLLM's send order, {sent}, "
             f"against a model of vLLM's prefix cache: {setup.cache_model.describe()}.")
 
 
