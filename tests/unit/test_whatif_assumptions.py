@@ -234,3 +234,26 @@ def test_a_block_that_divides_the_segment_is_taken_on_neuron_and_any_on_cpu() ->
     assert run("--workload", "high_overlap", "--platform", "neuron", "--block-size",
                "128")[0] == 0
     assert run("--workload", "high_overlap", "--block-size", "100")[0] == 0
+
+
+def test_custom_output_len_reaches_a_custom_workload_and_is_refused_elsewhere(
+        tmp_path: Path) -> None:
+    """``--workload NAME --custom-output-len N`` was silently ignored: a custom workload
+    now takes N (it changes a bounded replay), a prefix_repetition one refuses it."""
+    tokdir = write_tokenizer(tmp_path / "tok")
+    prompts = mixed_file(tmp_path / "p.jsonl")
+    path = tmp_path / "w.yml"
+    path.write_text(json.dumps({"workloads": [{
+        "name": "mine", "dataset_name": "custom", "dataset_path": str(prompts),
+        "custom_output_len": 64, "max_concurrency": 1}]}))
+    base = ["--workload", "mine", "--workloads", str(path), "--tokenizer", str(tokdir),
+            "--block-size", "16", "--capacity-blocks", "30"]
+    code, own, _ = run(*base)
+    assert code == 0 and "output length:          64 tokens a request [workload mine's" in own
+    code, given, _ = run(*base, "--custom-output-len", "1")
+    assert code == 0 and "output length:          1 tokens a request [given:" in given
+    evicted = [next(x for x in out.splitlines() if x.startswith("evicted"))
+               for out in (own, given)]
+    assert evicted[0] != evicted[1]  # the output length was used
+    code, _, err = run("--workload", "high_overlap", "--custom-output-len", "5")
+    assert code == 2 and "applies to a prompts file or a custom workload" in err

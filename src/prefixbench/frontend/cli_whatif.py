@@ -150,7 +150,15 @@ def whatif_workload(args: argparse.Namespace) -> Any:
             if found is None:
                 raise UsageError(f"no workload {args.workload!r}; known: "
                                  f"{', '.join(w.name for w in known)}")
-            return wl.Workload.from_dict(overrides(found.to_dict()))
+            data = overrides(found.to_dict())
+            if args.custom_output_len is not None:
+                if not found.is_custom:
+                    raise UsageError(f"--custom-output-len applies to a prompts file or a "
+                                     f"custom workload; {found.name} is "
+                                     f"{found.dataset_name} (its output length is "
+                                     f"prefix_repetition_output_len)")
+                data["custom_output_len"] = args.custom_output_len
+            return wl.Workload.from_dict(data)
         if args.prompts is None:
             raise UsageError("give a PROMPTS.jsonl file or --workload NAME")
         if args.tokenizer is None:
