@@ -28,7 +28,6 @@ while the calling thread replays, in send order; the result does not depend on
 
 from __future__ import annotations
 
-import math
 import os
 from array import array
 from collections import deque
@@ -41,13 +40,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import CapacityError
+from prefixbench.predict.notes import concurrency_note, serving_note
 from prefixbench.predict.progress import ENCODING, Progress
 from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.schedhybrid import scheduler_sim_for
+from prefixbench.predict.segments import SegmentCount
 from prefixbench.predict.tokenizer import Tokenizer, serial_batches
 
 if TYPE_CHECKING:
-    from prefixbench.bench.workloads import Workload
     from prefixbench.predict.schedsim import SchedulerSim
 
 __all__ = [
@@ -98,9 +98,8 @@ class Prediction:
     #: (:func:`prefixbench.predict.arrivals.arrival_band`), and which timings gave them.
     band: tuple[float, float] | None = None
     band_note: str | None = None
-    #: With a prefill segment (``Serving.prefill_segment``, Neuron): the hit tokens in
-    #: whole segments (each request's hit rounded down to a multiple of the segment),
-    #: the prefill warm requests skip, and how many requests skip at least one segment.
+    #: Neuron (``Serving.prefill_segment``): hit tokens in whole prefill segments, and
+    #: the requests that skip at least one (:mod:`prefixbench.predict.segments`).
     segment_saved_tokens: int | None = None
     segment_requests: int | None = None
 
@@ -108,65 +107,26 @@ class Prediction:
         return asdict(self)
 
 
-def concurrency_note(workload: Workload | None) -> str | None:
-    if workload is not None and workload.max_concurrency != 1:
-        return (f"replayed one request at a time; at concurrency "
-                f"{workload.max_concurrency or 'unbounded'} requests sharing a prefix can "
-                f"overlap and the server may count fewer hits")
-    return None
-
-
-def serving_note(workload: Workload | None, serving: Serving) -> str | None:
-    """The note of a replay as ``serving`` sends it: one at a time, the concurrency note
-    (:func:`prefixbench.predict.replay.concurrency_note`); through the scheduler model,
-    what differs from the workload's own run."""
-    if not serving.scheduled:
-        return concurrency_note(workload)
-    notes: list[str] = []
-    if workload is not None and workload.max_concurrency != serving.concurrency:
-        notes.append(f"replayed at concurrency {serving.concurrency}, while the workload "
-                     f"runs at {workload.max_concurrency or 'unbounded'}")
-    if workload is not None and workload.request_rate != math.inf:
-        notes.append(f"the workload paces requests at {workload.request_rate:g}/s, but the "
-                     f"predicted ratio has each request sent as soon as one of the "
-                     f"{serving.concurrency} in flight finishes; the timing range spans the "
-                     f"paced arrivals")
-    return "; ".join(notes) or None
-
-
 class _Replay:
     """Requests replayed one at a time through a fresh cache, counted as a Prediction."""
+
+    serving: Serving = SERIAL
 
     def __init__(self, block_size: int, capacity_blocks: int | None,
                  cache_model: CacheModel = FULL_ATTENTION, serving: Serving = SERIAL) -> None:
         self.sim = cache_model.sim(block_size, capacity_blocks)
-        self.serving = SERIAL  # how the requests were replayed: one at a time
-        self.prefill_segment = serving.prefill_segment
+        self.segments = SegmentCount(serving.prefill_segment)
         self.cache_model = cache_model
         self.block_size = block_size
         self.capacity_blocks = capacity_blocks
         self.hits = 0
         self.requests = 0
-        self.segment_saved = self.segment_requests = 0
 
     def run(self, tokens: array[int], output_len: int) -> None:
         hit = self.sim.run(tokens, output_len if self.capacity_blocks is not None else 0)
         self.hits += hit
         self.requests += 1
-        self._count_segments(hit)
-
-    def _count_segments(self, hit: int) -> None:
-        """Count one request's hit tokens that fall in whole prefill segments."""
-        if self.prefill_segment is not None:
-            whole = hit // self.prefill_segment * self.prefill_segment
-            self.segment_saved += whole
-            self.segment_requests += whole > 0
-
-    def _segment_totals(self) -> tuple[int | None, int | None]:
-        """Hit tokens in whole prefill segments, and the requests with any (or None)."""
-        if self.prefill_segment is None:
-            return None, None
-        return self.segment_saved, self.segment_requests
+        self.segments.add(hit)
 
     def finish(self) -> None:
         """Serve what was sent and not yet served (nothing, one at a time)."""
@@ -186,7 +146,7 @@ class _Replay:
     def prediction(self, method: str, note: str | None) -> Prediction:
         method = self._method(method)
         hits, queries, evicted, cached = self._totals()
-        saved, saving = self._segment_totals()
+        saved, saving = self.segments.totals()
         return Prediction(ratio=hits / queries if queries else 0.0, hit_tokens=hits,
                           query_tokens=queries, requests=self.requests,
                           evicted_blocks=evicted, method=method,
@@ -225,8 +185,7 @@ class _SchedReplay(_Replay):
         self.capacity_blocks = capacity_blocks
         self.hits = 0
         self.requests = 0
-        self.prefill_segment = serving.prefill_segment
-        self.segment_saved = self.segment_requests = 0
+        self.segments = SegmentCount(serving.prefill_segment)
 
     def run(self, tokens: array[int], output_len: int) -> None:
         serving, sched, n = self.serving, self.sched, self.requests
@@ -238,9 +197,8 @@ class _SchedReplay(_Replay):
 
     def finish(self) -> None:
         self.sched.drain()
-        if self.prefill_segment is not None:  # each request's hit at first admission
-            for i in range(self.requests):
-                self._count_segments(self.sched.hit_tokens(i))
+        if self.segments.segment is not None:  # each request's hit at first admission
+            self.segments.add_all(map(self.sched.hit_tokens, range(self.requests)))
 
     def _totals(self) -> tuple[int, int, int, int | None]:
         """As one at a time, but an unbounded cache's cached blocks are not the working
