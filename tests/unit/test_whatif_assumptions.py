@@ -257,3 +257,18 @@ def test_custom_output_len_reaches_a_custom_workload_and_is_refused_elsewhere(
     assert evicted[0] != evicted[1]  # the output length was used
     code, _, err = run("--workload", "high_overlap", "--custom-output-len", "5")
     assert code == 2 and "applies to a prompts file or a custom workload" in err
+
+
+def test_the_replayed_line_names_the_model_the_replay_went_through() -> None:
+    """Full attention one at a time replays without the scheduler model even under
+    async scheduling (Neuron's default): the line says so; the hybrid manager under async
+    scheduling goes through the async model even one at a time."""
+    code, out, _ = run("--workload", "high_overlap", "--platform", "neuron")
+    assert code == 0
+    assert "replayed:        one request at a time (concurrency 1)" in out.splitlines()
+    assert "  scheduler:              async (AsyncScheduler)" in out
+    code, out, _ = run("--workload", "sustained_c4", "--kv-cache", "hybrid",
+                       "--async-scheduling", "--concurrency", "1", "--capacity-blocks", "300")
+    assert code == 0
+    assert ("replayed:        vLLM async scheduler model at concurrency 1 (max_num_seqs 4, "
+            "max_num_batched_tokens 1024)") in out.splitlines()

@@ -28,6 +28,7 @@ from prefixbench.frontend.whatif_setup import (
     Setup,
     resolve,
 )
+from prefixbench.predict.schedconfig import SERIAL
 
 __all__ = ["add_parser", "method_sentence", "run_whatif", "sentences", "whatif_workload"]
 
@@ -206,7 +207,9 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(assumed.line(), file=out)
     print(f"cache:           block {setup.block_size}, capacity {cap}, "
           f"{setup.cache_model.describe()}", file=out)
-    print(f"replayed:        {setup.serving.describe()}", file=out)
+    through = setup.serving.describe()  # the scheduler model, when the replay used it
+    print(f"replayed:        {through if through in pred.method else SERIAL.describe()}",
+          file=out)
     print(f"predicted ratio: {pred.ratio:.4%}", file=out)
     if pred.band is not None and pred.band_note is not None:  # above concurrency 1
         timings = pred.band_note.partition(" over ")[2]
