@@ -272,3 +272,15 @@ def test_the_replayed_line_names_the_model_the_replay_went_through() -> None:
     assert code == 0
     assert ("replayed:        vLLM async scheduler model at concurrency 1 (max_num_seqs 4, "
             "max_num_batched_tokens 1024)") in out.splitlines()
+
+
+def test_chat_traffic_says_where_its_cache_assumptions_come_from(gptoss_dir: Path,
+                                                                 tmp_path: Path) -> None:
+    out = io.StringIO()
+    argv = ["chat-traffic", str(tmp_path / "c.jsonl"), "--users", "3",
+            "--tokenizer", str(gptoss_dir / "tokenizer.json")]
+    assert cli.main(argv, out=out, err=io.StringIO()) == 0
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("cache:"))
+    assert line.startswith("cache:           block 128 [default: vLLM's cpu platform's], "
+                           "capacity unbounded [default], hybrid (sliding window 16")
+    assert f"[read from the model's files: {gptoss_dir}/config.json]" in line

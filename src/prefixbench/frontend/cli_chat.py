@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parser", "run_chat_traffic", "tokenizer_words"]
 
+#: vLLM's KV block size on its cpu platform (the bundle's servers) when none is given.
+CPU_BLOCK: Final = 128
 #: A tokenizer's word usable in a message: letters, then letters or digits.
 _PLAIN: Final = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 #: Fewer plain words than this in a tokenizer's vocabulary: the built-in list instead.
@@ -65,8 +67,9 @@ def add_parser(sub: Any, epilog: str) -> None:
     p.add_argument("--tokenizer", type=Path, metavar="DIR",
                    help="the server's tokenizer directory (tokenizer.json and its chat "
                    "template): words from its vocabulary, and the what-if replay")
-    p.add_argument("--block-size", type=int, default=128, metavar="B",
-                   help="KV block size of the server (default 128)")
+    p.add_argument("--block-size", type=int, metavar="B",
+                   help=f"KV block size of the server (default {CPU_BLOCK}, vLLM's cpu "
+                   f"platform's)")
     p.add_argument("--capacity-blocks", type=int, metavar="N",
                    help="usable KV capacity for the replay (num_gpu_blocks - 1); default "
                    "unbounded")
@@ -127,6 +130,18 @@ def _predict(args: argparse.Namespace, err: TextIO) -> Prediction:
                               tokenizer_dir=args.tokenizer, progress=bar)
 
 
+def _kv_model(tokenizer: Path) -> str:
+    """The cache model the replay takes from the model's files, and where from."""
+    from prefixbench.predict.cachemodel import FULL_ATTENTION, from_model_dir  # noqa: PLC0415
+    from prefixbench.predict.tokenizer import model_directory  # noqa: PLC0415
+
+    read = from_model_dir(tokenizer)
+    if read is None:
+        return f"{FULL_ATTENTION.describe()} [default: no usable config.json beside {tokenizer}]"
+    return (f"{read.describe()} [read from the model's files: "
+            f"{model_directory(tokenizer)}/config.json]")
+
+
 def _workload(path: Path) -> dict[str, Any]:
     """The custom workload that replays the file as written: in file order, one request
     at a time, each line's output_tokens."""
@@ -141,6 +156,9 @@ def run_chat_traffic(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from prefixbench.predict import chat_estimate as ce  # noqa: PLC0415
 
     spec = _spec(args)
+    block_said = "given: --block-size"
+    if args.block_size is None:
+        args.block_size, block_said = CPU_BLOCK, "default: vLLM's cpu platform's"
     if args.block_size < 1 or (args.capacity_blocks is not None and args.capacity_blocks < 1):
         raise UsageError("--block-size and --capacity-blocks must be >= 1")
     tokenizer = _tokenizer(args)
@@ -180,7 +198,9 @@ def run_chat_traffic(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(f"{args.out} written, but no prediction: "
                              f"{pred.note or 'the replay gave none'}")
         cap = "unbounded" if args.capacity_blocks is None else f"{args.capacity_blocks} blocks"
-        show("cache", f"block {args.block_size}, capacity {cap}")
+        show("cache", f"block {args.block_size} [{block_said}], capacity {cap} "
+                      f"[{'given: --capacity-blocks' if args.capacity_blocks else 'default'}]"
+                      f", {_kv_model(args.tokenizer)}")
         show("predicted ratio", f"{pred.ratio:.2%} (what-if replay of the file: "
              f"{pred.hit_tokens:,} of {pred.query_tokens:,} tokens hit, "
              f"{pred.evicted_blocks:,} blocks evicted)")
