@@ -276,8 +276,8 @@ def hit_rate(host: RoleView, t: Thresholds) -> Verdict:
     for role_name in roles:
         wl = host.roles[role_name]
         b = host.role(CACHED, role_name)
-        exp = None if b is None else (b.expected_served if b.expected_served is not None
-                                      else b.expected_block_aligned)
+        held = None if b is None else b.verdict_expectation
+        exp = None if held is None else held[0]
         if b is None or exp is None:
             status = INCONCLUSIVE if status == PASS else status
             parts.append(f"{wl}: {'no result' if b is None else 'no expectation (block size)'}")
