@@ -96,3 +96,12 @@ def diagnose(base: Sequence[str], directives: Sequence[str],
     for name in suspects:  # only the directives together break it
         causes[name] = WHOLE_SANDBOX
     return {"checks": full.checks, "error": full.error, "causes": causes, "runs": runs}
+
+
+def proven(result: Mapping[str, Any]) -> bool:
+    """Whether a diagnosis proves the sandbox on the host: the probe ran and every check
+    the sandbox can break passed under it."""
+    checks = result.get("checks") or {}
+    runs = [r for name, r in checks.items()
+            if name not in NOT_SANDBOXED and isinstance(r, Mapping)]
+    return not result.get("error") and bool(runs) and all(r.get("ok") for r in runs)

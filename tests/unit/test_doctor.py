@@ -138,14 +138,16 @@ def test_the_plan_is_the_server_units_own_sandbox() -> None:
     plan = doctor.plan(s, "/opt/venv/bin/vllm")
     spec = server.unit_spec(s, "cached", "/opt/venv/bin/vllm")
     assert plan["directives"] == list(spec.hardening)
-    assert "DeviceAllow=char-neuron rw" in plan["directives"]
+    assert "DeviceAllow=char-neuron rw" not in plan["directives"]
+    strict = doctor.plan(valid(vllm_service_sandbox="strict"), "/opt/venv/bin/vllm")
+    assert "DeviceAllow=char-neuron rw" in strict["directives"]
     assert "LimitNOFILE=65536" in plan["properties"]
     assert any(p.startswith("Environment=PATH=/opt/venv/bin:") for p in plan["properties"])
     assert plan["python"] == "/opt/venv/bin/python"
     assert plan["config"]["compiler"] == "neuronx-cc"
     assert plan["config"]["imports"][:2] == ["vllm", "vllm_neuron"]
-    relaxed = doctor.plan(valid(vllm_service_sandbox="relaxed"), "/opt/venv/bin/vllm")
-    assert "DevicePolicy=closed" not in relaxed["directives"]
+    off = doctor.plan(valid(vllm_service_sandbox="off"), "/opt/venv/bin/vllm")
+    assert off["directives"] == []
     cpu = doctor.plan(valid(prefixbench_platform="cpu", prefixbench_instance_type=
                             "trn2sim.48xlarge"), "/v/bin/vllm")
     assert cpu["config"]["compiler"] == "g++" and cpu["config"]["devices"] == ""
@@ -165,14 +167,15 @@ def test_the_screen_has_a_line_per_check_and_names_the_directive() -> None:
             "runs": 1}
     bad = {"checks": {**ok, "devices": {"ok": False, "detail": "cannot open /dev/neuron0"},
                       "neuron_ls": neuron_ls(trn2.devices - 1, per)},
-           "causes": {"devices": "DevicePolicy=closed"}, "runs": 5}
+           "causes": {"devices": "DeviceAllow=char-neuron rw"}, "runs": 5}
     rep = doctor.report({"a": good, "b": bad, "c": {"error": "the service user vllm does "
                          "not exist yet: the deploy phase creates it"}},
                         {"a": "trn2.48xlarge", "b": "trn2.48xlarge", "c": "trn2.48xlarge"})
     text = rep["text"]
     assert rep["failed"] == 3
     assert "PASS  a" in text and "FAIL  b                devices" in text
-    assert "vllm_service_sandbox: relaxed" in text and "DevicePolicy=closed" in text
+    assert "the sandbox directive DeviceAllow=char-neuron rw breaks it: set " \
+        "vllm_service_sandbox: aws (or off)" in text
     assert f"neuron-ls sees {trn2.devices - 1} Neuron devices" in text
     assert "FAIL  c                probe" in text
     assert text.splitlines()[-1].startswith("doctor: 3 host(s)")

@@ -352,11 +352,13 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "in Ansible Vault; 16+ characters of A-Z a-z 0-9 . _ ~ + / = -). Delivered in "
             "a root-only EnvironmentFile, never in the unit.", "", secret=True),
     Setting("vllm_service_port", "int", "--port.", 8000, minimum=1, maximum=65535),
-    Setting("vllm_service_sandbox", "str", "The server unit's systemd sandbox: strict "
-            "(every directive), relaxed (drops those that touch the Neuron runtime's "
-            "devices, TCP, system calls and namespaces), off. `prefixbench doctor` names "
-            "the directive a failing check comes from.", "strict",
-            choices=("strict", "relaxed", "off")),
+    Setting("vllm_service_sandbox", "str", "The server unit's systemd sandbox. aws (the "
+            "level for a first start): the Neuron runtime runs as AWS's container runs it "
+            "(CAP_IPC_LOCK and CAP_SYS_ADMIN, LimitMEMLOCK=infinity, LD_LIBRARY_PATH="
+            "/opt/aws/neuron/lib) with a container's confinement; strict: adds device, "
+            "system-call, namespace and address confinement, deployed only on a host where "
+            "`prefixbench doctor -e vllm_service_sandbox=strict` has proven it; off: no "
+            "confinement (the grants stay).", "aws", choices=("aws", "strict", "off")),
     Setting("vllm_service_user", "str", "Unprivileged system user that runs both servers.",
             "vllm", pattern=_NAME_PATTERN),
     Setting("vllm_service_device_group", "str", "Group the service user joins to open "

@@ -49,11 +49,11 @@ FIXES: Final = {
 }
 #: The directive a failing check's fix names: how to get past it.
 DIRECTIVE_FIX: Final = ("the sandbox directive {directive} breaks it: set "
-                        "vllm_service_sandbox: relaxed (or off) and report it")
+                        "vllm_service_sandbox: {levels} and report it")
 #: When no directive alone breaks it (the directives together do, or the first run's
 #: failure did not repeat).
 WHOLE_SANDBOX_FIX: Final = ("the sandbox breaks it, no one directive alone: set "
-                            "vllm_service_sandbox: relaxed (or off) and report it")
+                            "vllm_service_sandbox: off and report it")
 #: What module_utils/prefixbench_doctor.py records as the cause then.
 WHOLE_SANDBOX: Final = "the sandbox as a whole"
 
@@ -83,7 +83,7 @@ def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
     spec = server.unit_spec(settings, "cached", vllm_executable)
     user = str(settings.get("vllm_service_user") or "vllm")
     properties = [f"User={user}", f"Group={user}", f"LimitNOFILE={spec.limit_nofile}",
-                  f"EnvironmentFile=-{spec.environment_file}",
+                  *spec.grants, f"EnvironmentFile=-{spec.environment_file}",
                   "StateDirectory=vllm-prefixbench", "CacheDirectory=vllm-prefixbench",
                   f"WorkingDirectory={server.STATE_DIR}",
                   *(f"Environment={line}" for line in spec.environment)]
@@ -108,6 +108,9 @@ def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
         "python": str(Path(vllm_executable).parent / "python"),
         "user": user, "config": config, "properties": properties,
         "directives": list(spec.hardening),
+        # Written on the host when every check passes: what a strict deploy asks for.
+        "proof": sandbox.proof_record(spec.sandbox_level, spec.sandbox_lines()),
+        "proof_file": sandbox.PROOF_FILE,
     }
 
 
@@ -137,7 +140,9 @@ def host_lines(host: str, result: Mapping[str, Any], instance_type: str) -> list
         if cause == WHOLE_SANDBOX:
             line_fix = WHOLE_SANDBOX_FIX
         elif cause and cause != "host":
-            line_fix = DIRECTIVE_FIX.format(directive=cause)
+            first, *more = sandbox.levels_without(cause) or ["off"]
+            levels = first + "".join(f" (or {m})" for m in more)
+            line_fix = DIRECTIVE_FIX.format(directive=cause, levels=levels)
         out.append(Line(host, name, bool(r.get("ok")), str(r.get("detail", "")), line_fix,
                         cause))
     return out
