@@ -85,6 +85,11 @@ error:
   description: Why the probe did not run at all (empty when it ran).
   type: str
   returned: always
+directives:
+  description: The sandbox directives the probe ran under (what a cause may name).
+  type: list
+  elements: str
+  returned: always
 proven:
   description: Whether every check the sandbox can break passed (the proof was written).
   type: bool
@@ -129,11 +134,13 @@ def main() -> None:
     try:
         pwd.getpwnam(p["user"])
     except KeyError:
-        module.exit_json(changed=False, checks={}, causes={}, runs=0, proven=False, error=(
+        module.exit_json(changed=False, checks={}, causes={}, runs=0, proven=False,
+                         directives=[], error=(
             f"the service user {p['user']} does not exist yet: the deploy phase creates it "
             "(ansible-playbook playbooks/deploy.yml)"))
     if not os.access(p["python"], os.X_OK):
-        module.exit_json(changed=False, checks={}, causes={}, runs=0, proven=False, error=(
+        module.exit_json(changed=False, checks={}, causes={}, runs=0, proven=False,
+                         directives=[], error=(
             f"{p['python']} does not exist: provision the vLLM environment first "
             "(ansible-playbook playbooks/provision.yml) or adopt the DLAMI's"))
     # Under /run, not /tmp: the unit has a /tmp of its own (PrivateTmp). Readable by the

@@ -21,7 +21,7 @@ from prefixbench_sim.testing import SimFleetHandle
 pytestmark = pytest.mark.integration
 
 CHECKS = {"imports", "compiler", "devices", "neuron_ls", "cache", "open_files", "model",
-          "vocabulary"}
+          "vocabulary", "runtime"}
 
 
 def doctor(repo_root: Path, env: dict[str, str], *args: str

@@ -35,8 +35,9 @@ def add_parser(sub: Any, project: Path) -> None:
         "check that the venv's vLLM and the Neuron plugin import, the graph compiler is on "
         "the unit's PATH, the devices open and neuron-ls agrees with the instance type, "
         "the compile cache is writable, the open-files limit, the model and its "
-        "vocabulary. A line per check, PASS or FAIL, with the fix; exit 0 when all pass, "
-        "1 when one fails, 5 when the checks could not run.")
+        "vocabulary, and start the runtime (libnrt's nrt_init on one NeuronCore; torch "
+        "and vLLM's platform on cpu). A line per check, PASS or FAIL, with the fix; exit 0 "
+        "when all pass, 1 when one fails, 5 when the checks could not run.")
     doctor.add_argument("-i", "--inventory", action="append", required=True,
                         metavar="INVENTORY", help="inventory path (repeatable)")
     doctor.add_argument("-l", "--limit", help="ansible --limit host pattern")
