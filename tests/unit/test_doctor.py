@@ -301,3 +301,18 @@ def test_the_runtime_check_opens_a_core_through_the_units_library_path(
     assert doctor.plan(valid(), "/v/bin/vllm")["config"]["runtime"] == "neuron"
     assert doctor.plan(valid(prefixbench_platform="cpu", prefixbench_instance_type=
                              "trn2sim.48xlarge"), "/v/bin/vllm")["config"]["runtime"] == "cpu"
+
+
+def test_a_disk_too_small_for_the_model_fails_with_the_models_size(tmp_path: Path) -> None:
+    # The room asked for is the profile's checkpoint (61 GiB for gpt-oss-120b), not 0.
+    need = doctor.plan(valid(prefixbench_model_profile="gpt-oss-120b"),
+                       "/v/bin/vllm")["config"]["model_bytes"]
+    assert need == 61 * 2**30
+    free = shutil.disk_usage(tmp_path).free
+    small = probe(tmp_path, model_dir=str(tmp_path / "absent"), model_bytes=free + 2**30)
+    assert not small["model"]["ok"]
+    assert "GiB free on" in small["model"]["detail"]
+    assert f"the model needs {(free + 2**30) / 2**30:.1f} GiB" in small["model"]["detail"]
+    roomy = probe(tmp_path, model_dir=str(tmp_path / "absent"), model_bytes=2**20)
+    assert "the model needs" not in roomy["model"]["detail"]
+    assert "0.0 GiB to download" in roomy["model"]["detail"]

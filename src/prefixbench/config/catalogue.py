@@ -247,6 +247,11 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             pattern=r"^[\w./-]+$"),
     Setting("model_cache_dir", "str", "Directory on the host that holds the model.",
             "/opt/models/gpt-oss-120b", pattern=r"^/[\w./-]*$"),
+    Setting("model_cache_checkpoint_gib", "float", "Size in GiB of the checkpoint provision "
+            "downloads into model_cache_dir (the profile sets it: the published MXFP4 "
+            "checkpoint of gpt-oss, whatever dtype the server runs). The doctor's model "
+            "check fails a host with less free space. 0: prefixbench_model_parameters x 2 "
+            "bytes (a BF16 checkpoint).", 0.0, minimum=0, maximum=100000),
     Setting("model_cache_s3_bucket", "str", "Bucket of the model mirror (source s3); "
             "one per region, so a fleet downloads the model once per region.", "",
             pattern=r"^$|^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from prefixbench.config import modelfit
 from prefixbench.hosts import instances
 from prefixbench.hosts.provision import device_problems
 from prefixbench.servers import sandbox, server
@@ -113,7 +114,8 @@ def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
         "cache_dir": str(settings.get("vllm_service_cache_root", server.DEFAULT_CACHE_ROOT)),
         "nofile": spec.limit_nofile,
         "model_dir": str(settings.get("model_cache_dir", "")),
-        "model_bytes": 0,
+        # The room the download needs where the model is absent (the profile's size).
+        "model_bytes": int(modelfit.checkpoint_gib(settings) * 2**30),
         "vocab_dir": (str(settings.get("model_cache_tiktoken_dir", ""))
                       if settings.get("model_cache_tiktoken") else ""),
         # Start the platform's runtime (doctor_probe.NEURON_RUNTIME / CPU_RUNTIME).

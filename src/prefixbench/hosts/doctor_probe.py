@@ -113,9 +113,12 @@ def _check_model(cfg: dict[str, Any]) -> tuple[bool, str]:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < need:
-        return False, (f"{model} absent and {free / 2**30:.1f} GiB free on {probe}, "
-                       f"the model needs {need / 2**30:.1f} GiB")
-    return False, (f"{model} absent ({free / 2**30:.1f} GiB free on {probe}); "
+        return False, (f"{model} absent and only {free / 2**30:.1f} GiB free on {probe}: "
+                       f"the model needs {need / 2**30:.1f} GiB; free space or move "
+                       "model_cache_dir")
+    room = (f"{need / 2**30:.1f} GiB to download" if need
+            else "the model's size is unknown (model_cache_checkpoint_gib)")
+    return False, (f"{model} absent ({free / 2**30:.1f} GiB free on {probe}, {room}); "
                    "the provision phase downloads it")
 
 
