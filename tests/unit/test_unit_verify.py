@@ -102,3 +102,28 @@ def test_verify_reports_a_malformed_directive(tmp_path: Path) -> None:
     proc = subprocess.run([SYSTEMD_ANALYZE, "verify", str(unit)], capture_output=True,
                           text=True, timeout=60, check=False)
     assert "DeviceAlow" in proc.stderr
+
+
+#: [Service] keys the doctor's transient unit leaves out, and why: how the server process
+#: is started, restarted and stopped (the probe is a one-shot), and its RuntimeDirectory,
+#: which systemd would create and remove under a running server.
+NOT_IN_THE_DOCTOR = {"Type", "ExecStart", "Restart", "RestartSec", "TimeoutStopSec",
+                     "KillMode", "RuntimeDirectory", "RuntimeDirectoryMode"}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_doctor_runs_every_line_of_the_units_sandbox(variant: str) -> None:
+    from prefixbench.hosts import doctor  # noqa: PLC0415
+
+    text = render_unit(VARIANTS[variant], "cached", "/opt/venv/bin/vllm")
+    service = text.split("[Service]\n", 1)[1].split("\n[Install]", 1)[0]
+    lines = [x for x in service.splitlines() if x and not x.startswith("#")]
+    values = {"vllm_service_user": "vllm", **VARIANTS[variant]}
+    result = settings.validate(values, "h")
+    plan = doctor.plan(result.settings, "/opt/venv/bin/vllm")
+    ran = {p.replace("EnvironmentFile=-", "EnvironmentFile=", 1)
+           for p in [*plan["properties"], *plan["directives"]]}
+    missing = [x for x in lines if x.split("=", 1)[0] not in NOT_IN_THE_DOCTOR
+               and x not in ran]
+    assert missing == []
+    assert any(x.startswith("LimitMEMLOCK=") for x in lines) is variant.startswith("neuron")
