@@ -18,9 +18,10 @@ directive with its reason, by level; the unit's PATH, library path and limits.
   refuses a strict unit without it (:func:`proof_problem`).
 * ``off``: no confinement; the grants stay (without them the runtime cannot start).
 
-``prefixbench doctor`` runs its probe under exactly these lines (one source:
-:func:`unit_properties` data via prefixbench.servers.server.unit_spec) and names the
-directive a failure comes from (prefixbench.hosts.doctor).
+``prefixbench doctor`` runs its probe under exactly these lines (one source: the
+``grants`` and ``hardening`` of prefixbench.servers.server.unit_spec, which the unit
+template prints too) and names the directive a failure comes from
+(prefixbench.hosts.doctor).
 """
 
 from __future__ import annotations
