@@ -1,7 +1,8 @@
 """``prefixbench doctor``: every host's readiness, checked under the server's sandbox.
 
-Runs ``playbooks/doctor.yml`` (read-only: a probe in a transient unit with the server
-unit's user, environment, limits and sandbox; :mod:`prefixbench.hosts.doctor`) and prints
+Runs ``playbooks/doctor.yml`` (a probe in a transient unit with the server unit's user,
+environment, limits, grants and sandbox, which starts the runtime; it writes only its
+proof of the sandbox when every check passes; :mod:`prefixbench.hosts.doctor`) and prints
 its one screen: a line per check per host, PASS or FAIL, the fix under each failure and,
 when the sandbox causes a failure, the directive behind it. Exit 0 when every check
 passed, 1 when one failed, 5 when the playbook could not run the checks.
