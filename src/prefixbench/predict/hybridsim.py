@@ -59,10 +59,16 @@ scheduling vLLM frees sliding-window blocks one step later and caps admission at
 batches in flight, which can change which block a tight pool evicts: the replay then
 uses :class:`prefixbench.predict.schedhybrid.AsyncHybridSchedulerSim`); keys are 64-bit
 Python hashes (vLLM: sha256); LoRA, multimodal and cache-salt keys, EAGLE/MTP and KV
-connectors are not modelled; exactly two groups of equal block size (gpt-oss's layout);
-``max_admission_blocks`` (vLLM's recycling-aware cap on the sliding-window group's
-admission reservation, ``cdiv(min(window - 1 + max_in_flight_tokens, max_model_len),
-block_size) + 1``) is ``None`` unless given.
+connectors are not modelled; exactly two groups of equal block size (gpt-oss's layout).
+
+``max_admission_blocks`` is vLLM's recycling-aware cap on the sliding-window group's
+admission reservation (:func:`admission_cap`: ``cdiv(min(window - 1 +
+max_in_flight_tokens, max_model_len), block_size) + 1``). A server always has it: its
+scheduler builds the ``KVCacheManager`` with ``max_in_flight_tokens`` (one batch of
+``max_num_batched_tokens`` in flight when synchronous), so by default it is derived from
+``max_chunk_tokens``; without a chunk size (every prefill one chunk, a budget at least the
+prompt) the cap never binds. The cap decides only which requests are refused at
+concurrency 1, never a hit: without it the model refused pools a server serves.
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ __all__ = [
     "DEFAULT_SLIDING_WINDOW",
     "CacheSim",
     "HybridCacheSim",
+    "admission_cap",
     "cache_sim_for",
 ]
 
@@ -114,6 +121,18 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def admission_cap(sliding_window: int, max_in_flight_tokens: int, block_size: int,
+                  max_model_len: int | None = None) -> int:
+    """The sliding-window group's share of a request's admission reservation, in
+    blocks: vLLM 0.32's ``SlidingWindowSpec.max_admission_blocks_per_request``, what a
+    request holds at most while its prefill recycles blocks (``max_in_flight_tokens``:
+    ``max_num_batched_tokens`` times the batches in flight, one synchronous, two async)."""
+    held = sliding_window - 1 + max_in_flight_tokens
+    if max_model_len is not None:
+        held = min(held, max_model_len)
+    return _cdiv(held, block_size) + 1
+
+
 @dataclass
 class _Running:
     """The block tables of the request being served: per group, physical block ids in
@@ -140,6 +159,8 @@ class HybridCacheSim:
     ``group_order``: which group is vLLM's group 0 (gpt-oss: the sliding-window layers);
     it decides which group's blocks a finishing request frees first.
     ``max_chunk_tokens``: prefill chunk size (``None``: the whole prompt at once).
+    ``max_admission_blocks``: the admission cap (default :func:`admission_cap` with one
+    chunk in flight, as a synchronous server; none without ``max_chunk_tokens``).
     """
 
     def __init__(
@@ -168,6 +189,9 @@ class HybridCacheSim:
         self.sliding_window = sliding_window
         self.group_order = group_order
         self.max_chunk_tokens = max_chunk_tokens
+        if max_admission_blocks is None and max_chunk_tokens is not None:
+            max_admission_blocks = admission_cap(sliding_window, max_chunk_tokens,
+                                                 block_size)
         self.max_admission_blocks = max_admission_blocks
         #: Contiguous sliding-window blocks a hit needs.
         self.need = _cdiv(sliding_window - 1, block_size)

@@ -154,10 +154,15 @@ def make_scheduler(model_dir: Path, case: dict[str, Any]) -> Scheduler:
             num_blocks=int(case["num_blocks"]), kv_cache_tensors=[],
             kv_cache_groups=[KVCacheGroupSpec(["layer.0"], swa),
                              KVCacheGroupSpec(["layer.1"], full)],
-            prefix_cache_retention_interval=0)  # the server's CacheConfig default
+            # As the server's get_kv_cache_configs: its CacheConfig's (default 0).
+            prefix_cache_retention_interval=config.cache_config.prefix_cache_retention_interval)
+        assert kv_config.prefix_cache_retention_interval == 0
     scheduler = kind(vllm_config=config, kv_cache_config=kv_config,
                      structured_output_manager=StructuredOutputManager(config),
                      block_size=block_size, log_stats=True)
+    # The manager a server's scheduler builds: with its max_model_len and
+    # max_in_flight_tokens (without them vLLM's admission cap would never bind).
+    assert scheduler.max_model_len == MAX_MODEL_LEN
     built = type(scheduler.kv_cache_manager.coordinator).__name__
     want = "UnitaryKVCacheCoordinator" if window is None else "HybridKVCacheCoordinator"
     assert built == want, f"vLLM built a {built}, not a {want}"
