@@ -61,14 +61,10 @@ uses :class:`prefixbench.predict.schedhybrid.AsyncHybridSchedulerSim`); keys are
 Python hashes (vLLM: sha256); LoRA, multimodal and cache-salt keys, EAGLE/MTP and KV
 connectors are not modelled; exactly two groups of equal block size (gpt-oss's layout).
 
-``max_admission_blocks`` is vLLM's recycling-aware cap on the sliding-window group's
-admission reservation (:func:`admission_cap`: ``cdiv(min(window - 1 +
-max_in_flight_tokens, max_model_len), block_size) + 1``). A server always has it: its
-scheduler builds the ``KVCacheManager`` with ``max_in_flight_tokens`` (one batch of
-``max_num_batched_tokens`` in flight when synchronous), so by default it is derived from
-``max_chunk_tokens``; without a chunk size (every prefill one chunk, a budget at least the
-prompt) the cap never binds. The cap decides only which requests are refused at
-concurrency 1, never a hit: without it the model refused pools a server serves.
+``max_admission_blocks``, vLLM's cap on the sliding-window group's admission reservation
+(:func:`admission_cap`), is what a server's scheduler always passes (one batch of
+``max_chunk_tokens`` in flight); without a chunk size it never binds. At concurrency 1 it
+decides which requests are refused, never a hit.
 """
 
 from __future__ import annotations
@@ -76,7 +72,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from prefixbench.predict.cachesim import (
     _UNIQUE_BASE,
@@ -90,7 +86,6 @@ from prefixbench.predict.cachesim import (
 
 __all__ = [
     "DEFAULT_SLIDING_WINDOW",
-    "CacheSim",
     "HybridCacheSim",
     "admission_cap",
     "cache_sim_for",
@@ -101,20 +96,6 @@ DEFAULT_SLIDING_WINDOW = 128
 
 SLIDING: Literal["sliding"] = "sliding"
 FULL: Literal["full"] = "full"
-
-
-class CacheSim(Protocol):
-    """What callers of a cache model use: one request at a time, or a replay."""
-
-    block_size: int
-    capacity: int | None
-    evicted_blocks: int
-    hit_tokens_total: int
-    query_tokens_total: int
-
-    def run(self, tokens: Tokens, output_len: int = 0) -> int: ...
-
-    def replay(self, prompts: Iterable[Tokens], output_len: int = 0) -> ReplayResult: ...
 
 
 def _cdiv(a: int, b: int) -> int:
