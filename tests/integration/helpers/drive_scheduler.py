@@ -39,7 +39,8 @@ processed (``update_from_output``) before the next ``schedule()``; asynchronousl
 the engine core's ``step_with_batch_queue`` does with a queue of two batches: each
 engine step schedules a batch and then, the queue being full, processes the oldest one,
 so step k's output is processed after step k+1 is scheduled (the first step only
-schedules).
+schedules, and requests that arrived meanwhile are added before the next, as the
+engine core's busy loop does between any two steps).
 
 The hits are what the scheduler records for vLLM's counters: every call of the
 manager's ``record_prefix_cache_stats`` (made when a request is admitted, with its hit
@@ -228,7 +229,10 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
         output = scheduler.schedule()
         queue.appendleft((output, runner.execute(scheduler, output)))
         if len(queue) < depth:
-            continue  # async: the queue is not full yet, schedule again
+            # async: the queue is not full yet; the engine core's busy loop adds what
+            # arrived (_process_input_queue) before it schedules again.
+            client()
+            continue
         engine_outputs = scheduler.update_from_output(*queue.pop())
         for outs in engine_outputs.values():
             for out in outs.outputs:
