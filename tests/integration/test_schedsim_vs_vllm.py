@@ -169,6 +169,12 @@ def _cases() -> list[Case]:
                           requests=200, block_size=4, max_prompt_blocks=16,
                           concurrency=conc, max_num_seqs=seqs, max_num_batched_tokens=24,
                           num_gpu_blocks=40, max_output_len=12, vocab=3, hybrid=16))
+    # The block size the simulated fleet serves gpt-oss with (vLLM's CPU default, one
+    # cached window block makes a hit), a pool of 19 usable blocks at concurrency 4.
+    cases.append(Case("hybrid-c4-block128-tight", seed=2004, requests=200, block_size=128,
+                      max_prompt_blocks=6, concurrency=4, max_num_seqs=4,
+                      max_num_batched_tokens=256, num_gpu_blocks=20, max_output_len=200,
+                      hybrid=128))
     cases.append(Case("hybrid-c8-never-evicts", seed=708, requests=300, block_size=16,
                       max_prompt_blocks=24, concurrency=8, max_num_seqs=8,
                       max_num_batched_tokens=128, num_gpu_blocks=None, hybrid=128))
@@ -246,6 +252,10 @@ def _async_cases() -> list[Case]:
                           concurrency=conc, max_num_seqs=seqs, max_num_batched_tokens=24,
                           num_gpu_blocks=40, max_output_len=12, vocab=3, hybrid=16,
                           asynchronous=True))
+    cases.append(Case("async-hybrid-c4-block128-tight", seed=2004, requests=200,
+                      block_size=128, max_prompt_blocks=6, concurrency=4, max_num_seqs=4,
+                      max_num_batched_tokens=256, num_gpu_blocks=20, max_output_len=200,
+                      hybrid=128, asynchronous=True))
     cases.append(Case("async-hybrid-c8-never-evicts", seed=1708, requests=300,
                       block_size=16, max_prompt_blocks=24, concurrency=8, max_num_seqs=8,
                       max_num_batched_tokens=128, num_gpu_blocks=None, hybrid=128,
