@@ -35,7 +35,7 @@ from prefixbench.measure.layout import TOKENIZER_DIR
 from prefixbench.measure.records import BenchmarkRecord, FailureRecord, ResultKey
 from prefixbench.predict import schedconfig
 from prefixbench.predict.kvcapacity import usable_blocks
-from prefixbench.predict.schedconfig import SERIAL, Serving
+from prefixbench.predict.schedconfig import SERIAL, Serving, bench_serving
 from prefixbench.servers import sweep
 from prefixbench.servers.server import CONFIGURATIONS, unit_name
 
@@ -98,11 +98,11 @@ class BenchRequest:
                        or schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS))
 
     def serving(self) -> Serving:
-        """The bench's concurrency cap (unset: all its prompts) and the server's limits."""
-        w = self.workload
-        return Serving(concurrency=max(1, w.max_concurrency or w.num_prompts),
-                       max_num_seqs=self.max_num_seqs,
-                       max_num_batched_tokens=self.max_num_batched_tokens)
+        """The bench's concurrency cap (unset: all its prompts), its ready check and
+        warmups, and the server's limits (:func:`prefixbench.predict.benchreplay
+        .bench_serving`)."""
+        return bench_serving(self.workload, max_num_seqs=self.max_num_seqs,
+                             max_num_batched_tokens=self.max_num_batched_tokens)
 
     @property
     def unit(self) -> str:

@@ -9,8 +9,11 @@ vLLM's scheduler (:mod:`prefixbench.predict.replay` picks one).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from prefixbench.bench.workloads import Workload
 
 __all__ = [
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
@@ -18,6 +21,8 @@ __all__ = [
     "SERIAL",
     "SchedModelError",
     "Serving",
+    "bench_phases",
+    "bench_serving",
 ]
 
 #: The tutorial server's ``--max-num-seqs`` (the settings catalogue's
@@ -80,3 +85,35 @@ class Serving:
 
 #: One request at a time, today's replay.
 SERIAL: Final = Serving()
+
+
+def bench_phases(workload: Workload | None, serving: Serving,
+                 pre_requests: int | None = None) -> Serving:
+    """``serving`` with the bench's phases: the ready check (1 request when
+    ``ready_check_timeout_sec`` > 0) and the warmups (``num_warmups``), as ``vllm bench
+    serve`` sends them (vLLM 0.32, ``vllm/benchmarks/serve.py``, ``benchmark``: the ready
+    check alone, ``wait_for_endpoint``; then the warmups at ``max_concurrency``, all
+    awaited; each phase finished before the next). ``pre_requests``
+    (the copies of the first prompt actually replayed, if not the workload's own): the
+    ready check first among them, the rest warmups. Without a workload, unchanged."""
+    if workload is None:
+        return serving
+    ready = 1 if (workload.ready_check_timeout_sec or 0) > 0 else 0
+    warmups = workload.num_warmups
+    if pre_requests is not None and pre_requests != ready + warmups:
+        if pre_requests < 0:
+            raise ValueError(f"pre_requests must be >= 0, got {pre_requests}")
+        ready = min(ready, pre_requests)
+        warmups = pre_requests - ready
+    return replace(serving, ready=ready, warmups=warmups)
+
+
+def bench_serving(workload: Workload, *, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+                  max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                  async_scheduling: bool = False) -> Serving:
+    """How a bench of ``workload`` reaches a server with these scheduler limits: its
+    ``max_concurrency`` (unset: all its prompts at once) and its phases."""
+    return bench_phases(workload, Serving(
+        concurrency=max(1, workload.max_concurrency or workload.num_prompts),
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        async_scheduling=async_scheduling))

@@ -39,7 +39,8 @@ processed (``update_from_output``) before the next ``schedule()``; asynchronousl
 the engine core's ``step_with_batch_queue`` does with a queue of two batches: each
 engine step schedules a batch and then, the queue being full, processes the oldest one,
 so step k's output is processed after step k+1 is scheduled (the first step only
-schedules).
+schedules, and requests that arrived meanwhile are added before the next, as the
+engine core's busy loop does between any two steps).
 
 The hits are what the scheduler records for vLLM's counters: every call of the
 manager's ``record_prefix_cache_stats`` (made when a request is admitted, with its hit
@@ -154,10 +155,15 @@ def make_scheduler(model_dir: Path, case: dict[str, Any]) -> Scheduler:
             num_blocks=int(case["num_blocks"]), kv_cache_tensors=[],
             kv_cache_groups=[KVCacheGroupSpec(["layer.0"], swa),
                              KVCacheGroupSpec(["layer.1"], full)],
-            prefix_cache_retention_interval=0)  # the server's CacheConfig default
+            # As the server's get_kv_cache_configs: its CacheConfig's (default 0).
+            prefix_cache_retention_interval=config.cache_config.prefix_cache_retention_interval)
+        assert kv_config.prefix_cache_retention_interval == 0
     scheduler = kind(vllm_config=config, kv_cache_config=kv_config,
                      structured_output_manager=StructuredOutputManager(config),
                      block_size=block_size, log_stats=True)
+    # The manager a server's scheduler builds: with its max_model_len and
+    # max_in_flight_tokens (without them vLLM's admission cap would never bind).
+    assert scheduler.max_model_len == MAX_MODEL_LEN
     built = type(scheduler.kv_cache_manager.coordinator).__name__
     want = "UnitaryKVCacheCoordinator" if window is None else "HybridKVCacheCoordinator"
     assert built == want, f"vLLM built a {built}, not a {want}"
@@ -223,7 +229,10 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
         output = scheduler.schedule()
         queue.appendleft((output, runner.execute(scheduler, output)))
         if len(queue) < depth:
-            continue  # async: the queue is not full yet, schedule again
+            # async: the queue is not full yet; the engine core's busy loop adds what
+            # arrived (_process_input_queue) before it schedules again.
+            client()
+            continue
         engine_outputs = scheduler.update_from_output(*queue.pop())
         for outs in engine_outputs.values():
             for out in outs.outputs:
