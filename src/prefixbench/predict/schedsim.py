@@ -99,10 +99,7 @@ from prefixbench.predict.cachesim import (
     same_kind,
 )
 from prefixbench.predict.schedclient import send_timed
-from prefixbench.predict.schedconfig import (
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    DEFAULT_MAX_NUM_SEQS,
-)
+from prefixbench.predict.schedconfig import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 from prefixbench.predict.schedpool import BlockPool, BlockTable
 
 __all__ = [
@@ -123,6 +120,8 @@ class SchedReplayResult(ReplayResult):
     preempted_query_tokens: int = 0
     #: Scheduler steps the replay took.
     steps: int = 0
+    #: Each prompt's request index in the model (its send order).
+    sent: list[int] = field(default_factory=list)
 
 
 class _Request(BlockTable):
@@ -278,7 +277,7 @@ class SchedulerSim(BlockPool):
             preemptions=[r.preemptions for r in done],
             preempted_hit_tokens=self.preempted_hit_tokens - ph0,
             preempted_query_tokens=self.preempted_query_tokens - pq0,
-            steps=self.steps - steps0)
+            steps=self.steps - steps0, sent=order)
 
     # -- the scheduler ---------------------------------------------------------------------
     def _advance(self, until: int | None) -> None:
