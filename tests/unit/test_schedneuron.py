@@ -107,6 +107,7 @@ def test_one_at_a_time_it_hits_as_vllms_scheduler(capacity: int | None) -> None:
     assert got.steps >= want.steps
 
 
+@pytest.mark.timeout(60)  # without the model's check it would step forever
 def test_a_cap_that_does_not_protect_the_cache_deadlocks() -> None:
     """5 usable blocks of 4 and no real cap: A (8 tokens, 4 out) runs; B (16 tokens) is
     let through, hides A's decodes, and its 4 blocks do not fit the 3 free: the design
