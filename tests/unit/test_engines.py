@@ -81,3 +81,19 @@ def test_the_record_says_which_engine_its_expectation_assumed(tok: Path) -> None
                                     serving=FOUR)
     assert full["expected_kv_manager"] == "full attention (one KV cache group)"
     assert full["expected_scheduler"] == "Scheduler"
+
+
+def test_the_report_says_which_engine_the_expectation_assumed() -> None:
+    from types import SimpleNamespace  # noqa: PLC0415
+    from typing import cast  # noqa: PLC0415
+
+    from prefixbench.measure.records import BenchmarkRecord  # noqa: PLC0415
+    from prefixbench.predict.kvcapacity import kv_cache_line  # noqa: PLC0415
+    from prefixbench.report.build import kv_cache_of  # noqa: PLC0415
+
+    engine = engine_model("neuron", serving=FOUR, max_model_len=1024)
+    record = cast(BenchmarkRecord, SimpleNamespace(
+        metrics_delta={"cache_config": FULL_16}, expected=engine.record()))
+    assert kv_cache_of([record]) == (
+        f"{kv_cache_line(FULL_16)}; the expectation assumed NeuronAsyncScheduler over "
+        f"full attention (one KV cache group)")
