@@ -10,7 +10,7 @@ vLLM's scheduler (:mod:`prefixbench.predict.replay` picks one).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
     from prefixbench.bench.workloads import Workload
@@ -60,6 +60,11 @@ class Serving:
     ready: int = 0
     warmups: int = 0
     async_scheduling: bool = False
+    #: Which scheduler the server runs: ``"vllm"`` (vLLM's own) or ``"neuron"`` (the
+    #: Neuron plugin's, :mod:`prefixbench.predict.schedneuron`, whose KV-concurrency cap
+    #: is computed at ``max_model_len``; ``None``: no cap).
+    scheduler: Literal["vllm", "neuron"] = "vllm"
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         if min(self.concurrency, self.max_num_seqs, self.max_num_batched_tokens) < 1:
@@ -68,6 +73,8 @@ class Serving:
                              f"{self.max_num_batched_tokens}")
         if min(self.ready, self.warmups) < 0:
             raise ValueError("ready and warmups must be >= 0")
+        if self.scheduler not in ("vllm", "neuron"):
+            raise ValueError(f"unknown scheduler {self.scheduler!r}: use 'vllm' or 'neuron'")
 
     @property
     def scheduled(self) -> bool:
@@ -78,7 +85,8 @@ class Serving:
         """One short phrase for output and notes."""
         if not self.scheduled and not self.async_scheduling:
             return "one request at a time (concurrency 1)"
-        return (f"vLLM {'async ' if self.async_scheduling else ''}scheduler model at "
+        who = "Neuron plugin's" if self.scheduler == "neuron" else "vLLM"
+        return (f"{who} {'async ' if self.async_scheduling else ''}scheduler model at "
                 f"concurrency {self.concurrency} (max_num_seqs {self.max_num_seqs}, "
                 f"max_num_batched_tokens {self.max_num_batched_tokens})")
 
