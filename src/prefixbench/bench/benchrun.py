@@ -36,7 +36,7 @@ from prefixbench.measure.layout import TOKENIZER_DIR
 from prefixbench.measure.records import BenchmarkRecord, FailureRecord, ResultKey
 from prefixbench.predict import schedconfig
 from prefixbench.predict.kvcapacity import usable_blocks
-from prefixbench.predict.schedconfig import SERIAL, Serving, bench_serving
+from prefixbench.predict.schedconfig import Serving, bench_serving
 from prefixbench.servers import sweep
 from prefixbench.servers.server import CONFIGURATIONS, unit_name
 
