@@ -336,6 +336,15 @@ def test_summary_lines_without_failures() -> None:
         "1 regression(s) against r0: a/ttft"]
 
 
+
+def test_a_comparison_with_missing_data_still_reports_its_regressions() -> None:
+    from prefixbench.frontend.cli_run import compare_regressed  # noqa: PLC0415
+
+    assert compare_regressed(4, None)
+    assert compare_regressed(7, {"regressions": ["fleet:cached/x/median_ttft_ms"]})
+    assert not compare_regressed(7, {"regressions": []})
+    assert not compare_regressed(0, None) and not compare_regressed(2, None)
+
 # -- run, with a stand-in ansible_runner ------------------------------------------------
 
 
