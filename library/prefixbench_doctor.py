@@ -13,7 +13,8 @@ description:
     I(properties) (user, environment, limits, directories) and sandbox I(directives).
   - A check that fails is run again without any directive and then with each directive
     alone, to name the directive that breaks it (C(causes)). Read-only apart from the
-    unit's own state and cache directories, which systemd creates as the server would.
+    unit's own state and cache directories, which systemd creates as the server would,
+    and I(proof_file), written when every check passes.
   - The logic lives in module_utils/prefixbench_doctor.py (plain Python, unit-tested).
 options:
   python:
@@ -42,6 +43,16 @@ options:
     type: list
     elements: str
     default: []
+  proof:
+    description: >-
+      The record written to I(proof_file) when every check the sandbox can break passes
+      under the full sandbox (what a deploy at a stricter level asks for).
+    type: dict
+    default: {}
+  proof_file:
+    description: Where the proof goes on the host (its directory is created, root only).
+    type: path
+    default: ""
   timeout:
     description: Seconds one probe run may take.
     type: int
@@ -74,6 +85,15 @@ error:
   description: Why the probe did not run at all (empty when it ran).
   type: str
   returned: always
+directives:
+  description: The sandbox directives the probe ran under (what a cause may name).
+  type: list
+  elements: str
+  returned: always
+proven:
+  description: Whether every check the sandbox can break passed (the proof was written).
+  type: bool
+  returned: always
 """
 
 import json
@@ -90,6 +110,7 @@ from ansible.module_utils.prefixbench_doctor import (
     Probe,
     diagnose,
     parse_output,
+    proven,
     systemd_run_argv,
 )
 
@@ -103,6 +124,8 @@ def main() -> None:
             "user": {"type": "str", "required": True},
             "properties": {"type": "list", "elements": "str", "default": []},
             "directives": {"type": "list", "elements": "str", "default": []},
+            "proof": {"type": "dict", "default": {}},
+            "proof_file": {"type": "path", "default": ""},
             "timeout": {"type": "int", "default": 300},
         },
         supports_check_mode=True,
@@ -111,11 +134,13 @@ def main() -> None:
     try:
         pwd.getpwnam(p["user"])
     except KeyError:
-        module.exit_json(changed=False, checks={}, causes={}, runs=0, error=(
+        module.exit_json(changed=False, checks={}, causes={}, runs=0, proven=False,
+                         directives=[], error=(
             f"the service user {p['user']} does not exist yet: the deploy phase creates it "
             "(ansible-playbook playbooks/deploy.yml)"))
     if not os.access(p["python"], os.X_OK):
-        module.exit_json(changed=False, checks={}, causes={}, runs=0, error=(
+        module.exit_json(changed=False, checks={}, causes={}, runs=0, proven=False,
+                         directives=[], error=(
             f"{p['python']} does not exist: provision the vLLM environment first "
             "(ansible-playbook playbooks/provision.yml) or adopt the DLAMI's"))
     # Under /run, not /tmp: the unit has a /tmp of its own (PrivateTmp). Readable by the
@@ -150,7 +175,28 @@ def main() -> None:
         result = diagnose(p["properties"], p["directives"], run)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    module.exit_json(changed=False, **result)
+    ok = proven(result)
+    changed = False
+    if ok and p["proof"] and p["proof_file"]:
+        changed = _write_proof(Path(p["proof_file"]), p["proof"], module.check_mode)
+    module.exit_json(changed=changed, proven=ok, **result)
+
+
+def _write_proof(path: Path, proof: dict, check_mode: bool) -> bool:
+    """Write the proof (root-only directory, world-readable file); whether it changed."""
+    text = json.dumps(proof, indent=1, sort_keys=True) + "\n"
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except OSError:
+        pass
+    if not check_mode:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(0o644)
+        tmp.replace(path)
+    return True
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from prefixbench.bench import client_launch, experiment
 from prefixbench.config import plan
 from prefixbench.hosts import collect, doctor, provision, releases
 from prefixbench.measure.layout import RunLayout
-from prefixbench.servers import compile_cache, server, sweep
+from prefixbench.servers import compile_cache, sandbox, server, sweep
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
@@ -31,6 +31,14 @@ def prefixbench_unit_spec(settings: Mapping[str, Any], configuration: str,
         raise ValueError(f"unknown configuration {configuration!r}")
     conf: server.Configuration = "baseline" if configuration == "baseline" else "cached"
     return server.unit_spec(settings, conf, vllm_executable).as_dict()
+
+
+def prefixbench_sandbox_proof_problem(settings: Mapping[str, Any], vllm_executable: str,
+                                      proof_text: str = "") -> str:
+    """Why the units' sandbox level may not be deployed on a host whose doctor proof is
+    ``proof_text``; "" when it may (prefixbench.servers.sandbox.proof_problem)."""
+    spec = server.unit_spec(settings, "cached", vllm_executable)
+    return sandbox.proof_problem(spec.sandbox_level, spec.sandbox_lines(), proof_text or "")
 
 
 def prefixbench_env_file(settings: Mapping[str, Any], api_key: str = "") -> str:
@@ -280,6 +288,7 @@ class FilterModule:
             "prefixbench_plan": prefixbench_plan,
             "prefixbench_unit_spec": prefixbench_unit_spec,
             "prefixbench_env_file": prefixbench_env_file,
+            "prefixbench_sandbox_proof_problem": prefixbench_sandbox_proof_problem,
             "prefixbench_api_key_ok": prefixbench_api_key_ok,
             "prefixbench_bench_items": prefixbench_bench_items,
             "prefixbench_pending_items": prefixbench_pending_items,

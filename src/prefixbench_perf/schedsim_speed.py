@@ -4,14 +4,19 @@ Sends a prefix_repetition-shaped stream (num_prefixes shared random prefixes, a 
 random suffix per prompt, prefixes drawn at random) through
 prefixbench.predict.schedsim.SchedulerSim by a client keeping ``--concurrency`` requests
 in flight, each generating ``--output-len`` tokens, and prints requests/s and scheduler
-steps/s. Building the prompts is timed separately, so the figure is the model's alone;
-the process is pinned to one core.
+steps/s; then the same stream through the Neuron plugin's scheduler
+(prefixbench.predict.schedneuron, async as on Neuron, its KV-concurrency cap computed
+at ``--max-model-len``), which must replay at least 10,000 requests/s at concurrency 32.
+Building the prompts is timed separately, so each figure is the model's alone; the
+process is pinned to one core and each figure is its CPU time there (the wall time,
+printed beside it, also counts whatever else the machine runs).
 
     make bench-schedsim                                  # 200,000 x 192+64 tokens, c=32
     make bench-schedsim ARGS="--concurrency 4 --max-num-seqs 4"   # the tutorial server
     make bench-schedsim ARGS="--prefix-len 3072 --suffix-len 1024 --block-size 128"
     make bench-schedsim ARGS="--kv-cache hybrid"          # gpt-oss's layout, window 128
     make bench-schedsim ARGS="--async-scheduling"         # vLLM's AsyncScheduler
+    make bench-schedsim ARGS="--neuron-sync"              # NeuronScheduler, not async
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import time
 from array import array
 
 from prefixbench.predict.schedhybrid import scheduler_sim_for
+from prefixbench.predict.schedneuron import neuron_scheduler_sim
+from prefixbench.predict.schedsim import SchedulerSim
 from prefixbench_perf.stream_args import add_stream_arguments
 
 
@@ -48,6 +55,10 @@ def main() -> int:
     ap.add_argument("--sliding-window", type=int, default=128)
     ap.add_argument("--async-scheduling", action="store_true",
                     help="model vLLM's AsyncScheduler (a GPU server's default)")
+    ap.add_argument("--max-model-len", type=int, default=8192,
+                    help="the Neuron model's KV-concurrency cap is computed at it")
+    ap.add_argument("--neuron-sync", action="store_true",
+                    help="NeuronScheduler rather than NeuronAsyncScheduler")
     args = ap.parse_args()
     pinned = _pin_one_core()
 
@@ -64,7 +75,12 @@ def main() -> int:
                             max_num_seqs=args.max_num_seqs,
                             max_num_batched_tokens=args.max_num_batched_tokens,
                             async_scheduling=args.async_scheduling)
-    build = run = 0.0
+    neuron = neuron_scheduler_sim(args.block_size, args.capacity_blocks or None,
+                                  max_model_len=args.max_model_len,
+                                  max_num_seqs=args.max_num_seqs,
+                                  max_num_batched_tokens=args.max_num_batched_tokens,
+                                  async_scheduling=not args.neuron_sync)
+    build = run = neuron_run = wall = neuron_wall = 0.0
     done = 0
     while done < args.prompts:
         n = min(args.chunk, args.prompts - done)
@@ -74,11 +90,10 @@ def main() -> int:
             k = start + (i * 7919) % span  # a different window of the pool per prompt
             batch.append(prefixes[rnd.randrange(args.num_prefixes)] + pool[k:k + args.suffix_len])
         t1 = time.perf_counter()
-        for tokens in batch:
-            sim.send(tokens, args.output_len, concurrency=args.concurrency)
-        if done + n >= args.prompts:
-            sim.drain()
-        run += time.perf_counter() - t1
+        cpu, took = _send(sim, batch, args, last=done + n >= args.prompts)
+        run, wall = run + cpu, wall + took
+        cpu, took = _send(neuron, batch, args, last=done + n >= args.prompts)
+        neuron_run, neuron_wall = neuron_run + cpu, neuron_wall + took
         build += t1 - t0
         done += n
     cap = args.capacity_blocks or "unbounded"
@@ -91,10 +106,30 @@ def main() -> int:
     print(f"hit ratio:      {sim.hit_tokens_total / sim.query_tokens_total:.4%} (evicted "
           f"{sim.evicted_blocks:,} blocks, {sim.preempted_query_tokens:,} tokens "
           f"re-queried after preemptions)")
-    print(f"model time:     {run:.1f} s -> {done / run:,.0f} requests/s, "
+    print(f"model time:     {run:.1f} s CPU ({wall:.1f} s wall) -> {done / run:,.0f} requests/s, "
           f"{sim.steps / run:,.0f} scheduler steps/s ({sim.steps:,} steps)")
+    print(f"Neuron model:   {neuron_run:.1f} s CPU ({neuron_wall:.1f} s wall) -> "
+          f"{done / neuron_run:,.0f} requests/s, "
+          f"{neuron.steps / neuron_run:,.0f} steps/s ({neuron.steps:,} steps, "
+          f"{neuron.prefill_steps:,} prefill); NeuronScheduler"
+          f"{'' if args.neuron_sync else ' (async)'}, KV-concurrency cap "
+          f"{neuron.kv_concurrency} at max_model_len {args.max_model_len}, hit ratio "
+          f"{neuron.hit_tokens_total / neuron.query_tokens_total:.4%}, padding "
+          f"{neuron.padded_tokens - neuron.prefill_tokens:,} tokens")
     print(f"building input: {build:.1f} s (not counted above)")
     return 0
+
+
+def _send(sim: SchedulerSim, batch: list[array[int]], args: argparse.Namespace, *,
+          last: bool) -> tuple[float, float]:
+    """Send ``batch`` through ``sim`` (and drain it after the ``last`` one); CPU and wall
+    seconds."""
+    t0, w0 = time.process_time(), time.perf_counter()
+    for tokens in batch:
+        sim.send(tokens, args.output_len, concurrency=args.concurrency)
+    if last:
+        sim.drain()
+    return time.process_time() - t0, time.perf_counter() - w0
 
 
 if __name__ == "__main__":

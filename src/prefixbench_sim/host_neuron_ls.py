@@ -14,10 +14,13 @@ like the real tool's. Field by field, against public sources:
   parsers of it (ray, third-party test fixtures): ``neuron_device``, ``bdf``,
   ``cpu_affinity``, ``numa_node`` (a string), ``connected_to`` (null for one device),
   ``nc_count``, ``memory_size`` (bytes), ``neuroncore_ids``, ``neuron_processes``.
-- seen in third-party trn2 fixtures, not in verbatim output: ``logical_neuroncore_config``
-  and ``instance_type``.
-- not confirmed, simulated: ``nc_count`` and ``neuroncore_ids`` counting *logical* cores
-  at the LNC in effect (one fixture shows trn2.3xlarge as nc_count 4, ids 0-3, LNC 2);
+- seen in third-party trn2 fixtures, not in AWS's example: ``instance_type`` (AWS's
+  example has ``logical_neuroncore_config``).
+- confirmed by AWS (aws-neuron/aws-neuron-sdk@v2.31.1 and @v2.32.0
+  tools/neuron-sys-tools/neuron-ls.rst, its ``neuron-ls -j`` of a trn2n.48xlarge):
+  ``nc_count`` and ``neuroncore_ids`` count *logical* cores at the LNC in effect (4 per
+  device, ids 0-63, at ``logical_neuroncore_config`` 2), ``memory_size`` 103079215104;
+- not confirmed, simulated:
   the values of ``bdf``, ``cpu_affinity``, ``numa_node``; ``connected_to`` as the
   neighbour list of a 4x4 torus on 16-device instances.
 """
@@ -83,13 +86,17 @@ def devices_for(instance_type: str, spec: dict[str, Any], lnc: int) -> list[dict
 
 
 def _load() -> tuple[str, list[dict[str, Any]]]:
+    """The host's devices: the ``hardware`` its instance file states (the harness's own
+    figures, independent of the catalogue the bundle checks them against); an instance
+    file without one (a fleet built before) falls back to the baked catalogue."""
     try:
         identity = json.loads(INSTANCE_FILE.read_text())
-        catalog = json.loads(CATALOG_FILE.read_text())
+        hardware = identity.get("hardware")
+        catalog = {} if hardware else json.loads(CATALOG_FILE.read_text())
     except (OSError, ValueError) as exc:
         raise SystemExit(f"neuron-ls (simulated): no Neuron devices found ({exc})") from None
     itype = str(identity.get("instance_type", ""))
-    spec = catalog.get(itype)
+    spec = hardware or catalog.get(itype)
     if spec is None:
         raise SystemExit(f"neuron-ls (simulated): unknown instance type {itype!r}")
     lnc_env = os.environ.get("NEURON_LOGICAL_NC_CONFIG", "")

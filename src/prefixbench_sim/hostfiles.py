@@ -13,7 +13,13 @@ from typing import Any, Final
 import yaml
 
 from prefixbench_sim.cmdlines import ssh_options
-from prefixbench_sim.layout import FABRIC_ADDRESS, INSTANCE_TYPES, FleetPaths, SimHost
+from prefixbench_sim.layout import (
+    FABRIC_ADDRESS,
+    INSTANCE_TYPES,
+    SIM_HARDWARE,
+    FleetPaths,
+    SimHost,
+)
 
 __all__ = [
     "HOST_PYTHON",
@@ -34,8 +40,10 @@ HOST_PYTHON: Final = "/usr/bin/python3"
 
 
 def instance_json(host: SimHost) -> str:
-    """Contents of :data:`prefixbench_sim.layout.INSTANCE_FILE` on ``host``."""
-    return json.dumps({"instance_type": host.instance_type, "family": host.family}) + "\n"
+    """Contents of :data:`prefixbench_sim.layout.INSTANCE_FILE` on ``host``: its identity
+    and the devices it simulates (:data:`prefixbench_sim.layout.SIM_HARDWARE`)."""
+    return json.dumps({"instance_type": host.instance_type, "family": host.family,
+                       "hardware": dict(SIM_HARDWARE[host.family])}) + "\n"
 
 
 def etc_hosts(hosts: Iterable[SimHost]) -> str:

@@ -36,6 +36,22 @@ INSTANCE_TYPES: Final[Mapping[Family, str]] = {
 #: tools, e.g. ``neuron-ls -j``).
 INSTANCE_FILE: Final = "/etc/prefixbench-sim/instance.json"
 
+#: The devices each simulated host has: what its ``neuron-ls`` prints. Written here, not
+#: read from the product's instance catalogue (src/prefixbench/data/instance_types.yml),
+#: so that the device checks (provision's, the doctor's), which read that catalogue,
+#: compare two sources on the simulated fleet too. trn2: AWS's figures for a
+#: trn2.48xlarge (aws-neuron/aws-neuron-sdk@v2.32.0 about-neuron/arch/neuron-hardware/
+#: trn2-arch.rst: 16 Trainium2 chips, 192 vCPUs; trainium2.rst: 8 NeuronCore-v3 and
+#: 96 GiB per chip; tools/neuron-sys-tools/neuron-ls.rst: 4 cores per device at LNC 2).
+#: trn3: made up, Trainium3's per-chip figures (trainium3.rst: 8 NeuronCore-v4, 144 GiB)
+#: on a host of that shape.
+SIM_HARDWARE: Final[Mapping[Family, Mapping[str, int]]] = {
+    "trn2": {"devices": 16, "physical_cores_per_device": 8, "default_lnc": 2,
+             "device_memory_gib": 96, "vcpus": 192},
+    "trn3": {"devices": 16, "physical_cores_per_device": 8, "default_lnc": 2,
+             "device_memory_gib": 144, "vcpus": 192},
+}
+
 #: The fabric: one bridge in its own namespace; hosts hang off it by veth.
 NETNS_PREFIX: Final = "pbsim-"
 FABRIC_NETNS: Final = "pbsim-fabric"

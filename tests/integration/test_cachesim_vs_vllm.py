@@ -123,6 +123,11 @@ CASES = [
          max_prompt_blocks=16, num_gpu_blocks=36, output_len=3, vocab=3, hybrid=16),
     Case("hybrid-evicts-chunked", seed=25, requests=1000, block_size=16,
          max_prompt_blocks=24, num_gpu_blocks=60, output_len=10, hybrid=128, chunk=64),
+    # A pool smaller than a long prompt in both groups (up to 2 x 24 blocks) that a
+    # server still serves: its admission cap holds the sliding-window group's share to
+    # cdiv(127 + 64, 16) + 1 = 13 blocks while the prefill recycles them.
+    Case("hybrid-admission-cap", seed=27, requests=800, block_size=16,
+         max_prompt_blocks=24, num_gpu_blocks=40, output_len=4, hybrid=128, chunk=64),
     # The block size gpt-oss is served with: one cached window block makes a hit.
     Case("hybrid-block-128", seed=26, requests=600, block_size=128, max_prompt_blocks=6,
          num_gpu_blocks=14, output_len=5, hybrid=128),

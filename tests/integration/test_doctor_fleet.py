@@ -3,8 +3,9 @@ sandbox, and a failure the sandbox causes tied to its directive.
 
 Runs after the units are deployed (test_units): the service user, the venvs and the
 model are in place. The cpu platform's equivalents stand in for Neuron's checks (the
-C++ compiler torch inductor runs for neuronx-cc; the simulated neuron-ls, generated from
-the instance catalogue, for the real one).
+C++ compiler torch inductor runs for neuronx-cc; the simulated neuron-ls, printing the
+harness's own device figures (prefixbench_sim.layout.SIM_HARDWARE), for the real one;
+torch and vLLM's cpu platform for libnrt's nrt_init).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from prefixbench_sim.testing import SimFleetHandle
 pytestmark = pytest.mark.integration
 
 CHECKS = {"imports", "compiler", "devices", "neuron_ls", "cache", "open_files", "model",
-          "vocabulary"}
+          "vocabulary", "runtime"}
 
 
 def doctor(repo_root: Path, env: dict[str, str], *args: str

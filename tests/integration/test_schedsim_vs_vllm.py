@@ -9,7 +9,9 @@ replayed through :class:`prefixbench.predict.schedsim.SchedulerSim` with the sam
 ``num_gpu_blocks`` (:func:`prefixbench.predict.kvcapacity.usable_blocks`),
 ``max_num_seqs`` and ``max_num_batched_tokens``, by a client keeping 1, 2, 4, 8 or 32
 requests in flight; some by a timed client (requests reaching the engine steps late,
-out of order, or paced: :mod:`prefixbench.predict.schedclient`). Every request's hit
+out of order, or paced: :mod:`prefixbench.predict.schedclient`; asynchronously the driver
+adds what arrived after every engine step, the schedule-only ones included, as vLLM's
+engine core does). Every request's hit
 at its first admission (what vLLM's ``prefix_cache_hits`` counts) and preemption count
 must agree, and so must the counters' totals (preempted requests' lookups included) and
 the number of steps; with a cache that never evicts and with small ones that evict and
@@ -167,6 +169,12 @@ def _cases() -> list[Case]:
                           requests=200, block_size=4, max_prompt_blocks=16,
                           concurrency=conc, max_num_seqs=seqs, max_num_batched_tokens=24,
                           num_gpu_blocks=40, max_output_len=12, vocab=3, hybrid=16))
+    # The block size the simulated fleet serves gpt-oss with (vLLM's CPU default, one
+    # cached window block makes a hit), a pool of 19 usable blocks at concurrency 4.
+    cases.append(Case("hybrid-c4-block128-tight", seed=2004, requests=200, block_size=128,
+                      max_prompt_blocks=6, concurrency=4, max_num_seqs=4,
+                      max_num_batched_tokens=256, num_gpu_blocks=20, max_output_len=200,
+                      hybrid=128))
     cases.append(Case("hybrid-c8-never-evicts", seed=708, requests=300, block_size=16,
                       max_prompt_blocks=24, concurrency=8, max_num_seqs=8,
                       max_num_batched_tokens=128, num_gpu_blocks=None, hybrid=128))
@@ -196,6 +204,19 @@ def _timed_cases() -> list[Case]:
                       max_prompt_blocks=16, concurrency=4, max_num_seqs=4,
                       max_num_batched_tokens=48, num_gpu_blocks=40, max_output_len=24,
                       asynchronous=True, timing="jitter"))
+    # The hybrid manager under async scheduling with a tight pool at concurrency 4: an
+    # idle engine's first step only schedules, and what arrives meanwhile is added
+    # before the next (the engine core's busy loop); a driver that waited a step more
+    # made vLLM look off from the model by a preemption and 15 steps (b8), a hit and a
+    # preemption (tiny vocabulary).
+    cases.append(Case("jitter-async-hybrid-c4-evicts-b8", seed=1904, requests=200,
+                      block_size=8, max_prompt_blocks=16, concurrency=4, max_num_seqs=4,
+                      max_num_batched_tokens=32, num_gpu_blocks=44, max_output_len=30,
+                      hybrid=64, asynchronous=True, timing="jitter"))
+    cases.append(Case("paced-async-hybrid-c4-evicts-tiny-vocab", seed=1902, requests=200,
+                      block_size=4, max_prompt_blocks=16, concurrency=4, max_num_seqs=4,
+                      max_num_batched_tokens=24, num_gpu_blocks=40, max_output_len=12,
+                      vocab=3, hybrid=16, asynchronous=True, timing="paced"))
     return cases
 
 
@@ -231,6 +252,10 @@ def _async_cases() -> list[Case]:
                           concurrency=conc, max_num_seqs=seqs, max_num_batched_tokens=24,
                           num_gpu_blocks=40, max_output_len=12, vocab=3, hybrid=16,
                           asynchronous=True))
+    cases.append(Case("async-hybrid-c4-block128-tight", seed=2004, requests=200,
+                      block_size=128, max_prompt_blocks=6, concurrency=4, max_num_seqs=4,
+                      max_num_batched_tokens=256, num_gpu_blocks=20, max_output_len=200,
+                      hybrid=128, asynchronous=True))
     cases.append(Case("async-hybrid-c8-never-evicts", seed=1708, requests=300,
                       block_size=16, max_prompt_blocks=24, concurrency=8, max_num_seqs=8,
                       max_num_batched_tokens=128, num_gpu_blocks=None, hybrid=128,

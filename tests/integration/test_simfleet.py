@@ -120,7 +120,9 @@ def test_every_host_is_a_running_systemd_with_its_own_identity(
         assert hostname == host.name
         assert pid1 == "systemd"
         machine_ids.add(machine_id)
-        assert json.loads(instance) == {"instance_type": host.instance_type, "family": host.family}
+        assert json.loads(instance) == {"instance_type": host.instance_type,
+                                        "family": host.family,
+                                        "hardware": dict(layout.SIM_HARDWARE[host.family])}
     assert len(machine_ids) == FLEET_SIZE
 
 

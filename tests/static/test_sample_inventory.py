@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from prefixbench.config import settings
+from prefixbench.config import recipes, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "inventories" / "trn2_fleet"
@@ -52,3 +52,24 @@ def test_sample_group_vars_hold_only_what_differs_from_the_defaults() -> None:
             if value == default:
                 redundant.append(f"{path.relative_to(ROOT)}: {name}: {value!r}")
     assert redundant == [], "equal to the default, remove them:\n" + "\n".join(redundant)
+
+
+def test_the_sample_fleet_runs_no_unpublished_layout_silently() -> None:
+    # gpt-oss-120b at TP 16 on Trn2 is not AWS's (data/aws_recipes.yml): each such host
+    # gets preflight's warning, with the source and the published layouts.
+    merged = {k: v for data in group_vars(SAMPLE).values() for k, v in data.items()}
+    inventory = yaml.safe_load((SAMPLE / "hosts.yml").read_text())
+    hosts = {name: hv for group in inventory["neuron_fleet"]["children"].values()
+             for name, hv in group["hosts"].items()}
+    unpublished = []
+    for name, host_vars in hosts.items():
+        values = {**merged, **host_vars}
+        result = settings.validate(values, host=name, extra_names=values.keys())
+        assert result.ok, result.problems
+        if recipes.matching(result.settings) is None:
+            unpublished.append(name)
+            (line,) = [w for w in result.warnings if "no AWS recipe" in w]
+            assert "aws-neuron/aws-neuron-sdk@v2.31.1 and @v2.32.0" in line
+            assert "gpt-oss-20b at TP 8 in BF16" in line
+            assert "prefixbench_model_profile: gpt-oss-20b" in line
+    assert unpublished == ["trn2-node-01", "trn2-node-02"]

@@ -150,22 +150,45 @@ def test_argparse_errors_and_help(capsys: pytest.CaptureFixture[str]) -> None:
 # -- dispatch ---------------------------------------------------------------------------
 
 
-def test_report_and_compare_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_report_and_compare_dispatch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     calls: list[tuple[str, list[str]]] = []
     fake = types.ModuleType("prefixbench.report.cli")
     fake.report_main = lambda argv: calls.append(("report", argv)) or 3  # type: ignore[attr-defined]
     fake.compare_main = lambda argv: calls.append(("compare", argv)) or 4  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "prefixbench.report.cli", fake)
-    assert cli.main(["report", "results/r1", "--format", "json"]) == 3
-    assert cli.main(["compare", "results/r1", "results/r0"]) == 4
-    assert calls == [("report", ["results/r1", "--format", "json"]),
-                     ("compare", ["results/r1", "results/r0"])]
+    r1, r0 = str(tmp_path), str(tmp_path)
+    assert cli.main(["report", r1, "--format", "json"]) == 3
+    assert cli.main(["compare", r1, r0]) == 4
+    assert calls == [("report", [r1, "--format", "json"]), ("compare", [r1, r0])]
 
 
-def test_report_module_missing_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_run_directory_fails_before_the_report_is_imported(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "prefixbench.report.cli", None)  # import would fail
+    for argv, bad in ((["compare", str(tmp_path), "results/nope"], "results/nope"),
+                      (["compare", "--tolerances", "t.yml", "nope", str(tmp_path)], "nope"),
+                      (["report", "--format", "json", "gone"], "gone")):
+        err = io.StringIO()
+        assert cli.main(argv, err=err) == 2
+        assert err.getvalue() == (f"prefixbench {argv[0]}: error: {bad}: not a directory "
+                                  f"(expected results/<run_id>)\n")
+
+
+def test_the_options_that_take_a_value_are_the_parsers() -> None:
+    from prefixbench.frontend.cli_shared import VALUE_OPTIONS  # noqa: PLC0415
+    from prefixbench.report.cli import compare_parser, report_parser  # noqa: PLC0415
+
+    taking = {opt for parser in (report_parser(), compare_parser())
+              for action in parser._actions if action.nargs != 0
+              for opt in action.option_strings}
+    assert taking == VALUE_OPTIONS
+
+
+def test_report_module_missing_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "prefixbench.report.cli", None)  # import fails
     err = io.StringIO()
-    assert cli.main(["compare", "a", "b"], err=err) == 2
+    assert cli.main(["compare", str(tmp_path), str(tmp_path)], err=err) == 2
     assert err.getvalue().startswith("prefixbench compare: unavailable: prefixbench.report.cli")
     assert err.getvalue().count("\n") == 1
 
@@ -335,6 +358,15 @@ def test_summary_lines_without_failures() -> None:
     assert runview.regression_lines({"regressions": ["a/ttft"], "reference_run_id": "r0"}) == [
         "1 regression(s) against r0: a/ttft"]
 
+
+
+def test_a_comparison_with_missing_data_still_reports_its_regressions() -> None:
+    from prefixbench.frontend.cli_run import compare_regressed  # noqa: PLC0415
+
+    assert compare_regressed(4, None)
+    assert compare_regressed(7, {"regressions": ["fleet:cached/x/median_ttft_ms"]})
+    assert not compare_regressed(7, {"regressions": []})
+    assert not compare_regressed(0, None) and not compare_regressed(2, None)
 
 # -- run, with a stand-in ansible_runner ------------------------------------------------
 

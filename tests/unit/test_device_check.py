@@ -8,11 +8,17 @@ not generated from the catalogue the check reads, and shaped like ``neuron-ls -j
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from prefixbench.hosts import instances
 from prefixbench.hosts.provision import device_problems
+from prefixbench_sim import host_neuron_ls, hostfiles
+from prefixbench_sim.layout import Family, SimHost
 
 GIB = 1024**3
 
@@ -102,3 +108,53 @@ def test_output_that_is_not_a_device_list(output: str, problem: str) -> None:
 def test_an_unknown_instance_type_is_named() -> None:
     (problem,) = device_problems("trn9.48xlarge", ls(TRN2))
     assert problem.startswith("instance type trn9.48xlarge is not in the catalog")
+
+
+def simulated_neuron_ls(tmp_path: Path, identity: dict[str, Any]) -> str:
+    """``neuron-ls -j`` of the simulated tools, with the catalogue their package bakes."""
+    ident = tmp_path / "instance.json"
+    ident.write_text(json.dumps(identity))
+    catalog = tmp_path / "instance_types.json"
+    catalog.write_text(instances.catalog_json(instances.load_catalog()))
+    proc = subprocess.run([sys.executable, host_neuron_ls.__file__, "-j"], check=True,
+                          capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin",
+                               "PREFIXBENCH_SIM_INSTANCE_FILE": str(ident),
+                               "PREFIXBENCH_SIM_CATALOG": str(catalog)})
+    return proc.stdout
+
+
+@pytest.mark.parametrize("family", ["trn2", "trn3"])
+def test_on_the_simulated_fleet_a_wrong_device_count_fails(tmp_path: Path,
+                                                          family: Family) -> None:
+    # The simulated host's devices come from the harness's own figures, not from the
+    # catalogue the check reads: a host simulated with a device missing fails the check.
+    host = SimHost(family, 1)
+    identity = json.loads(hostfiles.instance_json(host))
+    assert device_problems(host.instance_type, simulated_neuron_ls(tmp_path, identity)) == []
+    identity["hardware"]["devices"] = 15
+    assert device_problems(host.instance_type, simulated_neuron_ls(tmp_path, identity)) == [
+        f"neuron-ls sees 15 Neuron devices, a {host.instance_type} has 16",
+        f"neuron-ls sees 60 NeuronCores, a {host.instance_type} has 64 at LNC=2"]
+
+
+def aws_example_device(i: int, nc_count: int = 4) -> dict[str, Any]:
+    """A device as AWS's own ``neuron-ls -j`` example prints it (trn2n.48xlarge,
+    aws-neuron/aws-neuron-sdk@v2.32.0 tools/neuron-sys-tools/neuron-ls.rst): 4 cores
+    per device at logical_neuroncore_config 2, memory_size 103079215104, no instance
+    type in the JSON."""
+    return {"neuron_device": i, "bdf": "cc:00.0", "cpu_affinity": "48-95,144-191",
+            "numa_node": "1", "connected_to": [12, 3, 4, 1], "nc_count": nc_count,
+            "logical_neuroncore_config": 2, "memory_size": 103079215104,
+            "neuroncore_ids": list(range(i * nc_count, (i + 1) * nc_count)),
+            "neuron_processes": []}
+
+
+def test_nc_count_is_read_as_aws_documents_it() -> None:
+    # AWS's listing of a 16-device Trn2 passes; one that counted physical cores per device
+    # (8 at LNC 2) would be another machine, and fails.
+    assert device_problems("trn2.48xlarge", ls([aws_example_device(i)
+                                                 for i in range(16)])) == []
+    assert device_problems("trn2.48xlarge", ls([aws_example_device(i, nc_count=8)
+                                                 for i in range(16)])) == [
+        "neuron-ls sees 128 NeuronCores, a trn2.48xlarge has 64 at LNC=2"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -53,8 +54,8 @@ def probe(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
 def test_the_probe_passes_a_ready_host(tmp_path: Path) -> None:
     checks = probe(tmp_path)
     assert {n: c["ok"] for n, c in checks.items() if n != "neuron_ls"} == dict.fromkeys(
-        ("imports", "compiler", "devices", "cache", "open_files", "model", "vocabulary"),
-        True)
+        ("imports", "compiler", "devices", "cache", "open_files", "model", "vocabulary",
+         "runtime"), True)
     assert checks["devices"]["detail"] == "2 opened read-write"
 
 
@@ -108,11 +109,15 @@ def test_a_failure_the_sandbox_causes_is_tied_to_its_directive() -> None:
     result = search.diagnose(["User=vllm"], directives, double)
     assert result["causes"] == {"devices": "DevicePolicy=closed", "compiler": "host"}
     assert not result["checks"]["devices"]["ok"]
-    # full sandbox, no sandbox, then one directive at a time until devices is explained
+    # full sandbox, again, no sandbox, one directive at a time until devices is explained,
+    # then the full sandbox less that directive
     assert [c[0] for c in double.calls] == [
-        ["User=vllm", *directives], ["User=vllm"], ["User=vllm", "ProtectSystem=strict"],
-        ["User=vllm", "DevicePolicy=closed"]]
+        ["User=vllm", *directives], ["User=vllm", *directives], ["User=vllm"],
+        ["User=vllm", "ProtectSystem=strict"], ["User=vllm", "DevicePolicy=closed"],
+        ["User=vllm", "ProtectSystem=strict", "IPAddressDeny=any"]]
     assert double.calls[1][1] == ["compiler", "devices"]
+    assert double.calls[2][1] == ["compiler", "devices"]
+    assert double.calls[5][1] == ["devices"]
 
 
 def test_a_passing_host_costs_one_probe_run() -> None:
@@ -138,14 +143,16 @@ def test_the_plan_is_the_server_units_own_sandbox() -> None:
     plan = doctor.plan(s, "/opt/venv/bin/vllm")
     spec = server.unit_spec(s, "cached", "/opt/venv/bin/vllm")
     assert plan["directives"] == list(spec.hardening)
-    assert "DeviceAllow=char-neuron rw" in plan["directives"]
+    assert "DeviceAllow=char-neuron rw" not in plan["directives"]
+    strict = doctor.plan(valid(vllm_service_sandbox="strict"), "/opt/venv/bin/vllm")
+    assert "DeviceAllow=char-neuron rw" in strict["directives"]
     assert "LimitNOFILE=65536" in plan["properties"]
     assert any(p.startswith("Environment=PATH=/opt/venv/bin:") for p in plan["properties"])
     assert plan["python"] == "/opt/venv/bin/python"
     assert plan["config"]["compiler"] == "neuronx-cc"
     assert plan["config"]["imports"][:2] == ["vllm", "vllm_neuron"]
-    relaxed = doctor.plan(valid(vllm_service_sandbox="relaxed"), "/opt/venv/bin/vllm")
-    assert "DevicePolicy=closed" not in relaxed["directives"]
+    off = doctor.plan(valid(vllm_service_sandbox="off"), "/opt/venv/bin/vllm")
+    assert off["directives"] == []
     cpu = doctor.plan(valid(prefixbench_platform="cpu", prefixbench_instance_type=
                             "trn2sim.48xlarge"), "/v/bin/vllm")
     assert cpu["config"]["compiler"] == "g++" and cpu["config"]["devices"] == ""
@@ -165,14 +172,16 @@ def test_the_screen_has_a_line_per_check_and_names_the_directive() -> None:
             "runs": 1}
     bad = {"checks": {**ok, "devices": {"ok": False, "detail": "cannot open /dev/neuron0"},
                       "neuron_ls": neuron_ls(trn2.devices - 1, per)},
-           "causes": {"devices": "DevicePolicy=closed"}, "runs": 5}
+           "causes": {"devices": "DeviceAllow=char-neuron rw"}, "runs": 5,
+           "directives": ["DevicePolicy=closed", "DeviceAllow=char-neuron rw"]}
     rep = doctor.report({"a": good, "b": bad, "c": {"error": "the service user vllm does "
                          "not exist yet: the deploy phase creates it"}},
                         {"a": "trn2.48xlarge", "b": "trn2.48xlarge", "c": "trn2.48xlarge"})
     text = rep["text"]
     assert rep["failed"] == 3
     assert "PASS  a" in text and "FAIL  b                devices" in text
-    assert "vllm_service_sandbox: relaxed" in text and "DevicePolicy=closed" in text
+    assert "the sandbox directive DeviceAllow=char-neuron rw breaks it: set " \
+        "vllm_service_sandbox: aws (or off)" in text
     assert f"neuron-ls sees {trn2.devices - 1} Neuron devices" in text
     assert "FAIL  c                probe" in text
     assert text.splitlines()[-1].startswith("doctor: 3 host(s)")
@@ -210,3 +219,100 @@ def test_a_failure_no_single_directive_repeats_blames_the_sandbox() -> None:
     line = next(x for x in doctor.host_lines("h", result, "trn2.48xlarge")
                 if x.check == "cache")
     assert not line.ok and line.fix == doctor.WHOLE_SANDBOX_FIX
+
+
+class FlakyDouble(SandboxDouble):
+    """Test double of a host whose check fails on some probe runs, whatever the sandbox."""
+
+    def __init__(self, check: str, failing_runs: set[int]) -> None:
+        super().__init__({})
+        self.check, self.failing_runs = check, failing_runs
+
+    def __call__(self, properties: Sequence[str], only: Sequence[str] | None
+                 ) -> search.Probe:
+        self.host_fails = {self.check} if len(self.calls) + 1 in self.failing_runs else set()
+        return super().__call__(properties, only)
+
+
+def test_a_failure_that_does_not_repeat_is_never_blamed_on_the_sandbox() -> None:
+    directives = ["ProtectSystem=strict", "ProtectHome=yes"]
+    result = search.diagnose(["User=vllm"], directives, FlakyDouble("runtime", {1}))
+    assert result["causes"] == {"runtime": search.INTERMITTENT}
+    assert search.INTERMITTENT == doctor.INTERMITTENT
+    line = next(x for x in doctor.host_lines("h", result, "trn2.48xlarge")
+                if x.check == "runtime")
+    assert not line.ok and line.fix == doctor.INTERMITTENT_FIX
+    assert "breaks it" not in line.fix and "vllm_service_sandbox" not in line.fix
+
+
+def test_a_directive_is_named_only_when_relaxing_it_clears_the_failure() -> None:
+    # Both directives break the check on their own: relaxing the first found still
+    # fails under the second, so naming it would send the user to a fix that fails.
+    directives = ["ProtectSystem=strict", "ProtectHome=yes"]
+    double = SandboxDouble({"ProtectSystem=strict": "cache", "ProtectHome=yes": "cache"})
+    result = search.diagnose([], directives, double)
+    assert result["causes"] == {"cache": search.WHOLE_SANDBOX}
+
+
+def test_the_screen_names_no_directive_the_probe_did_not_run_under() -> None:
+    ok = {n: {"ok": True, "detail": "fine"} for n in doctor.FIXES if n != "neuron_ls"}
+    for cause in ("host", "ProtectHome=yes"):
+        result = {"checks": {**ok, "cache": {"ok": False, "detail": "cannot write"}},
+                  "causes": {"cache": cause}, "directives": ["ProtectSystem=strict"]}
+        line = next(x for x in doctor.host_lines("h", result, "trn2.48xlarge")
+                    if x.check == "cache")
+        assert line.fix == doctor.FIXES["cache"], cause
+
+
+@pytest.fixture(scope="module")
+def libnrt_double(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding libnrt.so.1 built from tests/fixtures/libnrt_double.c."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the libnrt double")
+    lib = tmp_path_factory.mktemp("nrt") / "libnrt.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib),
+                    str(ROOT / "tests" / "fixtures" / "libnrt_double.c")], check=True)
+    return lib.parent
+
+
+def runtime_check(tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
+    cfg = tmp_path / "runtime.json"
+    cfg.write_text(json.dumps({"runtime": "neuron", "only": ["runtime"]}))
+    proc = subprocess.run([sys.executable, str(doctor.PROBE_FILE), str(cfg)],
+                          capture_output=True, text=True, check=True,
+                          env={"PATH": "/usr/bin:/bin", **env})
+    return dict(search.parse_output(0, proc.stdout, proc.stderr).checks["runtime"])
+
+
+def test_the_runtime_check_opens_a_core_through_the_units_library_path(
+        tmp_path: Path, libnrt_double: Path) -> None:
+    ok = runtime_check(tmp_path, {"LD_LIBRARY_PATH": str(libnrt_double)})
+    assert ok == {"ok": True, "detail": "nrt_init and nrt_close on one NeuronCore"}
+    # Without the library path the unit grants, libnrt is not found: the check says so.
+    lost = runtime_check(tmp_path, {"LD_LIBRARY_PATH": "/nonexistent"})
+    assert not lost["ok"] and "libnrt not loadable with LD_LIBRARY_PATH=/nonexistent" in \
+        lost["detail"]
+    # A failing nrt_init is named by AWS's status name.
+    busy = runtime_check(tmp_path, {"LD_LIBRARY_PATH": str(libnrt_double),
+                                    "LIBNRT_DOUBLE_STATUS": "9"})
+    assert not busy["ok"] and "NRT status 9 (NRT_LOAD_NOT_ENOUGH_NC)" in busy["detail"]
+    assert "NEURON_RT_NUM_CORES=1" in busy["detail"]  # one core, claimed exclusively
+    assert doctor.plan(valid(), "/v/bin/vllm")["config"]["runtime"] == "neuron"
+    assert doctor.plan(valid(prefixbench_platform="cpu", prefixbench_instance_type=
+                             "trn2sim.48xlarge"), "/v/bin/vllm")["config"]["runtime"] == "cpu"
+
+
+def test_a_disk_too_small_for_the_model_fails_with_the_models_size(tmp_path: Path) -> None:
+    # The room asked for is the profile's checkpoint (61 GiB for gpt-oss-120b), not 0.
+    need = doctor.plan(valid(prefixbench_model_profile="gpt-oss-120b"),
+                       "/v/bin/vllm")["config"]["model_bytes"]
+    assert need == 61 * 2**30
+    free = shutil.disk_usage(tmp_path).free
+    small = probe(tmp_path, model_dir=str(tmp_path / "absent"), model_bytes=free + 2**30)
+    assert not small["model"]["ok"]
+    assert "GiB free on" in small["model"]["detail"]
+    assert f"the model needs {(free + 2**30) / 2**30:.1f} GiB" in small["model"]["detail"]
+    roomy = probe(tmp_path, model_dir=str(tmp_path / "absent"), model_bytes=2**20)
+    assert "the model needs" not in roomy["model"]["detail"]
+    assert "0.0 GiB to download" in roomy["model"]["detail"]

@@ -37,3 +37,25 @@ def test_pending_items_carry_the_workload_by_name_only() -> None:
         {"prefixbench_repetitions": 1}, "/nonexistent/r1", "h1", "cached")
     assert [i["name"] for i in items] == ["high_overlap", "no_overlap", "sustained_c4"]
     assert all("workload" not in i and isinstance(i["seed"], int) for i in items)
+
+
+def test_a_strict_deploy_reads_the_doctors_proof_through_the_filter() -> None:
+    import json  # noqa: PLC0415
+
+    from prefixbench.config import settings  # noqa: PLC0415
+    from prefixbench.servers import sandbox, server  # noqa: PLC0415
+
+    problem = _filters()["prefixbench_sandbox_proof_problem"]
+    values = {"prefixbench_instance_type": "trn2.48xlarge",
+              "vllm_service_model": "openai/gpt-oss-120b", "vllm_service_sandbox": "strict"}
+    strict = settings.validate(values, "h").settings
+    assert "not proven on this host" in problem(strict, "/v/bin/vllm", "")
+    spec = server.unit_spec(strict, "cached", "/v/bin/vllm")
+    proof = json.dumps(sandbox.proof_record("strict", spec.sandbox_lines()))
+    assert problem(strict, "/v/bin/vllm", proof) == ""
+    # The same proof does not cover a unit whose API faces the network (other directives).
+    exposed = settings.validate({**values, "vllm_service_host": "0.0.0.0",
+                                 "vllm_service_expose": True,
+                                 "vllm_service_api_key": "k3y-0123456789abcdef"}, "h")
+    assert exposed.ok, exposed.problems
+    assert "proved other directives" in problem(exposed.settings, "/v/bin/vllm", proof)

@@ -4,13 +4,16 @@ checked request by request in ``tests/integration/test_cachesim_vs_vllm.py``).""
 from __future__ import annotations
 
 import random
+from array import array
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prefixbench.predict.cachemodel import CacheModel
 from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
-from prefixbench.predict.hybridsim import HybridCacheSim, cache_sim_for
+from prefixbench.predict.hybridsim import HybridCacheSim, admission_cap, cache_sim_for
+from prefixbench.predict.replay import replay_requests
 
 
 def _words(rng: random.Random, n: int) -> tuple[int, ...]:
@@ -126,6 +129,24 @@ def test_capacity_errors_name_the_blocks() -> None:
     chunked = HybridCacheSim(16, 11, sliding_window=32, max_admission_blocks=4,
                              max_chunk_tokens=16)
     assert [chunked.run(p), chunked.run(p)] == [0, 96]
+
+
+def test_a_chunked_server_s_admission_cap_is_the_default() -> None:
+    """A server always builds its manager with ``max_in_flight_tokens``: chunks of 16
+    (one batch in flight) cap the window group's admission as vLLM does, so the pool of
+    11 a server serves is not refused; without chunks the cap never binds."""
+    p = _words(random.Random(8), 100)  # noqa: S311
+    chunked = HybridCacheSim(16, 11, sliding_window=32, max_chunk_tokens=16)
+    assert chunked.max_admission_blocks == admission_cap(32, 16, 16) == 4
+    assert [chunked.run(p), chunked.run(p)] == [0, 96]
+    assert HybridCacheSim(16, 11, sliding_window=32).max_admission_blocks is None
+    assert admission_cap(128, 64, 16) == 13
+    assert admission_cap(128, 2 * 64, 16, max_model_len=100) == 8
+    # The what-if's replay at a server's chunk size predicts the pool, not refuses it.
+    hybrid = CacheModel("hybrid", sliding_window=32).chunked(16)
+    got = replay_requests([array("q", p)] * 2, [1, 1], block_size=16, capacity_blocks=11,
+                          method="test", cache_model=hybrid)
+    assert (got.ratio, got.hit_tokens) == (96 / 200, 96)
 
 
 @settings(max_examples=40, deadline=None)

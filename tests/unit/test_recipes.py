@@ -10,7 +10,7 @@ import pytest
 
 from prefixbench.config import plan, recipes, settings
 
-SOURCE = "aws-neuron/aws-neuron-sdk@v2.31.1"
+SOURCE = "aws-neuron/aws-neuron-sdk@v2.31.1 and @v2.32.0"
 
 
 def check(profile: str = "gpt-oss-120b", itype: str = "trn2.48xlarge",
@@ -40,11 +40,13 @@ def test_120b_on_trn2_warns_that_no_aws_recipe_exists_with_the_source() -> None:
     result = check()  # the profile's TP 16 on Trn2: the bundle's own arithmetic
     assert result.ok, result.problems
     assert recipe_warnings(result) == [
-        "h1: no AWS recipe for gpt-oss-120b in BF16 on trn2 at TP 16 (AWS publishes TP 8 on "
-        f"trn3 in MXFP4 ({SOURCE} vllm-neuron/docs/tutorials/tutorial-gpt-oss.md); on "
-        "trn2: model-recipes/gpt-oss.md lists the checkpoint for Trn2 in BF16, but no AWS "
-        "document gives a TP that holds its 218 GiB (the tutorials' TP 8 is 192 GiB of HBM "
-        "on Trn2)): run it on one host first (--limit) before the fleet"]
+        f"h1: no AWS recipe for gpt-oss-120b in BF16 on trn2 at TP 16 (read at {SOURCE}: "
+        "AWS publishes TP 8 on trn3 in MXFP4 (vllm-neuron/docs/tutorials/tutorial-gpt-oss.md)"
+        "; on trn2: vllm-neuron/docs/model-recipes/gpt-oss.md lists the checkpoint for Trn2 "
+        "in BF16, but no AWS document gives a TP that holds its 218 GiB (the tutorials' TP 8 "
+        "is 192 GiB of HBM on Trn2); on trn2 AWS publishes gpt-oss-20b at TP 8 in BF16 "
+        "(vllm-neuron/docs/tutorials/tutorial-gpt-oss.md; prefixbench_model_profile: "
+        "gpt-oss-20b)): run it on one host first (--limit) before the fleet"]
     # The plan shows it under the host.
     lines = plan.render([plan.host_plan("h1", result.settings)])
     assert lines[2].startswith("  WARNING: no AWS recipe for gpt-oss-120b in BF16 on trn2")
@@ -54,7 +56,9 @@ def test_a_tp_or_dtype_other_than_the_published_one_warns() -> None:
     tp16 = check("gpt-oss-20b", "trn3.48xlarge", vllm_service_tensor_parallel_size=16)
     (line,) = recipe_warnings(tp16)
     assert line.startswith("h1: no AWS recipe for gpt-oss-20b in MXFP4 on trn3 at TP 16 "
-                           "(AWS publishes TP 8 on trn2 in BF16")
+                           f"(read at {SOURCE}: AWS publishes TP 8 on trn2 in BF16")
+    # and what AWS publishes on that family for another model
+    assert "on trn3 AWS publishes gpt-oss-120b at TP 8 in MXFP4" in line
     bf16 = check("gpt-oss-20b", "trn3.48xlarge",
                  prefixbench_model_dtype_by_family={"trn2": "bf16", "trn3": "bf16"})
     assert recipe_warnings(bf16) and "in BF16 on trn3 at TP 8" in recipe_warnings(bf16)[0]
@@ -64,8 +68,10 @@ def test_a_model_aws_never_published_says_so() -> None:
     mine = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
                               "vllm_service_model": "/opt/models/my-llama"}, host="h1")
     assert recipe_warnings(mine) == [
-        f"h1: no AWS recipe for my-llama on trn2 at TP 8 (no AWS recipe for this model at "
-        f"all (read at {SOURCE})): run it on one host first (--limit) before the fleet"]
+        f"h1: no AWS recipe for my-llama on trn2 at TP 8 (read at {SOURCE}: no AWS recipe "
+        "for this model at all; on trn2 AWS publishes gpt-oss-20b at TP 8 in BF16 "
+        "(vllm-neuron/docs/tutorials/tutorial-gpt-oss.md; prefixbench_model_profile: "
+        "gpt-oss-20b)): run it on one host first (--limit) before the fleet"]
 
 
 def test_the_simulated_fleet_gets_no_recipe_warning() -> None:

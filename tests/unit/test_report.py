@@ -576,8 +576,9 @@ def test_hit_rate_is_held_to_the_served_expectation_when_there_is_one(tmp_path: 
     h = build_summary(run).host("host-a")
     verdict = next(v for v in h.verdicts if v.name == "hit_rate_matches_expected")
     assert "high_overlap queries 67.50% vs expected 66.00% (+1.50 pp)" in verdict.detail
-    assert ("expected 66.00% from the served tokens (block-aligned formula 67.50%; 3 "
-            "block(s) lost") in verdict.detail
+    assert ("expected 66.00% from the served tokens (block-aligned formula 67.50%, "
+            "-1.50 pp junction (3 block(s) lost where prefix and suffix re-split))"
+            ) in verdict.detail
     row = next(r for r in h.step9 if (r.configuration, r.workload) == ("cached", "high_overlap"))
     assert row.expected == 0.66 and row.expected_block_aligned == pytest.approx(0.675)
 
@@ -676,3 +677,24 @@ def test_trn2_and_trn3_hosts_are_separate_populations(tmp_path: Path) -> None:
     assert "trn3: cached/high_overlap/median_ttft_ms" in names
     trn2 = next(m for m in s.fleet.metrics if m.name == "trn2: cached/high_overlap/median_ttft_ms")
     assert set(trn2.values) == {"host-a", "host-b"}
+
+
+def test_the_report_replays_nothing_it_does_not_show(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 9 of tutorial workloads shows the record's served expectation; no what-if
+    replay at report time (it loaded the tokenizer once per record and printed a figure
+    beside the served one without saying what it replayed)."""
+    from prefixbench.report import records  # noqa: PLC0415
+
+    def no_replay(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the report replayed a workload")
+
+    monkeypatch.setattr(records, "record_prediction", no_replay)
+    monkeypatch.setattr(records, "predict", no_replay)
+    run = make_run(tmp_path)
+    assert report_main([str(run), "--format", "md,json"], out=io.StringIO(),
+                       err=io.StringIO()) == 3
+    text = (run / "report.md").read_text()
+    assert "what-if" not in text and "expected (served tokens)" in text
+    step9 = json.loads((run / "summary.json").read_text())["hosts"][0]["step9"]
+    assert all(row["predicted"] is None for row in step9)

@@ -137,11 +137,13 @@ def test_internal_channels_stay_on_loopback_when_the_api_does() -> None:
     assert {k: local[k] for k in server.LOOPBACK_ENVIRONMENT} == {
         "VLLM_HOST_IP": "127.0.0.1", "VLLM_LOOPBACK_IP": "127.0.0.1",
         "GLOO_SOCKET_IFNAME": "lo"}
-    assert "IPAddressDeny=any" in sandbox.hardening("cpu", loopback_only=True)
+    assert "IPAddressDeny=any" in sandbox.hardening("cpu", loopback_only=True,
+                                                    level="strict")
     exposed = server.environment({"vllm_service_host": "10.0.0.5",
                                   "prefixbench_platform": "cpu"}, "cached", "/run/x")
     assert not set(server.LOOPBACK_ENVIRONMENT) & set(exposed)
-    assert "IPAddressDeny=any" not in sandbox.hardening("cpu", loopback_only=False)
+    assert "IPAddressDeny=any" not in sandbox.hardening("cpu", loopback_only=False,
+                                                        level="strict")
     assert server.is_loopback("::1") and server.is_loopback("localhost")
     assert not server.is_loopback("0.0.0.0")
 
@@ -203,15 +205,15 @@ def test_the_unit_runs_with_the_venvs_bin_on_path_and_awss_open_files_limit() ->
 
 def test_sandbox_levels_each_directive_with_its_reason() -> None:
     strict = sandbox.sandbox("neuron", level="strict")
-    relaxed = sandbox.sandbox("neuron", level="relaxed")
+    first = sandbox.sandbox("neuron", level="aws")
     assert sandbox.sandbox("neuron", level="off") == []
     assert all(d.reason for d in strict)
-    keys = {d.key for d in strict} - {d.key for d in relaxed}
-    # relaxed drops what could cut the Neuron runtime's devices, TCP or system calls.
+    keys = {d.key for d in strict} - {d.key for d in first}
+    # The first-start level leaves alone what could cut the runtime's devices, TCP or
+    # system calls; strict adds it.
     assert {"DevicePolicy", "DeviceAllow", "IPAddressDeny", "SystemCallFilter"} <= keys
-    assert {"ProtectSystem", "NoNewPrivileges"} <= {d.key for d in relaxed}
-    lines = server.unit_spec(valid(vllm_service_sandbox="relaxed"), "cached",
-                             "/v/bin/vllm").hardening
+    assert {"ProtectSystem", "NoNewPrivileges"} <= {d.key for d in first}
+    lines = server.unit_spec(valid(), "cached", "/v/bin/vllm").hardening
     assert "ProtectSystem=strict" in lines and "DevicePolicy=closed" not in lines
     assert server.unit_spec(valid(vllm_service_sandbox="off"), "cached",
                             "/v/bin/vllm").hardening == ()

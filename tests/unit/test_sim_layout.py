@@ -63,6 +63,8 @@ def test_instance_types_follow_the_family() -> None:
     assert json.loads(hostfiles.instance_json(trn3)) == {
         "instance_type": "trn3sim.48xlarge",
         "family": "trn3",
+        "hardware": {"devices": 16, "physical_cores_per_device": 8, "default_lnc": 2,
+                     "device_memory_gib": 144, "vcpus": 192},
     }
     assert layout.INSTANCE_FILE == "/etc/prefixbench-sim/instance.json"
 

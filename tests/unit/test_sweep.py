@@ -177,26 +177,30 @@ def test_the_plan_counts_a_server_pair_per_segment_size() -> None:
         "h1 (trn2.48xlarge, neuron): segment sizes [512, 1024] x baseline -> cached x ")
 
 
-def test_the_report_puts_the_what_if_prediction_next_to_the_measurement(
-        tmp_path: Path) -> None:
-    from prefixbench.report.build import build_summary  # noqa: PLC0415
+def test_the_what_if_replays_a_records_requests_and_says_what(tmp_path: Path) -> None:
+    """The what-if of one record (report.records.record_prediction: the capacity sweep's,
+    and the report's for a custom workload; a tutorial workload's report shows the
+    record's served expectation instead)."""
+    from prefixbench.report.load import load_run  # noqa: PLC0415
+    from prefixbench.report.records import record_prediction  # noqa: PLC0415
 
-    run_dir = make_run(tmp_path)
-    host = build_summary(run_dir).hosts[0]
-    rows = {(r.configuration, r.workload): r for r in host.step9}
-    high = rows[("cached", "high_overlap")]
+    data = load_run(make_run(tmp_path))
+    known = data.workloads()
+    pred = {(r.key.configuration, r.key.workload): record_prediction(
+        r, known[r.key.workload], data.run_dir) for r in data.records}
+    high = pred[("cached", "high_overlap")]
     # The recorded run: seed 0, 50 prompts over 5 prefixes, block 128, 8192 blocks.
-    assert high.predicted == pytest.approx(0.675)
-    assert high.predicted_diff_pp == pytest.approx(0.0, abs=1e-9)
-    assert rows[("baseline", "high_overlap")].predicted == 0.0
-    # The fixtures' no-overlap run shared seed 0 with the high-overlap run on the same
-    # server: measured 3.88% from carried-over cache entries; alone it would hit nothing.
-    no = rows[("cached", "no_overlap")]
-    assert no.predicted == pytest.approx(0.0)
-    assert no.predicted_diff_pp == pytest.approx(3.88, abs=0.01)
+    assert high is not None and high.ratio == pytest.approx(0.675)
+    assert (high.note or "").startswith(
+        "replays high_overlap's prompts regenerated from seed 0 with the server's block "
+        "size 128 and KV capacity, at concurrency 1")
+    # Alone, the no-overlap run would hit nothing (measured 3.88% carried over).
+    no = pred[("cached", "no_overlap")]
+    assert no is not None and no.ratio == pytest.approx(0.0)
     # Concurrency 4: the prediction goes through the scheduler model at the workload's
     # concurrency, and says what it does not model (the request rate's pacing).
-    sustained = rows[("cached", "sustained_c4")]
-    assert sustained.predicted is not None
+    sustained = pred[("cached", "sustained_c4")]
+    assert sustained is not None and sustained.ratio is not None
+    assert "at concurrency 4" in (sustained.note or "")
     assert "paces requests at 2/s, but the predicted ratio has each request sent" in (
-        sustained.prediction_note or "")
+        sustained.note or "")

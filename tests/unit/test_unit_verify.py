@@ -29,6 +29,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "neuron-trn3": {"prefixbench_platform": "neuron",
                     "prefixbench_instance_type": "trn3.48xlarge",
                     "vllm_service_model": "openai/gpt-oss-120b"},
+    "neuron-trn2-strict": {"prefixbench_platform": "neuron",
+                           "prefixbench_instance_type": "trn2.48xlarge",
+                           "vllm_service_model": "openai/gpt-oss-120b",
+                           "vllm_service_sandbox": "strict"},
     "cpu": {"prefixbench_platform": "cpu", "prefixbench_instance_type": "trn2.48xlarge",
             "vllm_service_model": "/opt/models/tiny-llama", "vllm_service_hf_overrides": {}},
 }
@@ -64,13 +68,21 @@ def test_unit_verifies_cleanly(variant: str, configuration: str, vllm_executable
                                tmp_path: Path) -> None:
     text = render_unit(VARIANTS[variant], configuration, vllm_executable)
     if variant.startswith("neuron"):
-        assert "DevicePolicy=closed\nDeviceAllow=char-neuron rw\n" in text
+        # As AWS's container runs it, at every level (prefixbench.servers.sandbox).
+        assert ("AmbientCapabilities=CAP_IPC_LOCK CAP_SYS_ADMIN\n"
+                "LimitMEMLOCK=infinity\n") in text
+        assert "Environment=LD_LIBRARY_PATH=/opt/aws/neuron/lib:" in text
+        assert ("DevicePolicy=closed\nDeviceAllow=char-neuron rw\n" in text) is (
+            variant.endswith("strict"))
         assert "PrivateDevices=" not in text
         assert "Environment=VLLM_NEURON_COMPILATION_TIMEOUT=1200\n" in text
         assert ("NEURON_RT_ALLOW_LEGACY_NEFF=1" in text) is (variant == "neuron-trn3")
         assert '--additional-config "{\\"neuron_config\\": ' in text
     else:
         assert "PrivateDevices=yes\n" in text and "DeviceAllow=" not in text
+        # A CPU server is granted nothing: no capability, no library path.
+        assert "CapabilityBoundingSet=\n" in text and "Ambient" not in text
+        assert "LD_LIBRARY_PATH" not in text and "LimitMEMLOCK" not in text
     unit = tmp_path / "units" / server.unit_name(configuration)
     unit.parent.mkdir()
     unit.write_text(text)
@@ -90,3 +102,28 @@ def test_verify_reports_a_malformed_directive(tmp_path: Path) -> None:
     proc = subprocess.run([SYSTEMD_ANALYZE, "verify", str(unit)], capture_output=True,
                           text=True, timeout=60, check=False)
     assert "DeviceAlow" in proc.stderr
+
+
+#: [Service] keys the doctor's transient unit leaves out, and why: how the server process
+#: is started, restarted and stopped (the probe is a one-shot), and its RuntimeDirectory,
+#: which systemd would create and remove under a running server.
+NOT_IN_THE_DOCTOR = {"Type", "ExecStart", "Restart", "RestartSec", "TimeoutStopSec",
+                     "KillMode", "RuntimeDirectory", "RuntimeDirectoryMode"}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_doctor_runs_every_line_of_the_units_sandbox(variant: str) -> None:
+    from prefixbench.hosts import doctor  # noqa: PLC0415
+
+    text = render_unit(VARIANTS[variant], "cached", "/opt/venv/bin/vllm")
+    service = text.split("[Service]\n", 1)[1].split("\n[Install]", 1)[0]
+    lines = [x for x in service.splitlines() if x and not x.startswith("#")]
+    values = {"vllm_service_user": "vllm", **VARIANTS[variant]}
+    result = settings.validate(values, "h")
+    plan = doctor.plan(result.settings, "/opt/venv/bin/vllm")
+    ran = {p.replace("EnvironmentFile=-", "EnvironmentFile=", 1)
+           for p in [*plan["properties"], *plan["directives"]]}
+    missing = [x for x in lines if x.split("=", 1)[0] not in NOT_IN_THE_DOCTOR
+               and x not in ran]
+    assert missing == []
+    assert any(x.startswith("LimitMEMLOCK=") for x in lines) is variant.startswith("neuron")

@@ -197,3 +197,34 @@ def test_sustained_throughput_is_judged_when_the_rate_does_not_cap_it(tmp_path: 
     v = _verdict(run, name)
     assert v.status == FAIL, v.detail
     assert v.numbers["ratio_high"] <= 1.0  # type: ignore[operator]
+
+
+# -- Every rule guarded: the cases a mutation of each rule breaks -----------------------
+
+def _set_measured(run: Path, conf: str, workload: str, ratio: float) -> None:
+    """Both hit-ratio signals of ``conf/workload`` measured at ``ratio`` (each record
+    written with its checksum, as the bench writes it)."""
+    for path in run.glob(f"*/{conf}/{workload}/rep*.json"):
+        record = json.loads(path.read_text())
+        record["measured"].update(hit_ratio_queries=ratio, hit_ratio_by_source=ratio)
+        path.write_text(json.dumps(with_checksum(record)))
+
+
+def test_a_cache_that_quietly_stopped_hitting_fails(tmp_path: Path) -> None:
+    """Far BELOW its expectation is as much a FAIL as above it: 10% measured where the
+    served tokens give 67.5% (the no-overlap run held to its served expectation)."""
+    def served(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        return {"served_ratio": 7936 / 204800} if (conf, wl) == ("cached", "no_overlap") \
+            else {}
+
+    run = make_run(tmp_path / "quiet", expected=served)
+    assert _verdict(run, "hit_rate_matches_expected").status == PASS
+    _set_measured(run, "cached", "high_overlap", 0.10)
+    v = _verdict(run, "hit_rate_matches_expected")
+    assert v.status == FAIL, v.detail
+    assert "high_overlap queries 10.00% vs expected 67.50% (-57.50 pp)" in v.detail
+    # Just inside the tolerance either way still passes; just outside below fails.
+    for ratio, status in ((0.675 - 0.0099, PASS), (0.675 + 0.0099, PASS),
+                          (0.675 - 0.0101, FAIL)):
+        _set_measured(run, "cached", "high_overlap", ratio)
+        assert _verdict(run, "hit_rate_matches_expected").status == status, ratio

@@ -28,6 +28,7 @@ from prefixbench import __version__
 from prefixbench.bench.bench_argv import bench_argv
 from prefixbench.bench.custom import PreparedPrompts, check_file, prepare, write_prepared
 from prefixbench.bench.experiment import find_item
+from prefixbench.bench.served_record import served_expected
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.measure import metrics
 from prefixbench.measure.bench_json import BenchResultError, parse_bench_result
@@ -35,7 +36,7 @@ from prefixbench.measure.layout import TOKENIZER_DIR
 from prefixbench.measure.records import BenchmarkRecord, FailureRecord, ResultKey
 from prefixbench.predict import schedconfig
 from prefixbench.predict.kvcapacity import usable_blocks
-from prefixbench.predict.schedconfig import SERIAL, Serving
+from prefixbench.predict.schedconfig import Serving, bench_serving
 from prefixbench.servers import sweep
 from prefixbench.servers.server import CONFIGURATIONS, unit_name
 
@@ -69,6 +70,10 @@ class BenchRequest:
     #: The server's ``--max-num-seqs`` and ``--max-num-batched-tokens`` (scheduler model).
     max_num_seqs: int = schedconfig.DEFAULT_MAX_NUM_SEQS
     max_num_batched_tokens: int = schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
+    #: The hosts' platform (``prefixbench_platform``: which engine model the expectation
+    #: assumes) and the server's ``--max-model-len`` (the Neuron KV-concurrency cap's).
+    platform: str = "cpu"
+    max_model_len: int | None = None
 
     @classmethod
     def from_settings(cls, host: str, settings: Mapping[str, Any], *, configuration: str,
@@ -95,14 +100,16 @@ class BenchRequest:
                                     or schedconfig.DEFAULT_MAX_NUM_SEQS),
                    max_num_batched_tokens=int(
                        settings.get("vllm_service_max_num_batched_tokens")
-                       or schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS))
+                       or schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS),
+                   platform=str(settings.get("prefixbench_platform") or "neuron"),
+                   max_model_len=settings.get("vllm_service_max_model_len"))
 
     def serving(self) -> Serving:
-        """The bench's concurrency cap (unset: all its prompts) and the server's limits."""
-        w = self.workload
-        return Serving(concurrency=max(1, w.max_concurrency or w.num_prompts),
-                       max_num_seqs=self.max_num_seqs,
-                       max_num_batched_tokens=self.max_num_batched_tokens)
+        """The bench's concurrency cap (unset: all its prompts), its ready check and
+        warmups, and the server's limits (:func:`prefixbench.predict.benchreplay
+        .bench_serving`)."""
+        return bench_serving(self.workload, max_num_seqs=self.max_num_seqs,
+                             max_num_batched_tokens=self.max_num_batched_tokens)
 
     @property
     def unit(self) -> str:
@@ -220,49 +227,6 @@ def custom_expected(req: BenchRequest, *, block_size: int | None,
     return out
 
 
-def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
-                    config: metrics.CacheConfig, *, serving: Serving = SERIAL
-                    ) -> dict[str, Any]:
-    """The expected ratio from the tokens the server sees (prefixbench.predict.served
-    .served_expectation), as record keys; a note instead when it cannot be made."""
-    from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
-    from prefixbench.predict.served import served_expectation  # noqa: PLC0415
-    from prefixbench.predict.tokenizer import TokenizerError  # noqa: PLC0415
-
-    tok = tokenizer_dir(run_dir) if run_dir is not None else None
-    if tok is None:
-        return {"served_note": "no tokenizer copy in the run directory"}
-    capacity, model, note = whatif.server_cache_model(config)
-    model = model.chunked(serving.max_num_batched_tokens)
-    try:
-        served = served_expectation(workload, tok, block_size, capacity_blocks=capacity,
-                                    cache_model=model, serving=serving)
-    except (TokenizerError, ValueError, OSError) as exc:
-        return {"served_note": f"cannot replay the prompts: {exc}"}
-    out: dict[str, Any] = {
-        "served_ratio": served.ratio, "served_hit_tokens": served.hit_tokens,
-        "served_query_tokens": served.query_tokens,
-        # The same prompts with an unbounded cache: what the KV capacity itself costs is
-        # served_unbounded_ratio - served_ratio (prefixbench.report.shortfall).
-        "served_unbounded_ratio": (served.unbounded_hit_tokens / served.query_tokens
-                                   if served.query_tokens else 0.0),
-        # ... and with full attention: minus served_unbounded_ratio, the sliding window's.
-        "served_full_attention_ratio": (
-            served.full_attention_hit_tokens / served.query_tokens
-            if served.query_tokens and served.full_attention_hit_tokens is not None
-            else None),
-        "served_evicted_blocks": served.evicted_blocks,
-        "junction_resplits": served.junction_resplits,
-        "junction_lost_blocks": served.lost_blocks,
-        "junction_gained_blocks": served.gained_blocks,
-        "max_num_batched_tokens": serving.max_num_batched_tokens,  # the hybrid model's chunk
-        "max_num_seqs": serving.max_num_seqs, "served_concurrency": serving.concurrency}
-    out.update(served.band.record("served_band") if served.band is not None else {})
-    if notes := [n for n in (served.note, note) if n]:
-        out["served_note"] = "; ".join(notes)
-    return out
-
-
 def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
                  bench_json: str, started_at: str, ended_at: str,
                  extra: Mapping[str, Any] | None = None,
@@ -299,7 +263,8 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
         expected = req.workload.expected_ratios(block_size)
         if config is not None and config.enable_prefix_caching:
             expected.update(served_expected(req.workload, run_dir, block_size, config,
-                                            serving=req.serving()))
+                                            serving=req.serving(), platform=req.platform,
+                                            max_model_len=req.max_model_len))
     else:
         expected = {"tutorial_ratio": req.workload.tutorial_ratio()}
     measured = dict(delta.measured())

@@ -247,6 +247,11 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             pattern=r"^[\w./-]+$"),
     Setting("model_cache_dir", "str", "Directory on the host that holds the model.",
             "/opt/models/gpt-oss-120b", pattern=r"^/[\w./-]*$"),
+    Setting("model_cache_checkpoint_gib", "float", "Size in GiB of the checkpoint provision "
+            "downloads into model_cache_dir (the profile sets it: the published MXFP4 "
+            "checkpoint of gpt-oss, whatever dtype the server runs). The doctor's model "
+            "check fails a host with less free space. 0: prefixbench_model_parameters x 2 "
+            "bytes (a BF16 checkpoint).", 0.0, minimum=0, maximum=100000),
     Setting("model_cache_s3_bucket", "str", "Bucket of the model mirror (source s3); "
             "one per region, so a fleet downloads the model once per region.", "",
             pattern=r"^$|^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),
@@ -352,11 +357,13 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "in Ansible Vault; 16+ characters of A-Z a-z 0-9 . _ ~ + / = -). Delivered in "
             "a root-only EnvironmentFile, never in the unit.", "", secret=True),
     Setting("vllm_service_port", "int", "--port.", 8000, minimum=1, maximum=65535),
-    Setting("vllm_service_sandbox", "str", "The server unit's systemd sandbox: strict "
-            "(every directive), relaxed (drops those that touch the Neuron runtime's "
-            "devices, TCP, system calls and namespaces), off. `prefixbench doctor` names "
-            "the directive a failing check comes from.", "strict",
-            choices=("strict", "relaxed", "off")),
+    Setting("vllm_service_sandbox", "str", "The server unit's systemd sandbox. aws (the "
+            "level for a first start): the Neuron runtime runs as AWS's container runs it "
+            "(CAP_IPC_LOCK and CAP_SYS_ADMIN, LimitMEMLOCK=infinity, LD_LIBRARY_PATH="
+            "/opt/aws/neuron/lib) with a container's confinement; strict: adds device, "
+            "system-call, namespace and address confinement, deployed only on a host where "
+            "`prefixbench doctor -e vllm_service_sandbox=strict` has proven it; off: no "
+            "confinement (the grants stay).", "aws", choices=("aws", "strict", "off")),
     Setting("vllm_service_user", "str", "Unprivileged system user that runs both servers.",
             "vllm", pattern=_NAME_PATTERN),
     Setting("vllm_service_device_group", "str", "Group the service user joins to open "

@@ -255,3 +255,13 @@ def tight_warning(s: Mapping[str, Any]) -> str | None:
                 f"({SOURCE}): a larger vllm_service_tensor_parallel_size leaves more; "
                 "run it on one host first (--limit)")
     return None
+
+
+def checkpoint_gib(s: Mapping[str, Any]) -> float:
+    """The size on disk of what provision downloads, in GiB: ``model_cache_checkpoint_gib``
+    (the profile's), else ``prefixbench_model_parameters`` x 2 bytes (a BF16 checkpoint),
+    else 0 (unknown)."""
+    stated = float(s.get("model_cache_checkpoint_gib") or 0)
+    if stated > 0:
+        return stated
+    return int(s.get("prefixbench_model_parameters") or 0) * 2 / 2**30

@@ -10,6 +10,7 @@ from prefixbench.bench import criteria, experiment
 from prefixbench.config import modelfit
 from prefixbench.config.settings import warnings_of
 from prefixbench.config.workload_estimate import estimate, expected_lines, sends_line, sizing_of
+from prefixbench.servers import sandbox
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
@@ -33,6 +34,8 @@ class HostPlan:
     kv_sweep: tuple[int, ...] = ()
     #: Preflight's warnings about the host (no AWS recipe, a tight fit), one line each.
     warnings: tuple[str, ...] = ()
+    #: The server unit's sandbox level on this host and why.
+    sandbox: str = ""
 
     @property
     def benches(self) -> int:
@@ -60,7 +63,15 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         fit=modelfit.fit_line(settings) or "",
         kv_sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_kv_blocks") or ()),
         warnings=tuple(warnings_of(settings)) if settings else (),
+        sandbox=_sandbox_line(settings),
     )
+
+
+def _sandbox_line(settings: Mapping[str, Any]) -> str:
+    level = str(settings.get("vllm_service_sandbox") or sandbox.FIRST_START_LEVEL)
+    if level not in sandbox.SANDBOX_LEVELS:
+        return ""
+    return sandbox.level_line(level, str(settings.get("prefixbench_platform", "neuron")))
 
 
 def workload_lines(settings: Mapping[str, Any]) -> list[str]:
@@ -112,6 +123,8 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
         if p.fit:
             lines.append(f"  {p.fit}")
         lines.extend(f"  WARNING: {w}" for w in p.warnings)
+        if p.sandbox:
+            lines.append(f"  {p.sandbox}")
     total = sum(p.benches for p in plans)
     lines.append(f"total: {len(plans)} hosts, {total} benches")
     return lines

@@ -90,13 +90,26 @@ def recipe_warning(s: Mapping[str, Any], recipes: Recipes | None = None) -> str 
     what = f"{model or 'this model'}{f' in {dtype.upper()}' if dtype else ''} on {fam} at TP {tp}"
     published = [r for r in book.recipes if r.model == model]
     if published:
-        known = "; ".join(f"TP {r.tp} on {r.family} in {r.dtype.upper()} ({book.source} "
-                          f"{r.where})" for r in published)
-        why = f"AWS publishes {known}"
+        why = "AWS publishes " + "; ".join(f"TP {r.tp} on {r.family} in {r.dtype.upper()} "
+                                           f"({r.where})" for r in published)
     else:
-        why = f"no AWS recipe for this model at all (read at {book.source})"
+        why = "no AWS recipe for this model at all"
     gap = book.gaps.get((model, fam))
     if gap:
         why += f"; on {fam}: {gap}"
-    return (f"no AWS recipe for {what} ({why}): run it on one host first (--limit) "
-            "before the fleet")
+    here = [r for r in book.recipes if r.family == fam and r.model != model]
+    if here:
+        why += f"; on {fam} AWS publishes " + "; ".join(
+            f"{r.model} at TP {r.tp} in {r.dtype.upper()} ({r.where}{_profile_hint(r.model)})"
+            for r in here)
+    return (f"no AWS recipe for {what} (read at {book.source}: {why}): run it on one host "
+            "first (--limit) before the fleet")
+
+
+PROFILES_DIR: Final = RECIPES_FILE.parent / "profiles"
+
+
+def _profile_hint(model: str) -> str:
+    """How to switch to ``model``, where the bundle has its profile."""
+    return (f"; prefixbench_model_profile: {model}"
+            if (PROFILES_DIR / f"{model}.yml").is_file() else "")

@@ -47,6 +47,7 @@ from prefixbench.predict.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
     Serving,
+    bench_serving,
 )
 
 __all__ = ["PLAN_MAX_TOKENS", "Estimate", "Sizing", "estimate", "expected_lines",
@@ -117,10 +118,10 @@ def sizing_of(settings: Mapping[str, Any]) -> Sizing:
 
 def serving_of(w: Workload, sizing: Sizing) -> Serving:
     """How the bench sends the workload (as :meth:`prefixbench.bench.benchrun.BenchRequest
-    .serving`): its concurrency cap, unset all its prompts, and the server's limits."""
-    return Serving(concurrency=max(1, w.max_concurrency or w.num_prompts),
-                   max_num_seqs=sizing.max_num_seqs,
-                   max_num_batched_tokens=sizing.max_num_batched_tokens)
+    .serving`): its concurrency cap, unset all its prompts, its ready check and warmups
+    (:func:`prefixbench.predict.benchreplay.bench_serving`), and the server's limits."""
+    return bench_serving(w, max_num_seqs=sizing.max_num_seqs,
+                         max_num_batched_tokens=sizing.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """``prefixbench doctor``: every host's readiness, checked under the server's sandbox.
 
-Runs ``playbooks/doctor.yml`` (read-only: a probe in a transient unit with the server
-unit's user, environment, limits and sandbox; :mod:`prefixbench.hosts.doctor`) and prints
+Runs ``playbooks/doctor.yml`` (a probe in a transient unit with the server unit's user,
+environment, limits, grants and sandbox, which starts the runtime; it writes only its
+proof of the sandbox when every check passes; :mod:`prefixbench.hosts.doctor`) and prints
 its one screen: a line per check per host, PASS or FAIL, the fix under each failure and,
 when the sandbox causes a failure, the directive behind it. Exit 0 when every check
 passed, 1 when one failed, 5 when the playbook could not run the checks.
@@ -35,8 +36,9 @@ def add_parser(sub: Any, project: Path) -> None:
         "check that the venv's vLLM and the Neuron plugin import, the graph compiler is on "
         "the unit's PATH, the devices open and neuron-ls agrees with the instance type, "
         "the compile cache is writable, the open-files limit, the model and its "
-        "vocabulary. A line per check, PASS or FAIL, with the fix; exit 0 when all pass, "
-        "1 when one fails, 5 when the checks could not run.")
+        "vocabulary, and start the runtime (libnrt's nrt_init on one NeuronCore; torch "
+        "and vLLM's platform on cpu). A line per check, PASS or FAIL, with the fix; exit 0 "
+        "when all pass, 1 when one fails, 5 when the checks could not run.")
     doctor.add_argument("-i", "--inventory", action="append", required=True,
                         metavar="INVENTORY", help="inventory path (repeatable)")
     doctor.add_argument("-l", "--limit", help="ansible --limit host pattern")

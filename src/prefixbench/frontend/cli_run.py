@@ -29,6 +29,7 @@ from typing import Any, TextIO
 from prefixbench.frontend.cli_shared import PROG, UsageError, report_module
 from prefixbench.frontend.runview import (
     EXIT_ANSIBLE,
+    EXIT_INCOMPLETE,
     EXIT_OK,
     EXIT_REGRESSION,
     LiveView,
@@ -43,6 +44,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "STOP_PLAYBOOK",
     "RunRequest",
+    "compare_regressed",
     "extra_vars_cmdline",
     "run_benchmark",
     "run_request",
@@ -153,6 +155,14 @@ def _fresh_json(path: Path, since: float) -> Mapping[str, Any] | None:
     return data if isinstance(data, Mapping) else None
 
 
+def compare_regressed(rc: int, comparison: Mapping[str, Any] | None) -> bool:
+    """Whether ``prefixbench compare`` (exit ``rc``, its ``comparison.json``) found a
+    regression: exit 4, or exit 7 (data missing in one of the runs: what both have is
+    still judged) with regressions listed."""
+    return rc == EXIT_REGRESSION or (
+        rc == EXIT_INCOMPLETE and bool((comparison or {}).get("regressions")))
+
+
 def run_benchmark(req: RunRequest, out: TextIO, err: TextIO) -> int:
     """Run ``req`` through ansible-runner with the live view; the exit code."""
     try:
@@ -212,8 +222,12 @@ def run_benchmark(req: RunRequest, out: TextIO, err: TextIO) -> int:
                   f"`{PROG} report {run_dir}` writes one", file=out)
         if req.reference is not None and run_dir.is_dir():
             rc_compare = report_module("compare", [str(run_dir), str(req.reference)], err)
-            regressed = rc_compare == EXIT_REGRESSION
-            if rc_compare not in (EXIT_OK, EXIT_REGRESSION):
+            regressed = compare_regressed(
+                rc_compare, _fresh_json(run_dir / "comparison.json", started))
+            if rc_compare == EXIT_INCOMPLETE:
+                print(f"{PROG}: the comparison with {req.reference} is incomplete: data "
+                      f"missing in one of the runs (listed above)", file=err)
+            elif rc_compare not in (EXIT_OK, EXIT_REGRESSION):
                 print(f"{PROG}: the comparison with {req.reference} failed", file=err)
         else:
             comparison = _fresh_json(run_dir / "comparison.json", started)

@@ -8,7 +8,11 @@ directive (``vllm_service_sandbox``), through ``systemd-run`` (module
 and the Neuron torch) import, that the graph compiler the server runs is on the unit's
 PATH, that the service user opens the devices and ``neuron-ls`` agrees with the instance
 catalogue, that the compile cache is writable, the open-files limit, the model and its
-vocabulary. A failing check the sandbox causes is tied to the directive that causes it.
+vocabulary, and it starts the runtime: on Neuron libnrt's ``nrt_init`` on one NeuronCore
+(through the unit's LD_LIBRARY_PATH, capabilities and memlock limit; no model, no
+compile), on cpu torch and vLLM's platform. A failing check the sandbox causes is tied
+to the directive that causes it; a failure that does not repeat, or fails without any
+directive, is never put on one (module_utils/prefixbench_doctor.diagnose).
 
 This module is the controller's half: what to run (:func:`plan`) and one screen of
 results (:func:`host_lines`, :func:`render`). Pure: nothing here touches a host.
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from prefixbench.config import modelfit
 from prefixbench.hosts import instances
 from prefixbench.hosts.provision import device_problems
 from prefixbench.servers import sandbox, server
@@ -46,16 +51,25 @@ FIXES: Final = {
              "downloads it (check model_cache_dir and its free space)",
     "vocabulary": "the tiktoken vocabulary is missing: provision copies it "
                   "(model_cache_tiktoken_dir)",
+    "runtime": "the runtime does not start under the unit: the detail says how (libnrt "
+               "not on LD_LIBRARY_PATH: check aws-neuronx-runtime-lib; an NRT status: "
+               "stop any server holding the NeuronCores, `systemctl stop 'vllm-*'`, and "
+               "read the runtime's log in the journal)",
 }
 #: The directive a failing check's fix names: how to get past it.
 DIRECTIVE_FIX: Final = ("the sandbox directive {directive} breaks it: set "
-                        "vllm_service_sandbox: relaxed (or off) and report it")
+                        "vllm_service_sandbox: {levels} and report it")
 #: When no directive alone breaks it (the directives together do, or the first run's
 #: failure did not repeat).
 WHOLE_SANDBOX_FIX: Final = ("the sandbox breaks it, no one directive alone: set "
-                            "vllm_service_sandbox: relaxed (or off) and report it")
+                            "vllm_service_sandbox: off and report it")
 #: What module_utils/prefixbench_doctor.py records as the cause then.
 WHOLE_SANDBOX: Final = "the sandbox as a whole"
+#: Its cause for a failure that passed when run again under the same sandbox.
+INTERMITTENT: Final = "intermittent"
+INTERMITTENT_FIX: Final = ("it failed once and passed when run again under the same "
+                           "sandbox: not a sandbox directive; run the doctor again (a "
+                           "server or another process may have held the NeuronCores)")
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,7 @@ def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
     spec = server.unit_spec(settings, "cached", vllm_executable)
     user = str(settings.get("vllm_service_user") or "vllm")
     properties = [f"User={user}", f"Group={user}", f"LimitNOFILE={spec.limit_nofile}",
-                  f"EnvironmentFile=-{spec.environment_file}",
+                  *spec.grants, f"EnvironmentFile=-{spec.environment_file}",
                   "StateDirectory=vllm-prefixbench", "CacheDirectory=vllm-prefixbench",
                   f"WorkingDirectory={server.STATE_DIR}",
                   *(f"Environment={line}" for line in spec.environment)]
@@ -100,14 +114,20 @@ def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
         "cache_dir": str(settings.get("vllm_service_cache_root", server.DEFAULT_CACHE_ROOT)),
         "nofile": spec.limit_nofile,
         "model_dir": str(settings.get("model_cache_dir", "")),
-        "model_bytes": 0,
+        # The room the download needs where the model is absent (the profile's size).
+        "model_bytes": int(modelfit.checkpoint_gib(settings) * 2**30),
         "vocab_dir": (str(settings.get("model_cache_tiktoken_dir", ""))
                       if settings.get("model_cache_tiktoken") else ""),
+        # Start the platform's runtime (doctor_probe.NEURON_RUNTIME / CPU_RUNTIME).
+        "runtime": platform,
     }
     return {
         "python": str(Path(vllm_executable).parent / "python"),
         "user": user, "config": config, "properties": properties,
         "directives": list(spec.hardening),
+        # Written on the host when every check passes: what a strict deploy asks for.
+        "proof": sandbox.proof_record(spec.sandbox_level, spec.sandbox_lines()),
+        "proof_file": sandbox.PROOF_FILE,
     }
 
 
@@ -136,11 +156,20 @@ def host_lines(host: str, result: Mapping[str, Any], instance_type: str) -> list
         line_fix = fix
         if cause == WHOLE_SANDBOX:
             line_fix = WHOLE_SANDBOX_FIX
-        elif cause and cause != "host":
-            line_fix = DIRECTIVE_FIX.format(directive=cause)
+        elif cause == INTERMITTENT:
+            line_fix = INTERMITTENT_FIX
+        elif cause and cause != "host" and cause in directives_of(result):
+            first, *more = sandbox.levels_without(cause) or ["off"]
+            levels = first + "".join(f" (or {m})" for m in more)
+            line_fix = DIRECTIVE_FIX.format(directive=cause, levels=levels)
         out.append(Line(host, name, bool(r.get("ok")), str(r.get("detail", "")), line_fix,
                         cause))
     return out
+
+
+def directives_of(result: Mapping[str, Any]) -> set[str]:
+    """The sandbox directives the module ran under (what a cause may name)."""
+    return {str(d) for d in result.get("directives") or []}
 
 
 def _devices(instance_type: str) -> str:

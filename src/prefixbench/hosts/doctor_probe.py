@@ -19,6 +19,9 @@ controller). The configuration comes as a JSON file named by ``argv[1]``:
 ``nofile``        the open-files limit the server needs
 ``model_dir``     the model's directory; ``model_bytes`` the room it needs when absent
 ``vocab_dir``     the tiktoken vocabulary directory ("" when the model needs none)
+``runtime``       the platform whose runtime the ``runtime`` check starts: "neuron" (libnrt's
+                  ``nrt_init`` on one NeuronCore, then ``nrt_close``) or "cpu" (torch and
+                  vLLM's platform); ``runtime_timeout`` its seconds
 """
 
 from __future__ import annotations
@@ -110,9 +113,12 @@ def _check_model(cfg: dict[str, Any]) -> tuple[bool, str]:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < need:
-        return False, (f"{model} absent and {free / 2**30:.1f} GiB free on {probe}, "
-                       f"the model needs {need / 2**30:.1f} GiB")
-    return False, (f"{model} absent ({free / 2**30:.1f} GiB free on {probe}); "
+        return False, (f"{model} absent and only {free / 2**30:.1f} GiB free on {probe}: "
+                       f"the model needs {need / 2**30:.1f} GiB; free space or move "
+                       "model_cache_dir")
+    room = (f"{need / 2**30:.1f} GiB to download" if need
+            else "the model's size is unknown (model_cache_checkpoint_gib)")
+    return False, (f"{model} absent ({free / 2**30:.1f} GiB free on {probe}, {room}); "
                    "the provision phase downloads it")
 
 
@@ -129,10 +135,75 @@ def _check_vocab(cfg: dict[str, Any]) -> tuple[bool, str]:
     return True, f"{vocab}: {len(files)} file(s)"
 
 
+#: The smallest thing that opens a NeuronCore, no model and no compile: AWS's own
+#: skeleton of a libnrt application, ``nrt_init(NRT_FRAMEWORK_TYPE_NO_FW, "", "")`` then
+#: ``nrt_close()`` (aws-neuron/aws-neuron-sdk@v2.31.1 and @v2.32.0
+#: neuron-runtime/guides/nrt-developer-guide.rst, "Initialization and cleanup";
+#: NRT_FRAMEWORK_TYPE_NO_FW = 1 in neuron-runtime/api/nrt.rst). libnrt is loaded by name,
+#: so through the unit's LD_LIBRARY_PATH; nrt_init claims NEURON_RT_NUM_CORES cores
+#: (one) exclusively and fails when they are held ("Runtime configuration" there).
+NEURON_RUNTIME = r"""
+import ctypes, os, sys
+if not os.environ.get("NEURON_RT_VISIBLE_CORES"):
+    os.environ["NEURON_RT_NUM_CORES"] = "1"
+lib = None
+for name in ("libnrt.so.1", "libnrt.so"):
+    try:
+        lib = ctypes.CDLL(name)
+        break
+    except OSError as exc:
+        err = str(exc)
+if lib is None:
+    print("libnrt not loadable with LD_LIBRARY_PATH=" + os.environ.get("LD_LIBRARY_PATH", "")
+          + ": " + err, file=sys.stderr)
+    sys.exit(2)
+lib.nrt_init.restype = ctypes.c_int
+status = lib.nrt_init(1, b"", b"")
+if status != 0:
+    print("nrt_init returned NRT status %d" % status, file=sys.stderr)
+    sys.exit(3)
+lib.nrt_close()
+print("nrt_init and nrt_close on one NeuronCore")
+"""
+#: The cpu platform's equivalent (the simulated fleet): torch runs an operation and
+#: vLLM's platform detection says cpu, as the server's engine start does.
+CPU_RUNTIME = r"""
+import torch
+torch.ones(4).add_(1)
+from vllm.platforms import current_platform
+name = current_platform.device_name
+if name != "cpu":
+    raise SystemExit("vLLM's platform is %r, not cpu" % name)
+print("torch %s and vLLM's cpu platform" % torch.__version__)
+"""
+#: NRT status codes (nrt-developer-guide.rst at v2.32.0, "NRT_STATUS") a failing
+#: nrt_init may return, named in the check's detail.
+NRT_STATUS = {1: "NRT_FAILURE", 2: "NRT_INVALID", 4: "NRT_RESOURCE", 5: "NRT_TIMEOUT",
+              6: "NRT_HW_ERROR", 9: "NRT_LOAD_NOT_ENOUGH_NC"}
+
+
+def _check_runtime(cfg: dict[str, Any]) -> tuple[bool, str]:
+    platform = str(cfg.get("runtime") or "")
+    if not platform:
+        return True, "no runtime to start"
+    code = NEURON_RUNTIME if platform == "neuron" else CPU_RUNTIME
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=int(cfg.get("runtime_timeout") or 300), check=False)
+    except subprocess.TimeoutExpired as exc:
+        return False, f"the runtime did not start within {exc.timeout:.0f} s"
+    if proc.returncode == 0:
+        return True, proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "ok"
+    tail = " | ".join((proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:])
+    for code_num, name in NRT_STATUS.items():
+        tail = tail.replace(f"NRT status {code_num}", f"NRT status {code_num} ({name})")
+    return False, f"exit {proc.returncode}: {tail[-500:]}"
+
+
 CHECKS = {
     "imports": _check_imports, "compiler": _check_compiler, "devices": _check_devices,
     "cache": _check_cache, "open_files": _check_nofile, "model": _check_model,
-    "vocabulary": _check_vocab,
+    "vocabulary": _check_vocab, "runtime": _check_runtime,
 }
 
 

@@ -81,8 +81,9 @@ def not_held(packages: Sequence[str], selections: str) -> list[str]:
 
 
 #: How far a device's ``memory_size`` may be from the catalogue's HBM before it is a
-#: different device (the catalogue's figures are the documented sizes; what the runtime
-#: reports has not been seen verbatim on Trn2/Trn3).
+#: different device. AWS's own ``neuron-ls -j`` of a trn2n.48xlarge gives 103079215104
+#: bytes (96 GiB exactly) per device (aws-neuron/aws-neuron-sdk@v2.31.1 and @v2.32.0
+#: tools/neuron-sys-tools/neuron-ls.rst, "Examples"); no Trn3 listing is published.
 DEVICE_MEMORY_TOLERANCE: Final = 0.10
 
 
@@ -118,7 +119,12 @@ def device_problems(instance_type: str, neuron_ls_json: str) -> list[str]:
                         f"says {instance_type}")
     if not devices:
         return problems
-    # nc_count counts logical NeuronCores at the LNC in effect.
+    # nc_count counts logical NeuronCores at the LNC in effect: AWS's neuron-ls -j of a
+    # trn2n.48xlarge (8 physical cores per device) at "logical_neuroncore_config": 2 gives
+    # "nc_count": 4 per device and neuroncore_ids 0-63 over its 16 devices ("NEURON CORES /
+    # nc_count: Number of NeuronCores present in the Neuron Device"; aws-neuron/
+    # aws-neuron-sdk@v2.31.1 and @v2.32.0 tools/neuron-sys-tools/neuron-ls.rst). LNC 1 or
+    # 2: about-neuron/arch/neuron-features/logical-neuroncore-config.rst at v2.31.0.
     counts = [_count(d, "nc_count") for d in devices]
     lncs = {_count(d, "logical_neuroncore_config") for d in devices} - {None}
     lnc = next(iter(lncs)) if len(lncs) == 1 else expected.default_lnc

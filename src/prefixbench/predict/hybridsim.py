@@ -59,10 +59,12 @@ scheduling vLLM frees sliding-window blocks one step later and caps admission at
 batches in flight, which can change which block a tight pool evicts: the replay then
 uses :class:`prefixbench.predict.schedhybrid.AsyncHybridSchedulerSim`); keys are 64-bit
 Python hashes (vLLM: sha256); LoRA, multimodal and cache-salt keys, EAGLE/MTP and KV
-connectors are not modelled; exactly two groups of equal block size (gpt-oss's layout);
-``max_admission_blocks`` (vLLM's recycling-aware cap on the sliding-window group's
-admission reservation, ``cdiv(min(window - 1 + max_in_flight_tokens, max_model_len),
-block_size) + 1``) is ``None`` unless given.
+connectors are not modelled; exactly two groups of equal block size (gpt-oss's layout).
+
+``max_admission_blocks``, vLLM's cap on the sliding-window group's admission reservation
+(:func:`admission_cap`), is what a server's scheduler always passes (one batch of
+``max_chunk_tokens`` in flight); without a chunk size it never binds. At concurrency 1 it
+decides which requests are refused, never a hit.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from prefixbench.predict.cachesim import (
     _UNIQUE_BASE,
@@ -84,8 +86,8 @@ from prefixbench.predict.cachesim import (
 
 __all__ = [
     "DEFAULT_SLIDING_WINDOW",
-    "CacheSim",
     "HybridCacheSim",
+    "admission_cap",
     "cache_sim_for",
 ]
 
@@ -96,22 +98,20 @@ SLIDING: Literal["sliding"] = "sliding"
 FULL: Literal["full"] = "full"
 
 
-class CacheSim(Protocol):
-    """What callers of a cache model use: one request at a time, or a replay."""
-
-    block_size: int
-    capacity: int | None
-    evicted_blocks: int
-    hit_tokens_total: int
-    query_tokens_total: int
-
-    def run(self, tokens: Tokens, output_len: int = 0) -> int: ...
-
-    def replay(self, prompts: Iterable[Tokens], output_len: int = 0) -> ReplayResult: ...
-
-
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def admission_cap(sliding_window: int, max_in_flight_tokens: int, block_size: int,
+                  max_model_len: int | None = None) -> int:
+    """The sliding-window group's share of a request's admission reservation, in
+    blocks: vLLM 0.32's ``SlidingWindowSpec.max_admission_blocks_per_request``, what a
+    request holds at most while its prefill recycles blocks (``max_in_flight_tokens``:
+    ``max_num_batched_tokens`` times the batches in flight, one synchronous, two async)."""
+    held = sliding_window - 1 + max_in_flight_tokens
+    if max_model_len is not None:
+        held = min(held, max_model_len)
+    return _cdiv(held, block_size) + 1
 
 
 @dataclass
@@ -140,6 +140,8 @@ class HybridCacheSim:
     ``group_order``: which group is vLLM's group 0 (gpt-oss: the sliding-window layers);
     it decides which group's blocks a finishing request frees first.
     ``max_chunk_tokens``: prefill chunk size (``None``: the whole prompt at once).
+    ``max_admission_blocks``: the admission cap (default :func:`admission_cap` with one
+    chunk in flight, as a synchronous server; none without ``max_chunk_tokens``).
     """
 
     def __init__(
@@ -168,6 +170,9 @@ class HybridCacheSim:
         self.sliding_window = sliding_window
         self.group_order = group_order
         self.max_chunk_tokens = max_chunk_tokens
+        if max_admission_blocks is None and max_chunk_tokens is not None:
+            max_admission_blocks = admission_cap(sliding_window, max_chunk_tokens,
+                                                 block_size)
         self.max_admission_blocks = max_admission_blocks
         #: Contiguous sliding-window blocks a hit needs.
         self.need = _cdiv(sliding_window - 1, block_size)

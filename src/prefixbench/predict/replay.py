@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import CapacityError
+from prefixbench.predict.engines import scheduler_model
 from prefixbench.predict.notes import concurrency_note, serving_note
 from prefixbench.predict.progress import ENCODING, Progress
 from prefixbench.predict.schedconfig import SERIAL, Serving
-from prefixbench.predict.schedhybrid import scheduler_sim_for
 from prefixbench.predict.segments import SegmentCount
 from prefixbench.predict.tokenizer import Tokenizer, serial_batches
 
@@ -162,12 +162,9 @@ class _Replay:
 
 def new_scheduler(block_size: int, capacity_blocks: int | None, cache_model: CacheModel,
                   serving: Serving) -> SchedulerSim:
-    """A fresh scheduler model of the server ``cache_model`` and ``serving`` describe."""
-    return scheduler_sim_for(
-        cache_model.kind, block_size, capacity_blocks,
-        sliding_window=cache_model.sliding_window, max_num_seqs=serving.max_num_seqs,
-        max_num_batched_tokens=serving.max_num_batched_tokens,
-        async_scheduling=serving.async_scheduling)
+    """A fresh scheduler model of the server ``cache_model`` and ``serving`` describe
+    (:func:`prefixbench.predict.engines.scheduler_model`)."""
+    return scheduler_model(block_size, capacity_blocks, cache_model, serving)
 
 
 class _SchedReplay(_Replay):

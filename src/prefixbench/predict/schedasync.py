@@ -69,11 +69,7 @@ class AsyncSchedulerSim(SchedulerSim):
 
     def _step(self) -> None:
         self.steps += 1
-        budget = self.max_num_batched_tokens
-        scheduled: list[_Request] = []
-        budget, preempted = self._schedule_running(budget, scheduled)
-        if not preempted:
-            self._schedule_waiting(budget, scheduled)
+        scheduled = self._schedule()
         batch: _Batch = []
         for req in scheduled:
             n = req.scheduled
@@ -134,8 +130,7 @@ class AsyncSchedulerSim(SchedulerSim):
         if not running or len(running) > self.max_num_batched_tokens or \
                 len(batch) != len(running):
             return 0
-        if self._waiting and len(running) < self.max_num_seqs and \
-                len(running) < self.max_num_batched_tokens:
+        if self._admission_possible():
             return 0
         bs = self.block_size
         steps = 1 << 62

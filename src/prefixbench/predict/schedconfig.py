@@ -9,8 +9,11 @@ vLLM's scheduler (:mod:`prefixbench.predict.replay` picks one).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Final, Literal
+
+if TYPE_CHECKING:
+    from prefixbench.bench.workloads import Workload
 
 __all__ = [
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
@@ -18,6 +21,8 @@ __all__ = [
     "SERIAL",
     "SchedModelError",
     "Serving",
+    "bench_phases",
+    "bench_serving",
 ]
 
 #: The tutorial server's ``--max-num-seqs`` (the settings catalogue's
@@ -55,6 +60,11 @@ class Serving:
     ready: int = 0
     warmups: int = 0
     async_scheduling: bool = False
+    #: Which scheduler the server runs: ``"vllm"`` (vLLM's own) or ``"neuron"`` (the
+    #: Neuron plugin's, :mod:`prefixbench.predict.schedneuron`, whose KV-concurrency cap
+    #: is computed at ``max_model_len``; ``None``: no cap).
+    scheduler: Literal["vllm", "neuron"] = "vllm"
+    max_model_len: int | None = None
     #: A Neuron server's prefill segment in tokens (``kv_segment_size_buckets``, equal to
     #: ``max_num_batched_tokens``): the replay also counts the hit tokens that fall in
     #: whole segments, the prefill a warm request skips
@@ -69,6 +79,8 @@ class Serving:
                              f"{self.max_num_batched_tokens}")
         if min(self.ready, self.warmups) < 0:
             raise ValueError("ready and warmups must be >= 0")
+        if self.scheduler not in ("vllm", "neuron"):
+            raise ValueError(f"unknown scheduler {self.scheduler!r}: use 'vllm' or 'neuron'")
         if self.prefill_segment is not None and self.prefill_segment < 1:
             raise ValueError(f"prefill_segment must be >= 1, got {self.prefill_segment}")
 
@@ -81,10 +93,43 @@ class Serving:
         """One short phrase for output and notes."""
         if not self.scheduled and not self.async_scheduling:
             return "one request at a time (concurrency 1)"
-        return (f"vLLM {'async ' if self.async_scheduling else ''}scheduler model at "
+        who = "Neuron plugin's" if self.scheduler == "neuron" else "vLLM"
+        return (f"{who} {'async ' if self.async_scheduling else ''}scheduler model at "
                 f"concurrency {self.concurrency} (max_num_seqs {self.max_num_seqs}, "
                 f"max_num_batched_tokens {self.max_num_batched_tokens})")
 
 
 #: One request at a time, today's replay.
 SERIAL: Final = Serving()
+
+
+def bench_phases(workload: Workload | None, serving: Serving,
+                 pre_requests: int | None = None) -> Serving:
+    """``serving`` with the bench's phases: the ready check (1 request when
+    ``ready_check_timeout_sec`` > 0) and the warmups (``num_warmups``), as ``vllm bench
+    serve`` sends them (vLLM 0.32, ``vllm/benchmarks/serve.py``, ``benchmark``: the ready
+    check alone, ``wait_for_endpoint``; then the warmups at ``max_concurrency``, all
+    awaited; each phase finished before the next). ``pre_requests``
+    (the copies of the first prompt actually replayed, if not the workload's own): the
+    ready check first among them, the rest warmups. Without a workload, unchanged."""
+    if workload is None:
+        return serving
+    ready = 1 if (workload.ready_check_timeout_sec or 0) > 0 else 0
+    warmups = workload.num_warmups
+    if pre_requests is not None and pre_requests != ready + warmups:
+        if pre_requests < 0:
+            raise ValueError(f"pre_requests must be >= 0, got {pre_requests}")
+        ready = min(ready, pre_requests)
+        warmups = pre_requests - ready
+    return replace(serving, ready=ready, warmups=warmups)
+
+
+def bench_serving(workload: Workload, *, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+                  max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                  async_scheduling: bool = False) -> Serving:
+    """How a bench of ``workload`` reaches a server with these scheduler limits: its
+    ``max_concurrency`` (unset: all its prompts at once) and its phases."""
+    return bench_phases(workload, Serving(
+        concurrency=max(1, workload.max_concurrency or workload.num_prompts),
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        async_scheduling=async_scheduling))

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
+from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW, admission_cap
 from prefixbench.predict.schedasync import AsyncSchedulerSim
 from prefixbench.predict.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -98,11 +98,10 @@ class HybridSchedulerSim(SchedulerSim):
         self.sliding_window = sliding_window
         #: Contiguous sliding-window blocks a hit needs.
         self.need = _cdiv(sliding_window - 1, block_size)
-        held = sliding_window - 1 + max_num_batched_tokens * self.in_flight_batches
-        if max_model_len is not None:
-            held = min(held, max_model_len)
         #: The sliding-window group's admission cap, in blocks.
-        self.admission_cap = _cdiv(held, block_size) + 1
+        self.admission_cap = admission_cap(
+            sliding_window, max_num_batched_tokens * self.in_flight_batches, block_size,
+            max_model_len)
         #: The sliding-window group's cache (the full-attention group's is the base's).
         self._swa_copies: dict[int, list[int]] = {}
         self._swa_key_of: dict[int, int] = {}

@@ -99,10 +99,7 @@ from prefixbench.predict.cachesim import (
     same_kind,
 )
 from prefixbench.predict.schedclient import send_timed
-from prefixbench.predict.schedconfig import (
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    DEFAULT_MAX_NUM_SEQS,
-)
+from prefixbench.predict.schedconfig import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 from prefixbench.predict.schedpool import BlockPool, BlockTable
 
 __all__ = [
@@ -123,6 +120,8 @@ class SchedReplayResult(ReplayResult):
     preempted_query_tokens: int = 0
     #: Scheduler steps the replay took.
     steps: int = 0
+    #: Each prompt's request index in the model (its send order).
+    sent: list[int] = field(default_factory=list)
 
 
 class _Request(BlockTable):
@@ -278,7 +277,7 @@ class SchedulerSim(BlockPool):
             preemptions=[r.preemptions for r in done],
             preempted_hit_tokens=self.preempted_hit_tokens - ph0,
             preempted_query_tokens=self.preempted_query_tokens - pq0,
-            steps=self.steps - steps0)
+            steps=self.steps - steps0, sent=order)
 
     # -- the scheduler ---------------------------------------------------------------------
     def _advance(self, until: int | None) -> None:
@@ -298,8 +297,7 @@ class SchedulerSim(BlockPool):
         running = self._running
         if not running or len(running) > self.max_num_batched_tokens:
             return 0
-        if self._waiting and len(running) < self.max_num_seqs and \
-                len(running) < self.max_num_batched_tokens:
+        if self._admission_possible():
             return 0
         bs = self.block_size
         steps = 1 << 62
@@ -308,6 +306,11 @@ class SchedulerSim(BlockPool):
                 return 0
             steps = min(steps, len(req.table) * bs - req.computed, req.out_len - req.out)
         return self._window_steps(steps)
+
+    def _admission_possible(self) -> bool:
+        """Whether the next step may admit a waiting request (no bulk decode skip)."""
+        return bool(self._waiting) and len(self._running) < min(
+            self.max_num_seqs, self.max_num_batched_tokens)
 
     def _window_steps(self, steps: int) -> int:
         """``steps`` of :meth:`_decode_only_steps`, fewer if a running request would free
@@ -324,11 +327,7 @@ class SchedulerSim(BlockPool):
 
     def _step(self) -> None:
         self.steps += 1
-        budget = self.max_num_batched_tokens
-        scheduled: list[_Request] = []
-        budget, preempted = self._schedule_running(budget, scheduled)
-        if not preempted:
-            self._schedule_waiting(budget, scheduled)
+        scheduled = self._schedule()
         for req in scheduled:
             req.computed += req.scheduled
         finished = False
@@ -343,6 +342,14 @@ class SchedulerSim(BlockPool):
                     finished = True
         if finished:
             self._running = [r for r in self._running if r.scheduled != -1]
+
+    def _schedule(self) -> list[_Request]:
+        """vLLM's ``schedule``: running, then (none preempted) waiting; those scheduled."""
+        scheduled: list[_Request] = []
+        budget, preempted = self._schedule_running(self.max_num_batched_tokens, scheduled)
+        if not preempted:
+            self._schedule_waiting(budget, scheduled)
+        return scheduled
 
     def _schedule_running(self, budget: int, scheduled: list[_Request]) -> tuple[int, bool]:
         running = self._running

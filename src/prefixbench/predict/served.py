@@ -26,18 +26,17 @@ from typing import Any
 from prefixbench.bench.prefix_repetition import align_to_server, generate_prompts
 from prefixbench.bench.workloads import Workload
 from prefixbench.measure.ratios import block_aligned_expected, block_aligned_hit_tokens
-from prefixbench.predict.arrivals import ArrivalBand, arrival_band
+from prefixbench.predict.arrivals import ArrivalBand
+from prefixbench.predict.benchreplay import BenchReplay, replay_bench
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench.predict.replay import (
     Prediction,
     concurrency_note,
-    new_scheduler,
     replay_curve,
-    replay_requests,
     serving_note,
 )
-from prefixbench.predict.schedconfig import SERIAL, Serving
+from prefixbench.predict.schedconfig import SERIAL, Serving, bench_phases
 from prefixbench.predict.tokenizer import Tokenizer
 from prefixbench.predict.tokenizer import load as load_tokenizer
 
@@ -185,6 +184,7 @@ def served_curve(
         raise ValueError(f"block_size ({block_size}) and capacities ({list(capacities)}) "
                          f"must be positive")
     sent = _sent(workload, tokenizer_dir, None)
+    serving = bench_phases(workload, serving, sent.pre)
     caps: list[int | None] = [*sorted(set(capacities)), None]
     preds = replay_curve(sent.prompts,
                          [workload.prefix_repetition_output_len] * len(sent.prompts),
@@ -216,7 +216,10 @@ def served_expectation(
     round trip), shuffled unless ``disable_shuffle``, sent as ``decode(prefix + suffix)``,
     encoded by the server with ``add_special_tokens=True`` (so a BOS the tokenizer adds is
     counted), preceded by ``pre_requests`` copies of the first prompt (default the
-    workload's ready check + warmups), and replayed one at a time. ``capacity_blocks`` is
+    workload's ready check + warmups), and replayed as the bench sends them
+    (:func:`prefixbench.predict.benchreplay.replay_bench`: the ready check alone, the
+    warmups, then the prompts), one at a time or above concurrency 1 through the
+    scheduler model. ``capacity_blocks`` is
     the usable KV capacity (:func:`server_capacity`); ``None`` is unbounded;
     ``cache_model`` the server's cache model (:func:`prefixbench.predict.whatif
     .server_cache_model`). ``serving``: the bench's concurrency and the server's
@@ -250,29 +253,29 @@ def served_expectation(
     hits, queries, evicted = free.hit_tokens_total, free.query_tokens_total, 0
     unbounded_hits = hits
     outputs = [w.prefix_repetition_output_len] * len(prompts)
+
+    def replay(capacity: int | None, band: bool) -> BenchReplay:
+        return replay_bench(prompts, outputs, workload=w, block_size=block_size,
+                            capacity_blocks=capacity, cache_model=cache_model,
+                            serving=serving, method="served", band=band, pre_requests=pre)
+
+    band = None
     if serving.scheduled:
-        scheduled = replay_requests(prompts, outputs, block_size=block_size,
-                                    capacity_blocks=None, method="served",
-                                    cache_model=cache_model, serving=serving)
-        hits = unbounded_hits = scheduled.hit_tokens
+        scheduled = replay(None, capacity_blocks is None)
+        hits = unbounded_hits = scheduled.prediction.hit_tokens
+        band = scheduled.band
     elif cache_model.kind != "full":
         own = cache_model.sim(block_size, None)
         for tokens in prompts:
             own.run(tokens)
         hits = unbounded_hits = own.hit_tokens_total
-    band = None
-    if serving.scheduled:
-        band = arrival_band(
-            prompts, outputs, serving=serving, request_rate=w.request_rate,
-            burstiness=w.burstiness, seed=w.seed or 0,
-            new_sim=lambda: new_scheduler(block_size, capacity_blocks, cache_model, serving))
     if capacity_blocks is not None:
-        bounded = replay_requests(prompts, outputs, block_size=block_size,
-                                  capacity_blocks=capacity_blocks, method="served",
-                                  cache_model=cache_model, serving=serving)
+        replayed = replay(capacity_blocks, True)
+        bounded = replayed.prediction
         if bounded.ratio is None:
             raise ValueError(bounded.note or "a request does not fit the cache")
         hits, queries, evicted = bounded.hit_tokens, bounded.query_tokens, bounded.evicted_blocks
+        band = replayed.band
     notes = [n for n in (f"replayed through the {serving.describe()}"
                          if serving.scheduled else None,
                          serving_note(w, serving) if serving.scheduled

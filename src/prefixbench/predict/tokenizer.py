@@ -269,8 +269,39 @@ def _chat_template(directory: Path | None, config: Mapping[str, Any]) -> str | N
     return None
 
 
+#: Tokenizers loaded in this process, by the files they were read from and those files'
+#: sizes and modification times: a report over a fleet's records loads each once.
+_LOADED: dict[tuple[tuple[str, int, int], ...], Tokenizer] = {}
+
+
+def _identity(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """Which files :func:`load` reads for ``path``, with their sizes and mtimes."""
+    directory = path if path.is_dir() else path.parent
+    names = [path / TOKENIZER_JSON if path.is_dir() else path]
+    names += [directory / n for n in (TOKENIZER_CONFIG, CHAT_TEMPLATE_FILE, MODEL_CONFIG)]
+    out = []
+    for f in names:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        out.append((str(f.resolve()), st.st_size, st.st_mtime_ns))
+    return (("dir" if path.is_dir() else "file", 0, 0), *out)
+
+
 def load(path: Path) -> Tokenizer:
-    """The tokenizer of a directory holding ``tokenizer.json``, or of that file itself."""
+    """The tokenizer of a directory holding ``tokenizer.json``, or of that file itself;
+    loaded once per process while its files are unchanged (a 12 MB tokenizer takes about
+    a second)."""
+    path = Path(path)
+    key = _identity(path)
+    cached = _LOADED.get(key)
+    if cached is None:
+        cached = _LOADED[key] = _load(path)
+    return cached
+
+
+def _load(path: Path) -> Tokenizer:
     try:
         from tokenizers import Tokenizer as Backend  # noqa: PLC0415 - heavy, on demand
     except ImportError:  # pragma: no cover - the controller lock installs it

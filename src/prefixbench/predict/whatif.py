@@ -47,7 +47,6 @@ it runs, as the model assumes every request generates all of them (``ignore_eos`
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import replace
@@ -60,7 +59,7 @@ from prefixbench.bench.custom_read import CustomPromptsError
 from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
 from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.measure.ratios import block_aligned_expected
-from prefixbench.predict.arrivals import arrival_band
+from prefixbench.predict.benchreplay import bench_band, replay_bench
 from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
 from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
 from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
@@ -68,12 +67,10 @@ from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import (
     Kept,
     Prediction,
-    new_scheduler,
-    replay_requests,
     replay_sent,
     serving_note,
 )
-from prefixbench.predict.schedconfig import SERIAL, Serving
+from prefixbench.predict.schedconfig import SERIAL, Serving, bench_phases
 from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
 from prefixbench.predict.tokenizer import load as load_tokenizer
 
@@ -156,18 +153,12 @@ def predict_prefix_repetition(
     bos = list(range(bos_tokens))
     prompts = prefix_repetition_tokens(w, bos=bos)
     outputs = [w.prefix_repetition_output_len] * len(prompts)
-    pred = replay_requests(
-        prompts, outputs, block_size=block_size,
+    pred = replay_bench(
+        prompts, outputs, workload=w, block_size=block_size,
         capacity_blocks=capacity_blocks, method="cachesim replay, prefix_repetition "
         "regenerated from the seed", note=serving_note(w, serving), cache_model=cache_model,
-        serving=serving)
-    pred = replace(pred, formula_ratio=formula.ratio)
-    if not (band and serving.scheduled):
-        return pred
-    kept = Kept(MAX_REPLAY_TOKENS)
-    kept.prompts, kept.outputs = list(prompts), outputs
-    return _banded(pred, kept, w, block_size=block_size, capacity_blocks=capacity_blocks,
-                   cache_model=cache_model, serving=serving)
+        serving=serving, band=band).prediction
+    return replace(pred, formula_ratio=formula.ratio)
 
 
 #: Prompt tokens a prompts file's replay keeps for the range over arrival timings (23
@@ -185,13 +176,9 @@ def _banded(pred: Prediction, kept: Kept | None, workload: Workload | None, *,
     if kept.overflow:
         return replace(pred, band_note=f"not computed: more than {kept.budget:,} prompt "
                                        f"tokens")
-    w = workload
-    timed = arrival_band(
-        kept.prompts, kept.outputs, serving=serving,
-        request_rate=w.request_rate if w is not None else math.inf,
-        burstiness=w.burstiness if w is not None else 1.0,
-        seed=(w.seed or 0) if w is not None else 0,
-        new_sim=lambda: new_scheduler(block_size, capacity_blocks, cache_model, serving))
+    timed = bench_band(kept.prompts, kept.outputs, workload=workload,
+                       block_size=block_size, capacity_blocks=capacity_blocks,
+                       cache_model=cache_model, serving=serving)
     return replace(pred, band=(timed.lo, timed.hi), band_note=timed.describe())
 
 
@@ -351,8 +338,7 @@ def predict(
     (unless not ``band``) the range over arrival timings
     (:attr:`~prefixbench.predict.replay.Prediction.band`).
     """
-    serving = replace(serving, ready=1 if (workload.ready_check_timeout_sec or 0) > 0 else 0,
-                      warmups=workload.num_warmups)
+    serving = bench_phases(workload, serving)
     if cache_config is None or capacity_blocks is not None:
         return _predict(workload, block_size=block_size, capacity_blocks=capacity_blocks,
                         prompts_file=prompts_file, tokenizer_dir=tokenizer_dir,

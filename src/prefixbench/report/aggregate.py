@@ -200,7 +200,7 @@ def step9_of(benches: Sequence[BenchSummary]) -> tuple[Step9Row, ...]:
             expected_block_aligned=0.0 if off else b.expected_block_aligned,
             expected_tutorial=0.0 if off else b.expected_tutorial,
             hit_tokens=b.hit_tokens, query_tokens=b.query_tokens,
-            predicted=0.0 if off else agg_median(b.predicted_hit_ratio),
+            predicted=None if off else agg_median(b.predicted_hit_ratio),
             prediction_note=None if off else b.prediction_note,
             expected_served=0.0 if off else b.expected_served))
     return tuple(rows)

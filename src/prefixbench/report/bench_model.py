@@ -172,6 +172,17 @@ class BenchSummary:
     other_load: Agg | None = None
 
     @property
+    def verdict_expectation(self) -> tuple[float, str] | None:
+        """The expected hit ratio the hit-rate verdict holds this bench to, and its name:
+        the served expectation (the prompts the bench sent, re-encoded and replayed) when
+        the record has one, else the block-aligned formula; ``None`` without either."""
+        if self.expected_served is not None:
+            return self.expected_served, "expected (served tokens: the verdict's)"
+        if self.expected_block_aligned is not None:
+            return self.expected_block_aligned, "expected (block-aligned: the verdict's)"
+        return None
+
+    @property
     def offered_output_rate(self) -> float | None:
         """``request_rate x output_len`` (tokens/s): the most a rate-limited run yields."""
         if self.request_rate is None or not math.isfinite(self.request_rate):

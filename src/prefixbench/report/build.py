@@ -36,8 +36,16 @@ __all__ = ["ReportInputError", "build_summary"]
 def kv_cache_of(records: Sequence[BenchmarkRecord]) -> str | None:
     """The KV-cache line of one host (:func:`prefixbench.predict.kvcapacity.kv_cache_line`)
     from its prefix-caching servers' ``vllm:cache_config_info``, as each record keeps it;
-    distinct lines joined. ``None`` without a record of a prefix-caching server."""
+    distinct lines joined, then the engine model the expectations assumed (a record's
+    ``expected_scheduler`` / ``expected_kv_manager``, from the hosts' platform:
+    :func:`prefixbench.predict.engines.engine_model`). ``None`` without a record of a
+    prefix-caching server."""
     lines: list[str] = []
+    assumed = [f"{e['expected_scheduler']} over {e.get('expected_kv_manager')}"
+               for r in records if (e := getattr(r, "expected", None) or {})
+               and e.get("expected_scheduler")]
+    if assumed:
+        lines.append("the expectation assumed " + ", ".join(dict.fromkeys(assumed)))
     labelled = False
     for record in records:
         labels = (record.metrics_delta or {}).get("cache_config")
@@ -48,9 +56,9 @@ def kv_cache_of(records: Sequence[BenchmarkRecord]) -> str | None:
             continue
         line = kv_cache_line(labels)
         if line not in lines:
-            lines.append(line)
+            lines.insert(len(lines) - bool(assumed), line)
     if records and not labelled:
-        return kv_cache_line(None)
+        return "; ".join([kv_cache_line(None), *lines])
     return "; ".join(lines) or None
 
 
@@ -67,7 +75,10 @@ def build_summary(
     t = thresholds or Thresholds()
     data = load_run(run_dir, accept_unchecksummed=accept_unchecksummed)
     known = data.workloads()
-    views = [record_view(r, known, data.run_dir) for r in data.records]
+    # A what-if replay for custom workloads only: a tutorial workload's record keeps the
+    # replay of the prompts its server was sent (expected.served_ratio), which the report
+    # shows and judges against.
+    views = [record_view(r, known, data.run_dir, custom_only=True) for r in data.records]
     grouped: dict[str, dict[tuple[str, str], list[RecordView]]] = {}
     for v in views:
         k = v.record.key

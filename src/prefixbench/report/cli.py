@@ -6,7 +6,7 @@ regression; 2 usage or input error (one line on stderr); 3 a confirmation verdic
 (or, with ``--fleet-gate``, a host was flagged by the fleet checks); 4 regression against
 the reference; 5 the S3 upload failed; 6 a verdict is INCONCLUSIVE (more repetitions
 would decide it); 7 the run is incomplete: a bench failed and has no result (rerun with
-the same run id).
+the same run id); for ``compare``: data missing in either run (:func:`compare_code`).
 """
 
 from __future__ import annotations
@@ -44,9 +44,21 @@ from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
 from prefixbench.report.upload import UploadError, upload_run
 from prefixbench.report.write import FORMATS, write_outputs
 
-__all__ = ["EXIT_FAILED", "EXIT_INCOMPLETE", "EXIT_INCONCLUSIVE", "EXIT_OK", "EXIT_REGRESSION",
-           "EXIT_UPLOAD", "EXIT_USAGE", "compare_main", "compare_parser", "outcome_code",
-           "report_main", "report_parser"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INCOMPLETE",
+    "EXIT_INCONCLUSIVE",
+    "EXIT_OK",
+    "EXIT_REGRESSION",
+    "EXIT_UPLOAD",
+    "EXIT_USAGE",
+    "compare_code",
+    "compare_main",
+    "compare_parser",
+    "outcome_code",
+    "report_main",
+    "report_parser",
+]
 
 EXIT_UPLOAD = 5
 
@@ -106,12 +118,17 @@ def report_parser() -> argparse.ArgumentParser:
 def compare_parser() -> argparse.ArgumentParser:
     """The arguments of ``prefixbench compare``; a usage error raises, it does not exit."""
     parser = _Parser(prog="prefixbench compare", description="Compare a run against a "
-                     "reference run; exit 4 on regression beyond the tolerances.")
+                     "reference run over the benches both have: exit 4 on a regression "
+                     "beyond the tolerances, 7 when data is missing in either run (a "
+                     "result in one run only, or rejected by the record checks).")
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("reference_dir", metavar="REFERENCE_DIR")
     parser.add_argument("--tolerances", metavar="FILE",
                         help="YAML overriding the default tolerances (see "
                         "docs/reading-the-report.md)")
+    parser.add_argument("--accept-unchecksummed", action="store_true",
+                        help="use result files that carry no checksum (runs written by an "
+                             "older version) instead of treating them as missing data")
     return parser
 
 
@@ -197,22 +214,36 @@ def _report_capacity(prog: str, args: argparse.Namespace, out: TextIO, err: Text
     return _report_points(report_capacity, capacity_lines, prog, args, out=out, err=err)
 
 
+def compare_code(c: Comparison) -> int:
+    """The exit code of a comparison: 7 when data is missing (a bench with a result in one
+    run only, a rejected result, a figure one run lacks), else 4 on a regression, else 0.
+    Missing data is never a regression: the figures are taken over what both runs have."""
+    if not c.complete:
+        return EXIT_INCOMPLETE
+    return EXIT_OK if c.ok else EXIT_REGRESSION
+
+
 def _print_comparison(c: Comparison, out: TextIO) -> None:
+    for g in c.gaps:
+        print(g.line(), file=out)
     for i in c.items:
-        if i.status == "ok":
-            continue
-        cur = "n/a" if i.current is None else f"{i.current:.4g}"
-        ref = "n/a" if i.reference is None else f"{i.reference:.4g}"
-        allowed = "" if i.allowed is None else f" (allowed {i.allowed:.4g})"
-        print(f"{i.status.upper()}: {i.label}: {ref} -> {cur}{allowed}", file=out)
+        if i.status != "ok":
+            print(i.line(), file=out)
     n = len(c.regressions)
     print(f"{n} regression(s) in {len(c.items)} metric(s) against {c.reference_run_id}"
           + (": " + ", ".join(r.label for r in c.regressions) if n else ""), file=out)
+    if not c.complete:
+        rejected = len(c.rejected)
+        print(f"incomplete: {len(c.gaps)} bench(es) without a result in both runs"
+              + (f" ({rejected} rejected by the record checks)" if rejected else "")
+              + f", {len(c.missing)} figure(s) in one run only; every figure above is "
+              f"over the benches both runs have (exit {EXIT_INCOMPLETE})", file=out)
 
 
 def compare_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
                  err: TextIO | None = None) -> int:
-    """``RUN_DIR REFERENCE_DIR [--tolerances FILE]``; writes RUN_DIR/comparison.json."""
+    """``RUN_DIR REFERENCE_DIR [--tolerances FILE] [--accept-unchecksummed]``; writes
+    RUN_DIR/comparison.json. Exit codes: :func:`compare_code`, 2 on bad input."""
     out = out or sys.stdout
     err = err or sys.stderr
     prog = "prefixbench compare"
@@ -220,10 +251,11 @@ def compare_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
         tol = load_tolerances(args.tolerances) if args.tolerances else Tolerances()
-        result = compare(args.run_dir, args.reference_dir, tol)
+        result = compare(args.run_dir, args.reference_dir, tol,
+                         accept_unchecksummed=args.accept_unchecksummed)
     except (_UsageError, ToleranceError, ReportInputError, OSError) as exc:
         return _fail(prog, str(exc), err)
     write_text_atomic(Path(args.run_dir) / "comparison.json",
                       json.dumps(json_safe(result.to_dict()), indent=2, sort_keys=True) + "\n")
     _print_comparison(result, out)
-    return EXIT_OK if result.ok else EXIT_REGRESSION
+    return compare_code(result)

@@ -140,7 +140,9 @@ def host_bars(s: Summary) -> str:
 
 
 def hit_ratio_plot(s: Summary) -> str:
-    """Both measured hit ratios per host and cached workload, with both expectations."""
+    """Both measured hit ratios per host and cached workload, marked with the expectation
+    the hit-rate verdict uses (``BenchSummary.verdict_expectation``) and the tutorial's
+    formula beside it."""
     groups: list[str] = []
     values: list[list[float | None]] = []
     markers: list[list[tuple[float, str, str]]] = []
@@ -152,10 +154,10 @@ def hit_ratio_plot(s: Summary) -> str:
             values.append([b.hit_ratio_queries.median if b.hit_ratio_queries else None,
                            b.hit_ratio_by_source.median if b.hit_ratio_by_source else None])
             row = []
-            if b.expected_block_aligned is not None:
-                row.append((b.expected_block_aligned, "#1d232a", "expected (block-aligned)"))
-            if b.expected_tutorial is not None and b.expected_tutorial != (
-                    b.expected_block_aligned):
+            held = b.verdict_expectation
+            if held is not None:
+                row.append((held[0], "#1d232a", held[1]))
+            if b.expected_tutorial is not None:
                 row.append((b.expected_tutorial, "#bf8700", "expected (tutorial formula)"))
             markers.append(row)
     if not groups:

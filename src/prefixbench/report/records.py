@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,12 +119,19 @@ def record_prediction(record: BenchmarkRecord, workload: Workload | None, run_di
     seeded = workload if workload.seed is not None or record.seed is None \
         else workload.with_seed(record.seed)
     prompts = RunLayout.of(run_dir).prompts_path(workload.name)
-    return predict(seeded, block_size=int(block),
+    serving = _serving(record, workload)
+    pred = predict(seeded, block_size=int(block),
                    cache_config=cfg,
                    prompts_file=prompts if prompts.is_file() else None,
-                   tokenizer_dir=tokenizer_dir(run_dir), serving=_serving(record, workload),
+                   tokenizer_dir=tokenizer_dir(run_dir), serving=serving,
                    # prefix_repetition's range is the served expectation's, in the record
                    band=workload.is_custom)
+    source = (f"{prompts.relative_to(run_dir)} (the prompts the bench sent)"
+              if prompts.is_file() else
+              f"{workload.name}'s prompts regenerated from seed {seeded.seed or 0}")
+    what = (f"replays {source} with the server's block size {int(block)} and KV capacity, "
+            f"at concurrency {serving.concurrency}")
+    return replace(pred, note="; ".join(n for n in (what, pred.note) if n))
 
 
 def concurrency_of(workload: Workload) -> int:
@@ -156,8 +163,10 @@ def _serving(record: BenchmarkRecord, workload: Workload) -> Serving:
 
 
 def record_view(record: BenchmarkRecord, known: Mapping[str, Workload],
-                run_dir: Path | None = None) -> RecordView:
-    """What the report reads of one record; ``run_dir`` given: with its prediction."""
+                run_dir: Path | None = None, *, custom_only: bool = False) -> RecordView:
+    """What the report reads of one record; ``run_dir`` given: with its prediction
+    (``custom_only``: for a custom workload only, whose record keeps no replay of the
+    prompts its server was sent at the bench's concurrency)."""
     w = _workload(record, known)
     d = _delta(record)
     m, e = record.measured, record.expected
@@ -198,7 +207,8 @@ def record_view(record: BenchmarkRecord, known: Mapping[str, Workload],
         evictions_sampled=counters.get("kv_block_evictions_sampled"),
         kv_cache_usage=d.kv_cache_usage_after if d is not None else None,
         per_request_ms=values, per_request_cold=cold, per_request_source=source, note=note,
-        predicted=None if run_dir is None else record_prediction(record, w, run_dir))
+        predicted=None if run_dir is None or (custom_only and not (w and w.is_custom))
+        else record_prediction(record, w, run_dir))
 
 
 def _ttft_aligned(record: BenchmarkRecord) -> tuple[float | None, ...]:

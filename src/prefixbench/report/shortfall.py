@@ -41,7 +41,7 @@ from typing import Any, Final
 from prefixbench.report.bench_model import BenchSummary, agg_median
 from prefixbench.report.vocab import CACHED
 
-__all__ = ["Cause", "explain"]
+__all__ = ["Cause", "expectation_steps", "explain"]
 
 #: Gaps at or below this (0.001 = 0.1 point) are rounding, not a cause.
 TOLERANCE: Final = 0.001
@@ -55,14 +55,82 @@ class Cause:
     #: Percentage points of hit ratio (negative: hits lost).
     points: float
     text: str
+    #: The figure behind it, for a one-line account (``label``).
+    brief: str = ""
+
+    @property
+    def label(self) -> str:
+        """The cause in a few words: its code, and the figure that shows it."""
+        name = self.code.replace("_", " ")
+        return f"{name} ({self.brief})" if self.brief else name
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "points": round(self.points, 4), "text": self.text}
 
 
+def _small(points: float) -> Cause:
+    return Cause("small", points, "steps of at most 0.1 point each, together (the "
+                 "rounding of the expectations above)", "steps of 0.1 point or less")
+
+
+def _add_up(out: list[Cause], total: float) -> list[Cause]:
+    """``out`` with the part of ``total`` (points) its causes leave over, when it shows at
+    two decimals: each step at or below the tolerance is left out on its own, and
+    together they are labelled, so the causes always add up to the gap."""
+    rest = total - sum(c.points for c in out)
+    if abs(rest) >= 0.005:
+        out.append(_small(rest))
+    return out
+
+
+def expectation_steps(b: BenchSummary, tolerance: float = TOLERANCE) -> tuple[Cause, ...]:
+    """From the block-aligned expectation to the served one (the replay of the tokens the
+    server was sent, at its capacity: what the hit-rate verdict judges against), step by
+    step: junction or tokens, sliding window, eviction. Their points add up to
+    ``served - block-aligned`` (empty: either is missing, or they are equal)."""
+    aligned, served = b.expected_block_aligned, b.expected_served
+    unbounded, full = b.expected_served_unbounded, b.expected_served_full_attention
+    hybrid = full is not None and unbounded is not None
+    tokens_side = full if hybrid else unbounded if unbounded is not None else served
+    end = served if served is not None else unbounded if unbounded is not None else full
+    if aligned is None or tokens_side is None or end is None:
+        return ()
+    out: list[Cause] = []
+    if abs(tokens_side - aligned) > tolerance:
+        lost = b.junction_lost_blocks
+        if lost and tokens_side < aligned:
+            out.append(Cause("junction", (tokens_side - aligned) * 100,
+                             f"the tokenizer re-splits the text where prefix and suffix "
+                             f"meet: {lost:.0f} prefix block(s) lost over the run",
+                             f"{lost:.0f} block(s) lost where prefix and suffix re-split"))
+        else:
+            share = "less" if tokens_side < aligned else "more"
+            out.append(Cause("tokens", (tokens_side - aligned) * 100,
+                             f"the tokens the server sees share {share} than the token "
+                             f"counts say (a chat template or other rewriting of the "
+                             f"prompts)", "the served tokens against the token counts"))
+    if hybrid and full is not None and unbounded is not None \
+            and abs(full - unbounded) > tolerance:
+        out.append(Cause("sliding_window", (unbounded - full) * 100,
+                         "vLLM's hybrid KV-cache manager: the sliding-window layers keep "
+                         "only the window before each prompt's end (and before a shared "
+                         "prefix's end once a request has found that prefix), so the first "
+                         "repeat of a prefix misses; full attention would hit it",
+                         "vLLM's hybrid KV-cache manager's sliding-window layers"))
+    if unbounded is not None and served is not None and abs(unbounded - served) > tolerance:
+        out.append(Cause("eviction", (served - unbounded) * 100,
+                         "the KV cache is smaller than the working set: replayed at the "
+                         "server's capacity, the prompts lose cached blocks before their "
+                         "reuse (see the capacity curve: prefixbench_sweep_kv_blocks)",
+                         "the server's KV capacity below the working set"))
+    return tuple(_add_up(out, (end - aligned) * 100))
+
+
 def explain(b: BenchSummary, tolerance: float = TOLERANCE) -> tuple[Cause, ...]:
     """The causes of a cached bench's difference from the formula (empty: none above the
-    tolerance, not a cached bench, or no measurement)."""
+    tolerance, not a cached bench, or no measurement). Their points add up to measured
+    (hits/queries) minus the formula (or, without a formula, minus the block-aligned
+    expectation); the steps of at most ``tolerance`` each are one ``small`` cause."""
     measured = agg_median(b.hit_ratio_queries)
     if b.configuration != CACHED or b.prefix_caching_enabled is False or measured is None:
         return ()
@@ -77,31 +145,7 @@ def explain(b: BenchSummary, tolerance: float = TOLERANCE) -> tuple[Cause, ...]:
             out.append(Cause("partial_block", (aligned - tutorial) * 100,
                              "the prefix's partial last block is never reused (only whole "
                              f"{b.block_size}-token blocks are)"))
-    unbounded = b.expected_served_unbounded
-    full = b.expected_served_full_attention
-    hybrid = full is not None and unbounded is not None
-    tokens_side = full if hybrid else unbounded if unbounded is not None else served
-    if aligned is not None and tokens_side is not None and aligned - tokens_side > tolerance:
-        lost = b.junction_lost_blocks
-        if lost:
-            out.append(Cause("junction", (tokens_side - aligned) * 100,
-                             f"the tokenizer re-splits the text where prefix and suffix "
-                             f"meet: {lost:.0f} prefix block(s) lost over the run"))
-        else:
-            out.append(Cause("tokens", (tokens_side - aligned) * 100,
-                             "the tokens the server sees share less than the token counts "
-                             "say (a chat template or other rewriting of the prompts)"))
-    if hybrid and full is not None and unbounded is not None and full - unbounded > tolerance:
-        out.append(Cause("sliding_window", (unbounded - full) * 100,
-                         "vLLM's hybrid KV-cache manager: the sliding-window layers keep "
-                         "only the window before each prompt's end (and before a shared "
-                         "prefix's end once a request has found that prefix), so the first "
-                         "repeat of a prefix misses; full attention would hit it"))
-    if unbounded is not None and served is not None and unbounded - served > tolerance:
-        out.append(Cause("eviction", (served - unbounded) * 100,
-                         "the KV cache is smaller than the working set: replayed at the "
-                         "server's capacity, the prompts lose cached blocks before their "
-                         "reuse (see the capacity curve: prefixbench_sweep_kv_blocks)"))
+    out += expectation_steps(b, tolerance)
     base = served if served is not None else aligned
     if base is None:
         return tuple(out)
@@ -112,7 +156,10 @@ def explain(b: BenchSummary, tolerance: float = TOLERANCE) -> tuple[Cause, ...]:
         out.append(Cause("extra_hits", gap * 100,
                          "more hits than the prompts share: an earlier workload's prompts "
                          "were still cached on this server"))
-    return tuple(out)
+    start = tutorial if tutorial is not None else aligned
+    if not out or start is None:
+        return tuple(out)
+    return tuple(_add_up(out, (measured - start) * 100))
 
 
 def _shortfall(b: BenchSummary, gap: float) -> Cause:
@@ -120,11 +167,8 @@ def _shortfall(b: BenchSummary, gap: float) -> Cause:
     if b.evictions_sampled or b.preemptions:
         signs = [f"{v:.0f} {name}" for v, name in ((b.evictions_sampled, "sampled evictions"),
                                                     (b.preemptions, "preemptions")) if v]
-        predicted = agg_median(b.predicted_hit_ratio)
-        beside = ("" if predicted is None else
-                  f"; the what-if replay at the server's capacity predicts {predicted:.1%}")
         return Cause("eviction", gap * 100, "cached blocks were evicted before their reuse ("
-                     + ", ".join(signs) + ")" + beside)
+                     + ", ".join(signs) + ")")
     if b.max_concurrency is not None and b.max_concurrency > 1:
         return Cause("race", gap * 100,
                      f"at concurrency {b.max_concurrency} requests that share a prefix "

@@ -107,19 +107,27 @@ def step8_lines(h: HostSummary) -> list[str]:
 
 
 def step9_table(h: HostSummary) -> Table:
+    """Step 9; the what-if columns only when a row has a what-if replay (a custom
+    workload's prompts file, :func:`prefixbench.report.records.record_prediction`),
+    each with the note that says what it replayed."""
+    replayed = any(r.predicted is not None or r.prediction_note for r in h.step9)
     rows = []
     for r in h.step9:
-        rows.append((f"{r.configuration} / {r.workload}", _pct(r.hit_ratio_queries),
-                     _pct(r.hit_ratio_by_source), _pct(r.expected_served),
-                     _pct(r.expected_block_aligned), _pct(r.expected_tutorial),
-                     fmt(r.diff_pp(r.hit_ratio_by_source), "+.2f", " pp"),
-                     _pct(r.predicted), fmt(r.predicted_diff_pp, "+.2f", " pp"),
-                     r.prediction_note or ""))
-    return Table(("Run", "hits/queries", "cache_hit/(hit+compute)",
-                  "expected (served tokens)", "expected (block-aligned)",
-                  "expected (tutorial formula)", "by_source - expected",
-                  "predicted (what-if)", "measured - predicted", "prediction note"),
-                 tuple(rows), (1, 2, 3, 4, 5, 6, 7, 8))
+        row: tuple[str, ...] = (
+            f"{r.configuration} / {r.workload}", _pct(r.hit_ratio_queries),
+            _pct(r.hit_ratio_by_source), _pct(r.expected_served),
+            _pct(r.expected_block_aligned), _pct(r.expected_tutorial),
+            fmt(r.diff_pp(r.hit_ratio_by_source), "+.2f", " pp"))
+        if replayed:
+            row += (_pct(r.predicted), fmt(r.predicted_diff_pp, "+.2f", " pp"),
+                    r.prediction_note or "")
+        rows.append(row)
+    head = ("Run", "hits/queries", "cache_hit/(hit+compute)", "expected (served tokens)",
+            "expected (block-aligned)", "expected (tutorial formula)", "by_source - expected")
+    if not replayed:
+        return Table(head, tuple(rows), (1, 2, 3, 4, 5, 6))
+    return Table((*head, "what-if replay (custom prompts)", "measured - what-if",
+                  "what the what-if replayed"), tuple(rows), (1, 2, 3, 4, 5, 6, 7, 8))
 
 
 def shortfall_lines(h: HostSummary) -> list[str]:
@@ -130,8 +138,12 @@ def shortfall_lines(h: HostSummary) -> list[str]:
         causes = h.shortfalls.get(r.workload) if r.configuration == CACHED else None
         if not causes:
             continue
+        start = r.expected_tutorial if r.expected_tutorial is not None \
+            else r.expected_block_aligned
         head = (f"{r.workload}: formula {_pct(r.expected_tutorial)}, measured "
                 f"{_pct(r.hit_ratio_queries)}")
+        if start is not None and r.hit_ratio_queries is not None:
+            head += f" ({(r.hit_ratio_queries - start) * 100:+.2f} pp, the causes' sum)"
         out.append(head + "; " + "; ".join(f"{c.points:+.2f} pp {c.code.replace('_', ' ')}: "
                                            f"{c.text}" for c in causes))
     return out

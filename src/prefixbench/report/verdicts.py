@@ -35,6 +35,7 @@ from prefixbench.bench.criteria import HIGH_OVERLAP, NO_OVERLAP, SUSTAINED
 from prefixbench.measure.stats import RatioInterval, paired_ratio_interval, repetitions_to_decide
 from prefixbench.report.bench_model import Agg, BenchSummary
 from prefixbench.report.model import Verdict
+from prefixbench.report.shortfall import expectation_steps
 from prefixbench.report.vocab import (
     BASELINE,
     CACHED,
@@ -276,8 +277,8 @@ def hit_rate(host: RoleView, t: Thresholds) -> Verdict:
     for role_name in roles:
         wl = host.roles[role_name]
         b = host.role(CACHED, role_name)
-        exp = None if b is None else (b.expected_served if b.expected_served is not None
-                                      else b.expected_block_aligned)
+        held = None if b is None else b.verdict_expectation
+        exp = None if held is None else held[0]
         if b is None or exp is None:
             status = INCONCLUSIVE if status == PASS else status
             parts.append(f"{wl}: {'no result' if b is None else 'no expectation (block size)'}")
@@ -286,10 +287,9 @@ def hit_rate(host: RoleView, t: Thresholds) -> Verdict:
         numbers[f"{role_name}_expected_block_aligned"] = b.expected_block_aligned
         numbers[f"{role_name}_expected_tutorial"] = b.expected_tutorial
         if b.expected_served is not None and b.expected_block_aligned is not None:
-            lost = b.junction_lost_blocks or 0
+            steps = "".join(f", {c.points:+.2f} pp {c.label}" for c in expectation_steps(b))
             parts.append(f"{wl} expected {exp * 100:.2f}% from the served tokens (block-"
-                         f"aligned formula {b.expected_block_aligned * 100:.2f}%; "
-                         f"{lost:.0f} block(s) lost where prefix and suffix re-split)")
+                         f"aligned formula {b.expected_block_aligned * 100:.2f}%{steps})")
         seen_any = False
         for sig, a in (("queries", b.hit_ratio_queries), ("by_source", b.hit_ratio_by_source)):
             if a is None:

@@ -15,8 +15,14 @@ from typing import Any, Final, Literal
 
 from prefixbench.hosts import instances
 from prefixbench.servers.sandbox import (
+    FIRST_START_LEVEL,
     OPEN_FILES_LIMIT,
+    PROOF_FILE,
+    PROVEN_LEVELS,
+    check_level,
+    grants,
     hardening,
+    library_path,
     open_files_limit,
     unit_path,
 )
@@ -320,6 +326,14 @@ class UnitSpec:
     argv: tuple[str, ...]
     hardening: tuple[str, ...]
     limit_nofile: int = OPEN_FILES_LIMIT
+    #: What the unit grants the runtime at every level (capabilities, limits): lines.
+    grants: tuple[str, ...] = ()
+    #: The sandbox level (vllm_service_sandbox) ``hardening`` is.
+    sandbox_level: str = FIRST_START_LEVEL
+
+    def sandbox_lines(self) -> list[str]:
+        """The grant and confinement lines: what the doctor proves on a host."""
+        return [*self.grants, *self.hardening]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -329,6 +343,9 @@ class UnitSpec:
             "environment_file": self.environment_file,
             "runtime_directory": self.runtime_directory, "argv": list(self.argv),
             "hardening": list(self.hardening), "limit_nofile": self.limit_nofile,
+            "grants": list(self.grants), "sandbox_level": self.sandbox_level,
+            "sandbox_needs_proof": self.sandbox_level in PROVEN_LEVELS,
+            "sandbox_proof_file": PROOF_FILE,
         }
 
 
@@ -338,8 +355,13 @@ def unit_spec(settings: Mapping[str, Any], configuration: Configuration,
     other: Configuration = "cached" if configuration == "baseline" else "baseline"
     runtime = f"vllm-{configuration}"
     argv = serve_argv(settings, configuration, vllm_executable)
+    platform = str(settings.get("prefixbench_platform", "neuron"))
+    level = check_level(str(settings.get("vllm_service_sandbox") or FIRST_START_LEVEL))
     env = {**environment(settings, configuration, f"/run/{runtime}"),
            "PATH": unit_path(vllm_executable)}
+    if library_path(platform):
+        # Where libnrt is, as AWS's image sets it (prefixbench.servers.sandbox).
+        env["LD_LIBRARY_PATH"] = library_path(platform)
     return UnitSpec(
         configuration=configuration,
         name=unit_name(configuration),
@@ -350,8 +372,10 @@ def unit_spec(settings: Mapping[str, Any], configuration: Configuration,
         runtime_directory=f"{runtime} {runtime}/prometheus",
         argv=tuple(argv),
         hardening=tuple(hardening(
-            str(settings.get("prefixbench_platform", "neuron")),
+            platform,
             loopback_only=is_loopback(str(settings.get("vllm_service_host", "127.0.0.1"))),
-            level=str(settings.get("vllm_service_sandbox") or "strict"))),
-        limit_nofile=open_files_limit(str(settings.get("prefixbench_platform", "neuron"))),
+            level=level)),
+        limit_nofile=open_files_limit(platform),
+        grants=tuple(d.line for d in grants(platform)),
+        sandbox_level=level,
     )

@@ -14,6 +14,12 @@ then ``free``. The manager is built for a full-attention-only model with one KV 
 group, prefix caching on, sha256 block hashes; ``--num-blocks`` is vLLM's
 ``num_gpu_blocks`` (block 0, the null block, included).
 
+The manager is the one a server builds: that of vLLM's own ``Scheduler``, made from a
+real ``VllmConfig`` (:func:`drive_scheduler.make_scheduler`, one sequence at a time,
+``max_num_batched_tokens`` the chunk size, or the longest prompt without ``--chunk``), so
+it gets the ``max_model_len`` and ``max_in_flight_tokens`` a server passes (a
+``KVCacheManager`` built without them admits as if uncapped; a server's never is).
+
 ``--hybrid WINDOW`` builds gpt-oss's layout instead: two KV cache groups of equal page
 size, group 0 a ``SlidingWindowSpec(sliding_window=WINDOW)`` and group 1 a
 ``FullAttentionSpec``, so vLLM's ``HybridKVCacheCoordinator`` serves them from one pool,
@@ -38,48 +44,35 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
-import torch
 import vllm
+from drive_scheduler import MAX_MODEL_LEN, STAND_IN_MODEL_CONFIG, make_scheduler
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.kv_cache_interface import (
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-    SlidingWindowSpec,
-)
 from vllm.v1.request import Request, RequestStatus
 
 #: Decode tokens are drawn from here up: above every prompt token id the tests use.
 DECODE_TOKEN_BASE = 1 << 40
 
 
-def make_manager(block_size: int, num_blocks: int, max_model_len: int,
-                 hybrid: int | None = None) -> KVCacheManager:
-    """A full-attention manager, or with ``hybrid`` (a sliding window in tokens)
-    gpt-oss's two groups: sliding window (group 0) and full attention (group 1)."""
-    full = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
-                             dtype=torch.float32)
-    if hybrid is None:
-        config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                               kv_cache_groups=[KVCacheGroupSpec(["layer.0"], full)])
-    else:
-        window = SlidingWindowSpec(block_size=block_size, num_kv_heads=1, head_size=1,
-                                   dtype=torch.float32, sliding_window=hybrid)
-        assert window.page_size_bytes == full.page_size_bytes
-        config = KVCacheConfig(
-            num_blocks=num_blocks, kv_cache_tensors=[],
-            kv_cache_groups=[KVCacheGroupSpec(["layer.0"], window),
-                             KVCacheGroupSpec(["layer.1"], full)],
-            # The server's CacheConfig.prefix_cache_retention_interval default.
-            prefix_cache_retention_interval=0)
-    manager = KVCacheManager(config, max_model_len=max_model_len,
-                             scheduler_block_size=block_size, hash_block_size=block_size,
-                             enable_caching=True)
+def make_manager(model_dir: Path, block_size: int, num_blocks: int, longest: int, *,
+                 hybrid: int | None = None, chunk: int | None = None) -> KVCacheManager:
+    """The ``KVCacheManager`` of a server's scheduler (``drive_scheduler.make_scheduler``):
+    full attention, or with ``hybrid`` (a sliding window in tokens) gpt-oss's two
+    groups, sliding window (group 0) and full attention (group 1); its token budget the
+    chunk size (without one, the longest prompt: every prefill in one chunk)."""
+    if longest >= MAX_MODEL_LEN:
+        raise ValueError(f"a prompt of {longest} tokens is over the stand-in model's "
+                         f"max_model_len {MAX_MODEL_LEN}")
+    budget = chunk or max(longest, 1)
+    case = {"block_size": block_size, "num_blocks": num_blocks, "max_num_seqs": 1,
+            "max_num_batched_tokens": budget, "hybrid": hybrid}
+    manager = make_scheduler(model_dir, case).kv_cache_manager
     kind = type(manager.coordinator).__name__
     want = "UnitaryKVCacheCoordinator" if hybrid is None else "HybridKVCacheCoordinator"
     assert kind == want, f"vLLM built a {kind}, not a {want}"
@@ -117,13 +110,14 @@ def serve(manager: KVCacheManager, request: Request, output_len: int,
     return hit
 
 
-def run_case(block_size: int, num_blocks: int, items: list[Any], output_len: int, *,
-             hybrid: int | None = None, chunk: int | None = None) -> list[int]:
+def run_case(model_dir: Path, block_size: int, num_blocks: int, items: list[Any],
+             output_len: int, *, hybrid: int | None = None, chunk: int | None = None
+             ) -> list[int]:
     """Serve ``items`` through a fresh manager; per-request hit tokens."""
     hasher = get_request_block_hasher(block_size, sha256)
     longest = max((len(i["tokens"] if isinstance(i, dict) else i) for i in items), default=1)
-    manager = make_manager(block_size, num_blocks, max_model_len=longest + (1 << 16),
-                           hybrid=hybrid)
+    manager = make_manager(model_dir, block_size, num_blocks, longest, hybrid=hybrid,
+                           chunk=chunk)
     next_token = [DECODE_TOKEN_BASE]
     hits: list[int] = []
     for n, item in enumerate(items):
@@ -159,15 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     init_none_hash(sha256)
     result: list[Any]
     try:
-        if args.cases:
-            result = [run_case(int(c["block_size"]), int(c["num_blocks"]), c["requests"],
-                               int(c.get("output_len", args.output_len)),
-                               hybrid=c.get("hybrid", args.hybrid),
-                               chunk=c.get("chunk", args.chunk))
-                      for c in data]
-        else:
-            result = run_case(args.block_size, args.num_blocks, data, args.output_len,
-                              hybrid=args.hybrid, chunk=args.chunk)
+        with tempfile.TemporaryDirectory(prefix="stand-in-model-") as tmp:
+            model_dir = Path(tmp)
+            (model_dir / "config.json").write_text(json.dumps(STAND_IN_MODEL_CONFIG))
+            if args.cases:
+                result = [run_case(model_dir, int(c["block_size"]), int(c["num_blocks"]),
+                                   c["requests"], int(c.get("output_len", args.output_len)),
+                                   hybrid=c.get("hybrid", args.hybrid),
+                                   chunk=c.get("chunk", args.chunk))
+                          for c in data]
+            else:
+                result = run_case(model_dir, args.block_size, args.num_blocks, data,
+                                  args.output_len, hybrid=args.hybrid, chunk=args.chunk)
     except MemoryError as exc:
         print(f"drive_kv_cache_manager: {exc}", file=sys.stderr)
         return 3

@@ -39,7 +39,8 @@ processed (``update_from_output``) before the next ``schedule()``; asynchronousl
 the engine core's ``step_with_batch_queue`` does with a queue of two batches: each
 engine step schedules a batch and then, the queue being full, processes the oldest one,
 so step k's output is processed after step k+1 is scheduled (the first step only
-schedules).
+schedules, and requests that arrived meanwhile are added before the next, as the
+engine core's busy loop does between any two steps).
 
 The hits are what the scheduler records for vLLM's counters: every call of the
 manager's ``record_prefix_cache_stats`` (made when a request is admitted, with its hit
@@ -49,6 +50,17 @@ preemptions) and its preemption count; per case the counters' own totals, summed
 the steps' ``SchedulerStats`` (``PrefixCacheStats``: queries and hits, what
 ``vllm:prefix_cache_queries`` / ``_hits`` add up, and preempted queries and hits) and the
 steps taken.
+
+A case with ``"neuron": PATH`` is served as on a Neuron host: the scheduler class is the
+bundle's reading of the vLLM Neuron plugin's (``NeuronScheduler``, or
+``NeuronAsyncScheduler`` with ``"async"``), given to vLLM by dotted name
+(``scheduler_cls``, what ``--scheduler-cls`` sets) from the module file ``PATH``, and
+resolved and built as the engine core does (``get_scheduler_cls``, block sizes from
+``resolve_kv_cache_block_sizes``); ``"max_model_len"`` sets the model length its
+KV-concurrency cap is computed with. Such a case also reports the step of each
+request's first admission, the steps that ran a prefill, the padding tokens, and
+``"deadlock"`` (the step at which a schedule ran nothing with no batch in flight, where
+the design waits forever; the case stops there).
 
 Prints one JSON object: ``{"cases": [...], "vllm": "<version>"}``.
 """
@@ -69,7 +81,11 @@ import vllm
 from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.kv_cache_utils import (
+    get_request_block_hasher,
+    init_none_hash,
+    resolve_kv_cache_block_sizes,
+)
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -117,13 +133,29 @@ class StandInModelRunner:
                                  sampled_token_ids=sampled)
 
 
+def neuron_scheduler_cls(case: dict[str, Any]) -> str | None:
+    """The dotted name of a Neuron case's scheduler class (its module's directory put on
+    ``sys.path``, as ``PYTHONPATH`` does for a server), or None."""
+    path = case.get("neuron")
+    if path is None:
+        return None
+    module = Path(path)
+    if str(module.parent) not in sys.path:
+        sys.path.insert(0, str(module.parent))
+    name = "NeuronAsyncScheduler" if case.get("async") else "NeuronScheduler"
+    return f"{module.stem}.{name}"
+
+
 def make_scheduler(model_dir: Path, case: dict[str, Any]) -> Scheduler:
     block_size = int(case["block_size"])
+    max_model_len = int(case.get("max_model_len") or MAX_MODEL_LEN)
+    neuron = neuron_scheduler_cls(case)
     model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True,
-                        max_model_len=MAX_MODEL_LEN, dtype="float32")
+                        max_model_len=max_model_len, dtype="float32")
     sched = SchedulerConfig(max_num_seqs=int(case["max_num_seqs"]),
                             max_num_batched_tokens=int(case["max_num_batched_tokens"]),
-                            max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False)
+                            max_model_len=max_model_len, is_encoder_decoder=False,
+                            scheduler_cls=neuron)
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=True)
     cache.num_gpu_blocks = int(case["num_blocks"])
     config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
@@ -140,7 +172,12 @@ def make_scheduler(model_dir: Path, case: dict[str, Any]) -> Scheduler:
     assert config.max_in_flight_tokens == config.max_concurrent_batches * \
         sc.max_num_batched_tokens
     kind = AsyncScheduler if asynchronous else Scheduler
-    assert sc.get_scheduler_cls() is kind
+    if neuron is None:
+        assert sc.get_scheduler_cls() is kind
+    else:  # resolved by name, as the engine core does
+        resolved = sc.get_scheduler_cls()
+        assert issubclass(resolved, kind) and resolved.__name__ == neuron.split(".")[-1]
+        kind = resolved  # type: ignore[assignment]
     full = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
                              dtype=torch.float32)
     window = case.get("hybrid")
@@ -154,10 +191,24 @@ def make_scheduler(model_dir: Path, case: dict[str, Any]) -> Scheduler:
             num_blocks=int(case["num_blocks"]), kv_cache_tensors=[],
             kv_cache_groups=[KVCacheGroupSpec(["layer.0"], swa),
                              KVCacheGroupSpec(["layer.1"], full)],
-            prefix_cache_retention_interval=0)  # the server's CacheConfig default
-    scheduler = kind(vllm_config=config, kv_cache_config=kv_config,
-                     structured_output_manager=StructuredOutputManager(config),
-                     block_size=block_size, log_stats=True)
+            # As the server's get_kv_cache_configs: its CacheConfig's (default 0).
+            prefix_cache_retention_interval=config.cache_config.prefix_cache_retention_interval)
+        assert kv_config.prefix_cache_retention_interval == 0
+    if neuron is None:
+        scheduler = kind(vllm_config=config, kv_cache_config=kv_config,
+                         structured_output_manager=StructuredOutputManager(config),
+                         block_size=block_size, log_stats=True)
+    else:  # as the engine core builds it (EngineCore.__init__)
+        scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_config,
+                                                                              config)
+        assert scheduler_block_size == hash_block_size == block_size
+        scheduler = kind(vllm_config=config, kv_cache_config=kv_config,
+                         structured_output_manager=StructuredOutputManager(config),
+                         include_finished_set=False, log_stats=True,
+                         block_size=scheduler_block_size, hash_block_size=hash_block_size)
+    # The manager a server's scheduler builds: with its max_model_len and
+    # max_in_flight_tokens (without them vLLM's admission cap would never bind).
+    assert scheduler.max_model_len == max_model_len
     built = type(scheduler.kv_cache_manager.coordinator).__name__
     want = "UnitaryKVCacheCoordinator" if window is None else "HybridKVCacheCoordinator"
     assert built == want, f"vLLM built a {built}, not a {want}"
@@ -171,9 +222,12 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
     admissions: dict[str, list[tuple[int, bool]]] = {}
     record = manager.record_prefix_cache_stats
 
+    admitted_at: dict[str, int] = {}
+
     def logged(request: Request, num_hits: int) -> None:
         admissions.setdefault(request.request_id, []).append(
             (num_hits, request.num_preemptions > 0))
+        admitted_at.setdefault(request.request_id, steps)
         record(request, num_hits)
 
     manager.record_prefix_cache_stats = logged  # type: ignore[method-assign]
@@ -211,6 +265,8 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
         while due and due[0][0] <= steps:
             send(heapq.heappop(due)[1])
 
+    neuron = case.get("neuron") is not None
+    deadlock = None
     client()
     while in_flight or due:
         if not in_flight:
@@ -221,9 +277,16 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
         if steps > 1_000_000:
             raise RuntimeError("the scheduler made no progress")
         output = scheduler.schedule()
+        if neuron and not output.total_num_scheduled_tokens and not any(
+                out.total_num_scheduled_tokens for out, _ in queue):
+            deadlock = steps  # nothing ran and nothing is in flight: it waits forever
+            break
         queue.appendleft((output, runner.execute(scheduler, output)))
         if len(queue) < depth:
-            continue  # async: the queue is not full yet, schedule again
+            # async: the queue is not full yet; the engine core's busy loop adds what
+            # arrived (_process_input_queue) before it schedules again.
+            client()
+            continue
         engine_outputs = scheduler.update_from_output(*queue.pop())
         for outs in engine_outputs.values():
             for out in outs.outputs:
@@ -234,6 +297,8 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
                 for name in counters:
                     counters[name] += getattr(step, name)
         client()
+    if deadlock is not None:
+        return {"deadlock": deadlock}
     hits, rehits = [], []
     for n in range(len(items)):
         done = admissions[str(n)]
@@ -243,7 +308,10 @@ def run_case(model_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
     return {"hit_tokens": hits, "readmission_hits": rehits,
             "preemptions": [r.num_preemptions
                             for r in sorted(requests, key=lambda r: int(r.request_id))],
-            **counters, "steps": steps}
+            **counters, "steps": steps,
+            **({"admitted_at": [admitted_at[str(n)] for n in range(len(items))],
+                "prefill_steps": scheduler.prefill_steps,
+                "padding_tokens": scheduler.total_padding_tokens} if neuron else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
