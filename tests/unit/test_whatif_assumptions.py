@@ -95,7 +95,8 @@ def test_the_docs_and_help_state_the_defaults_the_command_applies(
     code, out, _ = run("--workload", "high_overlap", "--platform", "neuron")
     assert code == 0
     assert "  block size:             32 tokens [neuron platform's default" in out
-    assert "  scheduler:              async (AsyncScheduler) [neuron platform's default" in out
+    assert ("  scheduler:              NeuronAsyncScheduler (the Neuron plugin's, "
+            "predict.schedneuron) [neuron platform's default") in out
 
 
 def short_prefix(prefix_len: int, **extra: object) -> Workload:
@@ -266,7 +267,7 @@ def test_the_replayed_line_names_the_model_the_replay_went_through() -> None:
     code, out, _ = run("--workload", "high_overlap", "--platform", "neuron")
     assert code == 0
     assert "replayed:        one request at a time (concurrency 1)" in out.splitlines()
-    assert "  scheduler:              async (AsyncScheduler)" in out
+    assert "  scheduler:              NeuronAsyncScheduler" in out
     code, out, _ = run("--workload", "sustained_c4", "--kv-cache", "hybrid",
                        "--async-scheduling", "--concurrency", "1", "--capacity-blocks", "300")
     assert code == 0
@@ -284,3 +285,27 @@ def test_chat_traffic_says_where_its_cache_assumptions_come_from(gptoss_dir: Pat
     assert line.startswith("cache:           block 128 [default: vLLM's cpu platform's], "
                            "capacity unbounded [default], hybrid (sliding window 16")
     assert f"[read from the model's files: {gptoss_dir}/config.json]" in line
+
+
+def test_on_neuron_the_replay_goes_through_the_plugins_scheduler_model() -> None:
+    """--platform neuron above concurrency 1: the Neuron plugin's async scheduler model
+    (predict.schedneuron) with its KV-concurrency cap at --max-model-len."""
+    from prefixbench.predict.engines import scheduler_model  # noqa: PLC0415
+    from prefixbench.predict.schedneuron import NeuronAsyncSchedulerSim  # noqa: PLC0415
+
+    code, out, _ = run("--workload", "sustained_c4", "--platform", "neuron",
+                       "--capacity-blocks", "900", "--max-model-len", "4096")
+    assert code == 0
+    assert ("replayed:        Neuron plugin's async scheduler model at concurrency 4 "
+            "(max_num_seqs 4, max_num_batched_tokens 1024)") in out.splitlines()
+    assert "  max_model_len:          4096 (the KV-concurrency cap's) [given:" in out
+    sim = scheduler_model(32, 900, CacheModel(), Serving(4, async_scheduling=True,
+                                                          scheduler="neuron",
+                                                          max_model_len=4096))
+    assert isinstance(sim, NeuronAsyncSchedulerSim)
+    w = {x.name: x for x in tutorial_workloads()}["sustained_c4"]
+    pred = whatif.predict(w, block_size=32, capacity_blocks=900, band=False, serving=Serving(
+        4, async_scheduling=True, scheduler="neuron", max_model_len=4096))
+    assert f"predicted ratio: {pred.ratio:.4%}" in out
+    code, _, err = run("--workload", "sustained_c4", "--max-model-len", "4096")
+    assert code == 2 and "--max-model-len applies with --platform neuron only" in err

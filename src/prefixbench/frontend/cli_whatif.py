@@ -112,6 +112,10 @@ def add_parser(sub: Any, epilog: str) -> None:
     w.add_argument("--burstiness", type=float, metavar="B",
                    help="with --request-rate: the gamma shape of the arrivals (vllm bench "
                    "serve --burstiness; default: the workload's, 1: Poisson)")
+    w.add_argument("--max-model-len", type=int, metavar="N",
+                   help="with --platform neuron: the server's --max-model-len, at which "
+                   "the plugin's scheduler computes how many requests the KV cache holds; "
+                   f"{_default('--max-model-len')}")
     w.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
                    help="the server runs vLLM's AsyncScheduler; "
                    f"{_default('--async-scheduling')}")

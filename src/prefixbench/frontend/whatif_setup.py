@@ -52,6 +52,10 @@ __all__ = ["DEFAULTS", "PLATFORMS", "SEGMENT_RULE", "Assumed", "Setup", "resolve
 PLATFORMS: Final = ("cpu", "neuron")
 #: vLLM's KV block size on each platform when none is given (see the module's docstring).
 PLATFORM_BLOCK_SIZE: Final = {"cpu": 128, "neuron": 32}
+#: The tutorial server's ``--max-model-len`` (the catalogue's
+#: ``vllm_service_max_model_len``): on Neuron, the plugin's KV-concurrency cap is computed
+#: at it (:mod:`prefixbench.predict.schedneuron`).
+TUTORIAL_MAX_MODEL_LEN: Final = 8192
 #: vllm bench serve's ``--custom-output-len`` default (vLLM 0.32 benchmarks/datasets).
 BENCH_OUTPUT_LEN: Final = 256
 _NEURON_DOCS: Final = "aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs"
@@ -62,8 +66,7 @@ _SOURCES: Final = {
                  f"/design/vllm/vllm-integration-kv-cache.md",
     "cpu async": "vLLM's cpu platform turns it off: vllm/platforms/cpu.py",
     "neuron async": f"vllm-neuron's default: {_NEURON_DOCS}/design/vllm/"
-                    f"async-scheduling-and-async-execution.md; its NeuronScheduler is "
-                    f"modelled as vLLM's",
+                    f"async-scheduling-and-async-execution.md",
 }
 
 #: The rule that makes a hit a saving on Neuron, and where it is stated: the report's own
@@ -88,6 +91,7 @@ DEFAULTS: Final = {
     "--max-num-batched-tokens": f"{DEFAULT_MAX_NUM_BATCHED_TOKENS}, the tutorial server's "
                                 f"(on neuron, also the prefill segment)",
     "--async-scheduling": "the platform's: off on cpu, on on neuron",
+    "--max-model-len": "8192, the tutorial server's (neuron only)",
     "--custom-output-len": f"{BENCH_OUTPUT_LEN} for every request, vllm bench serve's "
                            f"(a line's output_tokens only with -1)",
 }
@@ -201,14 +205,26 @@ def _scheduler(args: argparse.Namespace, workload: Workload, platform: str
     else:
         asynchronous = platform == "neuron"
         a_said = f"{platform} platform's default; {_SOURCES[platform + ' async']}"
+    neuron = platform == "neuron"
+    if args.max_model_len is not None and not neuron:
+        raise UsageError("--max-model-len applies with --platform neuron only (vLLM's "
+                         "scheduler has no KV-concurrency cap)")
+    mml, m_said = _int_flag(args, "max_model_len", "--max-model-len", TUTORIAL_MAX_MODEL_LEN,
+                            "default: the tutorial server's")
     serving = Serving(concurrency=concurrency, max_num_seqs=seqs,
-                      max_num_batched_tokens=batched, async_scheduling=asynchronous)
+                      max_num_batched_tokens=batched, async_scheduling=asynchronous,
+                      scheduler="neuron" if neuron else "vllm",
+                      max_model_len=mml if neuron else None)
     assumed = [Assumed("concurrency", str(concurrency), c_said)]
     if serving.scheduled or asynchronous:
         assumed += [Assumed("max_num_seqs", str(seqs), s_said),
                     Assumed("max_num_batched_tokens", str(batched), b_said)]
-    assumed.append(Assumed("scheduler", ("async (AsyncScheduler)" if asynchronous
-                                         else "sync (Scheduler)"), a_said))
+    if neuron:
+        assumed.append(Assumed("max_model_len", f"{mml} (the KV-concurrency cap's)", m_said))
+    kind = f"{'Neuron' if neuron else ''}{'Async' if asynchronous else ''}Scheduler"
+    model = ("the Neuron plugin's, predict.schedneuron" if neuron
+             else "vLLM's, predict.schedsim")
+    assumed.append(Assumed("scheduler", f"{kind} ({model})", a_said))
     return serving, assumed
 
 
