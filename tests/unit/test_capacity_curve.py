@@ -69,7 +69,8 @@ def test_bad_input_is_one_line() -> None:
 
 def test_the_whatif_command_prints_the_curve() -> None:
     out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["whatif", "--workload", "high_overlap", "--capacity-curve",
+    assert cli.main(["whatif", "--platform", "cpu",
+                     "--workload", "high_overlap", "--capacity-curve",
                      "530,100"], out=out, err=err) == 0
     lines = out.getvalue().splitlines()
     assert "  block size:             128 tokens [cpu platform's default" in lines[3]
@@ -81,6 +82,7 @@ def test_the_whatif_command_prints_the_curve() -> None:
     assert lines[5] == ("working set:     520 blocks; the unbounded hit ratio from 530 "
                         "blocks (of those tried)")
     err = io.StringIO()
-    assert cli.main(["whatif", "--workload", "high_overlap", "--capacity-curve", "64",
+    assert cli.main(["whatif", "--platform", "cpu",
+                     "--workload", "high_overlap", "--capacity-curve", "64",
                      "--capacity-blocks", "64"], out=io.StringIO(), err=err) == 2
     assert "not both" in err.getvalue() and err.getvalue().count("\n") == 1

@@ -57,19 +57,22 @@ def test_whatif_command(tmp_path: Path) -> None:
     prompts.write_text("".join(
         json.dumps({"prompt": f"t5 t6 t7 t8 t{20 + i}"}) + "\n" for i in range(4)))
     out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["whatif", str(prompts), "--tokenizer", str(tok), "--block-size", "2"],
+    assert cli.main(["whatif", "--platform", "cpu",
+                     str(prompts), "--tokenizer", str(tok), "--block-size", "2"],
                     out=out, err=err) == 0
     text = out.getvalue()
     assert "predicted ratio: 60.0000%" in text  # 3 warm x 4 hit tokens / 20
     assert "hit tokens:      12 of 20 queried, 4 requests" in text
     for workers in ("1", "3"):  # the same prediction on any number of encoding threads
         again = io.StringIO()
-        assert cli.main(["whatif", str(prompts), "--tokenizer", str(tok), "--block-size", "2",
+        assert cli.main(["whatif", "--platform", "cpu",
+                         str(prompts), "--tokenizer", str(tok), "--block-size", "2",
                          "--workers", workers], out=again, err=err) == 0
         assert again.getvalue() == text
     assert err.getvalue() == ""  # not a terminal, so no progress bar
     out = io.StringIO()
-    assert cli.main(["whatif", "--workload", "high_overlap", "--block-size", "100"],
+    assert cli.main(["whatif", "--platform", "cpu",
+                     "--workload", "high_overlap", "--block-size", "100"],
                     out=out, err=err) == 0
     assert "predicted ratio: 65.9180%" in out.getvalue()
     assert "formula:         65.9180%" in out.getvalue()

@@ -44,7 +44,8 @@ def long_prefix() -> Workload:
 
 def _whatif(*extra: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = cli.main(["whatif", "--workload", "high_overlap", *extra], out=out, err=err)
+    code = cli.main(["whatif", "--platform", "cpu", "--workload", "high_overlap", *extra],
+                    out=out, err=err)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -171,7 +172,8 @@ def test_the_model_config_tells_the_cache_model(tmp_path: Path) -> None:
     assert from_model_dir(directory) == CacheModel("hybrid", sliding_window=64)
     # The what-if without --kv-cache takes it from there; --kv-cache full overrides it.
     out = io.StringIO()
-    args = ["whatif", "--workload", "high_overlap", "--tokenizer", str(directory)]
+    args = ["whatif", "--platform", "cpu", "--workload", "high_overlap", "--tokenizer",
+            str(directory)]
     assert cli.main([*args, "--num-prompts", "10"], out=out, err=io.StringIO()) == 0
     assert "hybrid (sliding window 64" in out.getvalue()
     out = io.StringIO()

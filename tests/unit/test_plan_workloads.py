@@ -33,6 +33,13 @@ def _mine(**extra: Any) -> dict[str, Any]:
             **extra}
 
 
+#: The plan's serving on Neuron for a workload at concurrency 4 (no ready check or warmups
+#: in _mine): the plugin's async scheduler, its KV-concurrency cap at max_model_len 4096
+#: (100 blocks of 64 tokens hold one request of 4096: at 8192 none, and a Neuron server
+#: would not start).
+NEURON_C4 = Serving(4, 4, 1024, async_scheduling=True, scheduler="neuron", max_model_len=4096)
+
+
 def _warnings(base: dict[str, Any], *workloads: dict[str, Any], **extra: Any) -> list[str]:
     return rules_workload.workload_warnings({**base, **extra,
                                              "prefixbench_workloads": list(workloads)})
@@ -48,8 +55,9 @@ def test_the_plan_states_requests_tokens_and_the_models_ratio_per_workload() -> 
                         "full-attention group), block 32 (vllm-neuron 0.21's default), an "
                         "unbounded KV cache (its size is known once the server starts), one "
                         "request at a time")
-    assert lines[11].endswith("concurrency 4 through the vLLM scheduler model (max_num_seqs 4, "
-                             "max_num_batched_tokens 1024)")
+    # On Neuron (the default platform) through the plugin's scheduler (issue 44).
+    assert lines[11].endswith("concurrency 4 through the Neuron plugin's async scheduler model "
+                              "(max_num_seqs 4, max_num_batched_tokens 1024)")
     # Full attention, unbounded: the sustained load's hits do not depend on timing.
     assert lines[12] == ("    the same whenever the requests reach the engine (over 23 "
                          "arrival timings)")
@@ -74,21 +82,25 @@ def test_gpt_oss_on_cpu_is_expected_through_the_hybrid_model() -> None:
 def test_the_block_size_and_capacity_come_from_the_settings() -> None:
     s = {"prefixbench_platform": "neuron", "vllm_service_model": "/opt/models/llama",
          "vllm_service_block_size": 64, "vllm_service_num_gpu_blocks_override": 101,
+         "vllm_service_max_model_len": 4096,
          "prefixbench_workloads": [_mine(max_concurrency=4, num_prompts=40)]}
     sizing = sizing_of(s)
     assert (sizing.block_size, sizing.capacity_blocks, sizing.model.kind) == (64, 100, "full")
     lines = plan.workload_lines(s)
     assert lines[3] == ("    assumes full attention, block 64 (vllm_service_block_size), 100 "
-                        "usable KV blocks, concurrency 4 through the vLLM scheduler model "
-                        "(max_num_seqs 4, max_num_batched_tokens 1024)")
+                        "usable KV blocks, concurrency 4 through the Neuron plugin's async "
+                        "scheduler model (max_num_seqs 4, max_num_batched_tokens 1024)")
     w = Workload.from_dict(_mine(max_concurrency=4))
     bounded = predict_prefix_repetition(w, block_size=64, capacity_blocks=100,
-                                        serving=Serving(4, 4, 1024)).ratio
+                                        serving=NEURON_C4).ratio
+    vllms = predict_prefix_repetition(w, block_size=64, capacity_blocks=100,
+                                      serving=Serving(4, 4, 1024)).ratio
+    assert bounded != vllms  # the scheduler matters where the cache binds
     assert bounded is not None and bounded < w.expected(64).ratio  # 100 blocks evict
     assert lines[2].startswith(f"  expected hit ratio {bounded * 100:.1f}% ")
     # Four requests at once in 100 blocks: when each reaches the engine moves the hits.
     band = predict_prefix_repetition(w, block_size=64, capacity_blocks=100,
-                                     serving=Serving(4, 4, 1024)).band
+                                     serving=NEURON_C4).band
     assert band is not None and band[0] < band[1]
     assert lines[4].startswith(f"    when requests reach the engine moves it: "
                                f"{band[0]:.2%} to {band[1]:.2%} over 33 arrival timings")

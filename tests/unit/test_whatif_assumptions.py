@@ -49,14 +49,16 @@ def test_the_tokenizer_named_by_its_file_is_the_same_model(gptoss_dir: Path,
     assert tk.load(gptoss_dir / "tokenizer.json").harmony
     outs = []
     for tok in (gptoss_dir, gptoss_dir / "tokenizer.json"):
-        code, out, err = run(str(prompts), "--tokenizer", str(tok), "--block-size", "16",
+        code, out, err = run("--platform", "cpu",
+                             str(prompts), "--tokenizer", str(tok), "--block-size", "16",
                              "--capacity-blocks", "40")
         assert code == 0, err
         outs.append(out.replace(str(gptoss_dir / "tokenizer.json"), "TOKENIZER")
                     .replace(str(gptoss_dir), "TOKENIZER"))
     assert outs[0] == outs[1]
     assert "hybrid (sliding window 16" in outs[0]
-    code, full, _ = run(str(prompts), "--tokenizer", str(gptoss_dir), "--block-size", "16",
+    code, full, _ = run("--platform", "cpu",
+                        str(prompts), "--tokenizer", str(gptoss_dir), "--block-size", "16",
                         "--capacity-blocks", "40", "--kv-cache", "full")
     ratio = [line for line in outs[0].splitlines() if line.startswith("predicted ratio")]
     assert code == 0 and ratio and ratio[0] not in full  # the model matters here
@@ -89,14 +91,19 @@ def test_the_docs_and_help_state_the_defaults_the_command_applies(
     flat = " ".join(help_text.split())
     for flag, text in DEFAULTS.items():
         assert f"default: {text}" in flat, flag
-    code, out, _ = run("--workload", "high_overlap")
+    code, out, _ = run("--workload", "high_overlap", "--platform", "cpu")
     assert code == 0
     assert "  block size:             128 tokens [cpu platform's default" in out
-    code, out, _ = run("--workload", "high_overlap", "--platform", "neuron")
-    assert code == 0
-    assert "  block size:             32 tokens [neuron platform's default" in out
-    assert ("  scheduler:              NeuronAsyncScheduler (the Neuron plugin's, "
-            "predict.schedneuron) [neuron platform's default") in out
+    # Neuron is the default platform (issue 44): the plugin's scheduler, full attention.
+    for argv in (["--workload", "high_overlap"],
+                 ["--workload", "high_overlap", "--platform", "neuron"]):
+        code, out, _ = run(*argv)
+        assert code == 0
+        assert "  block size:             32 tokens [neuron platform's default" in out
+        assert ("  scheduler:              NeuronAsyncScheduler (the Neuron plugin's, "
+                "predict.schedneuron) [neuron platform's default") in out
+    assert "  platform:               neuron [default (as prefixbench_platform)" in run(
+        "--workload", "high_overlap")[1]
 
 
 def short_prefix(prefix_len: int, **extra: object) -> Workload:
@@ -139,7 +146,8 @@ def test_segment_savings_through_the_scheduler_model_are_each_requests_hit() -> 
 def test_the_whatif_command_reports_segment_savings_on_neuron_only(tmp_path: Path) -> None:
     path = tmp_path / "w.yml"
     path.write_text(json.dumps({"workloads": [short_prefix(1000).to_dict()]}))
-    code, out, err = run("--workload", "short", "--workloads", str(path), "--platform",
+    code, out, err = run("--platform", "cpu",
+                         "--workload", "short", "--workloads", str(path), "--platform",
                          "neuron")
     assert code == 0, err
     assert ("segments saved:  0 prompt tokens of prefill skipped in whole 1024-token "
@@ -148,18 +156,20 @@ def test_the_whatif_command_reports_segment_savings_on_neuron_only(tmp_path: Pat
     assert "44,640 hit tokens lie outside whole segments" in out
     assert "segment rule:    a warm request gains TTFT only for the prefill segments it " \
            "skips whole" in out
-    code, out, _ = run("--workload", "short", "--workloads", str(path))
+    code, out, _ = run("--platform", "cpu", "--workload", "short", "--workloads", str(path))
     assert code == 0 and "segments saved" not in out  # cpu: no segments
 
 
 def test_a_workload_is_replayed_at_its_own_concurrency_unless_told() -> None:
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200")
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "200")
     assert code == 0
     lines = out.splitlines()
     assert ("replayed:        vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
             "max_num_batched_tokens 1024)") in lines
     assert "  concurrency:            4 [workload sustained_c4's max_concurrency]" in lines
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "200",
                        "--concurrency", "1")
     assert code == 0
     assert "replayed:        one request at a time (concurrency 1)" in out.splitlines()
@@ -167,7 +177,8 @@ def test_a_workload_is_replayed_at_its_own_concurrency_unless_told() -> None:
 
 
 def test_the_point_is_inside_its_printed_range_at_the_same_precision() -> None:
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200")
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "200")
     assert code == 0
     point = re.search(r"^predicted ratio: (\d+\.\d+)%$", out, flags=re.MULTILINE)
     band = re.search(r"^timing range:    (\d+\.\d+)% to (\d+\.\d+)% over ", out,
@@ -184,7 +195,7 @@ def test_the_point_is_inside_its_printed_range_at_the_same_precision() -> None:
     ["--workload", "sustained_c4", "--concurrency", "8", "--max-num-seqs", "8"],
 ])
 def test_the_method_and_notes_read_as_sentences(argv: list[str]) -> None:
-    code, out, _ = run(*argv)
+    code, out, _ = run("--platform", "cpu", *argv)
     assert code == 0
     lines = out.splitlines()
     method = next(x for x in lines if x.startswith("method:"))[17:]
@@ -232,9 +243,10 @@ def test_inputs_the_replay_or_a_neuron_server_would_refuse_are_one_line_errors(
 
 
 def test_a_block_that_divides_the_segment_is_taken_on_neuron_and_any_on_cpu() -> None:
-    assert run("--workload", "high_overlap", "--platform", "neuron", "--block-size",
+    assert run("--platform", "cpu",
+               "--workload", "high_overlap", "--platform", "neuron", "--block-size",
                "128")[0] == 0
-    assert run("--workload", "high_overlap", "--block-size", "100")[0] == 0
+    assert run("--platform", "cpu", "--workload", "high_overlap", "--block-size", "100")[0] == 0
 
 
 def test_custom_output_len_reaches_a_custom_workload_and_is_refused_elsewhere(
@@ -264,11 +276,11 @@ def test_the_replayed_line_names_the_model_the_replay_went_through() -> None:
     """Full attention one at a time replays without the scheduler model even under
     async scheduling (Neuron's default): the line says so; the hybrid manager under async
     scheduling goes through the async model even one at a time."""
-    code, out, _ = run("--workload", "high_overlap", "--platform", "neuron")
+    code, out, _ = run("--platform", "cpu", "--workload", "high_overlap", "--platform", "neuron")
     assert code == 0
     assert "replayed:        one request at a time (concurrency 1)" in out.splitlines()
     assert "  scheduler:              NeuronAsyncScheduler" in out
-    code, out, _ = run("--workload", "sustained_c4", "--kv-cache", "hybrid",
+    code, out, _ = run("--platform", "cpu", "--workload", "sustained_c4", "--kv-cache", "hybrid",
                        "--async-scheduling", "--concurrency", "1", "--capacity-blocks", "300")
     assert code == 0
     assert ("replayed:        vLLM async scheduler model at concurrency 1 (max_num_seqs 4, "
@@ -307,5 +319,6 @@ def test_on_neuron_the_replay_goes_through_the_plugins_scheduler_model() -> None
     pred = whatif.predict(w, block_size=32, capacity_blocks=900, band=False, serving=Serving(
         4, async_scheduling=True, scheduler="neuron", max_model_len=4096))
     assert f"predicted ratio: {pred.ratio:.4%}" in out
-    code, _, err = run("--workload", "sustained_c4", "--max-model-len", "4096")
+    code, _, err = run("--workload", "sustained_c4", "--max-model-len", "4096",
+                       "--platform", "cpu")
     assert code == 2 and "--max-model-len applies with --platform neuron only" in err

@@ -144,7 +144,8 @@ def run(*argv: str) -> tuple[int, str, str]:
 
 
 def test_the_whatif_command_says_which_model_it_replayed() -> None:
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "200",
                        "--concurrency", "4")
     assert code == 0
     assert ("replayed:        vLLM scheduler model at concurrency 4 (max_num_seqs 4, "
@@ -152,16 +153,18 @@ def test_the_whatif_command_says_which_model_it_replayed() -> None:
     pred = whatif.predict(sustained_c4(), block_size=128, capacity_blocks=200,
                           serving=Serving(4))
     assert f"predicted ratio: {pred.ratio:.4%}" in out
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "200",
                        "--concurrency", "8", "--max-num-seqs", "8",
                        "--max-num-batched-tokens", "2048")
     assert code == 0
     assert ("replayed:        vLLM scheduler model at concurrency 8 (max_num_seqs 8, "
             "max_num_batched_tokens 2048)") in out
     assert "note:            Replayed at concurrency 8, while the workload runs at 4." in out
-    code, out, _ = run("--workload", "high_overlap")
+    code, out, _ = run("--platform", "cpu", "--workload", "high_overlap")
     assert code == 0 and "replayed:        one request at a time (concurrency 1)" in out
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "150",
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "150",
                        "--concurrency", "4", "--kv-cache", "hybrid")
     assert code == 0
     assert "hybrid (sliding window 128 + full attention, one shared block pool)" in out
@@ -173,20 +176,23 @@ def test_the_whatif_command_gives_the_range_over_arrival_timings() -> None:
     the jitter variants instead. One request at a time has no range."""
     w = sustained_c4()
     paced = whatif.predict(w, block_size=128, capacity_blocks=200, serving=Serving(4))
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "200",
                        "--concurrency", "4")
     assert paced.band is not None and paced.band_note is not None
     timings = paced.band_note.partition(" over ")[2]
     assert code == 0 and (f"timing range:    {paced.band[0]:.4%} to {paced.band[1]:.4%} "
                           f"over {timings}") in out.splitlines()
     assert "over 23 arrival timings" in out
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "200",
                        "--concurrency", "4", "--request-rate", "inf")
     assert code == 0 and "over 33 arrival timings" in out and "jitter 0-" in out
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "200",
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "200",
                        "--concurrency", "4", "--request-rate", "50", "--burstiness", "0.5")
     assert code == 0 and "50/s, steps of" in out
-    code, out, _ = run("--workload", "high_overlap")
+    code, out, _ = run("--platform", "cpu", "--workload", "high_overlap")
     assert code == 0 and "timing range" not in out
 
 
@@ -214,7 +220,8 @@ def test_an_unbounded_replay_at_concurrency_reports_no_working_set() -> None:
 def test_the_capacity_curve_at_concurrency_is_the_scheduler_replay() -> None:
     """``--capacity-curve`` with ``--concurrency``: each capacity replayed through the
     scheduler model as one prediction at that capacity is, the working set not counted."""
-    code, out, err = run("--workload", "sustained_c4", "--capacity-curve", "150,400",
+    code, out, err = run("--platform", "cpu",
+                         "--workload", "sustained_c4", "--capacity-curve", "150,400",
                          "--concurrency", "4")
     assert code == 0, err
     lines = out.splitlines()
@@ -241,7 +248,8 @@ def test_async_scheduling_is_the_async_scheduler_replay() -> None:
     assert (pred.hit_tokens, pred.evicted_blocks) == (want.total_hit_tokens,
                                                       want.evicted_blocks)
     assert "vLLM async scheduler model at concurrency 4" in pred.method
-    code, out, _ = run("--workload", "sustained_c4", "--capacity-blocks", "150",
+    code, out, _ = run("--platform", "cpu",
+                       "--workload", "sustained_c4", "--capacity-blocks", "150",
                        "--concurrency", "4", "--async-scheduling")
     assert code == 0 and f"predicted ratio: {pred.ratio:.4%}" in out
     assert "replayed:        vLLM async scheduler model at concurrency 4" in out

@@ -81,6 +81,11 @@ class Sizing:
     max_num_batched_tokens: int
     #: Whether the settings name gpt-oss (whatever the platform's cache model).
     gpt_oss: bool = False
+    #: ``prefixbench_platform``: on "neuron" requests are scheduled by the plugin's
+    #: scheduler (:func:`prefixbench.predict.engines.engine_model`), its KV-concurrency
+    #: cap at ``max_model_len``; on "cpu" by vLLM's.
+    platform: str = "neuron"
+    max_model_len: int | None = None
 
     def describe(self) -> str:
         kind = ("full attention" if self.model.kind == "full" else
@@ -113,15 +118,21 @@ def sizing_of(settings: Mapping[str, Any]) -> Sizing:
                   capacity_blocks=override - 1 if override >= 2 else None,
                   max_num_seqs=int(settings.get("vllm_service_max_num_seqs")
                                    or DEFAULT_MAX_NUM_SEQS),
-                  max_num_batched_tokens=batched, gpt_oss=gpt_oss)
+                  max_num_batched_tokens=batched, gpt_oss=gpt_oss, platform=platform,
+                  max_model_len=int(settings.get("vllm_service_max_model_len") or 0) or None)
 
 
 def serving_of(w: Workload, sizing: Sizing) -> Serving:
     """How the bench sends the workload (as :meth:`prefixbench.bench.benchrun.BenchRequest
     .serving`): its concurrency cap, unset all its prompts, its ready check and warmups
-    (:func:`prefixbench.predict.benchreplay.bench_serving`), and the server's limits."""
-    return bench_serving(w, max_num_seqs=sizing.max_num_seqs,
-                         max_num_batched_tokens=sizing.max_num_batched_tokens)
+    (:func:`prefixbench.predict.benchreplay.bench_serving`), the server's limits, and the
+    scheduler its platform runs (:func:`prefixbench.predict.engines.engine_model`)."""
+    from prefixbench.predict.engines import engine_model  # noqa: PLC0415 - keeps the plan light
+
+    serving = bench_serving(w, max_num_seqs=sizing.max_num_seqs,
+                            max_num_batched_tokens=sizing.max_num_batched_tokens)
+    return engine_model(sizing.platform, cache_model=sizing.model, serving=serving,
+                        max_model_len=sizing.max_model_len).serving
 
 
 @dataclass(frozen=True)
@@ -183,8 +194,9 @@ def expected_lines(w: Workload, sizing: Sizing, est: Estimate) -> list[str]:
     """The model's expected hit ratio, and what it assumes."""
     serving = serving_of(w, sizing)
     how = ("one request at a time" if not serving.scheduled else
-           f"concurrency {serving.concurrency} through the vLLM scheduler model (max_num_seqs "
-           f"{serving.max_num_seqs}, max_num_batched_tokens {serving.max_num_batched_tokens})")
+           f"concurrency {serving.concurrency} through the {serving.describe_scheduler()} "
+           f"model (max_num_seqs {serving.max_num_seqs}, max_num_batched_tokens "
+           f"{serving.max_num_batched_tokens})")
     assumes = f"    assumes {sizing.describe()}, {how}"
     if est.ratio is None:
         return [f"  expected hit ratio: none from the cache model ({est.how}; prefixbench "

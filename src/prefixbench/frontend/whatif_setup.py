@@ -49,7 +49,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULTS", "PLATFORMS", "SEGMENT_RULE", "Assumed", "Setup", "resolve"]
 
-PLATFORMS: Final = ("cpu", "neuron")
+#: The platforms, the default first: Neuron, the hardware this bundle's users run (what
+#: ``prefixbench_platform`` defaults to); cpu is the simulated fleet's vLLM.
+PLATFORMS: Final = ("neuron", "cpu")
 #: vLLM's KV block size on each platform when none is given (see the module's docstring).
 PLATFORM_BLOCK_SIZE: Final = {"cpu": 128, "neuron": 32}
 #: The tutorial server's ``--max-model-len`` (the catalogue's
@@ -61,7 +63,8 @@ BENCH_OUTPUT_LEN: Final = 256
 _NEURON_DOCS: Final = "aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs"
 _SOURCES: Final = {
     "cpu block": "vLLM's cpu platform: vllm/platforms/cpu.py, check_and_update_config",
-    "neuron block": f"vllm-neuron 0.21: {_NEURON_DOCS}/guides/reference-configuration.md",
+    "neuron block": f"vllm-neuron 0.21 and 0.24: {_NEURON_DOCS}/guides/reference-configuration.md "
+                    "(also at v2.32.0)",
     "neuron kv": f"vllm-neuron registers a FullAttentionSpec for every layer: {_NEURON_DOCS}"
                  f"/design/vllm/vllm-integration-kv-cache.md",
     "cpu async": "vLLM's cpu platform turns it off: vllm/platforms/cpu.py",
@@ -79,8 +82,9 @@ SEGMENT_RULE: Final = (
 
 #: Every default the command applies, by flag: what --help says and the docs table shows.
 DEFAULTS: Final = {
-    "--platform": "cpu (vLLM's CPU platform, the bundle's simulated servers)",
-    "--block-size": "the platform's: 128 on cpu, 32 on neuron (vllm-neuron 0.21's)",
+    "--platform": "neuron (a Trn2/Trn3 server, as prefixbench_platform; cpu: vLLM's CPU "
+                  "platform, the bundle's simulated servers)",
+    "--block-size": "the platform's: 128 on cpu, 32 on neuron (vllm-neuron 0.21 and 0.24)",
     "--capacity-blocks": "unbounded",
     "--kv-cache": "on cpu, what the model's config.json beside --tokenizer implies "
                   "(gpt-oss: hybrid), else full; on neuron, full",
@@ -271,7 +275,8 @@ def resolve(args: argparse.Namespace, workload: Workload) -> Setup:
     take or a Neuron server would refuse."""
     platform = args.platform or PLATFORMS[0]
     assumed = [Assumed("platform", platform, _given("--platform") if args.platform
-                       else "default; --platform neuron for a Trn server")]
+                       else "default (as prefixbench_platform); --platform cpu for "
+                            "vLLM's CPU platform")]
     block = _block(args, platform)
     block_size = int(block.value.split()[0])
     model, kv = _kv(args, platform)

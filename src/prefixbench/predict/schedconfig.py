@@ -89,12 +89,17 @@ class Serving:
         """Whether the replay goes through the scheduler model (concurrency above 1)."""
         return self.concurrency > 1
 
+    def describe_scheduler(self) -> str:
+        """Whose scheduler the replay models: "Neuron plugin's async scheduler", "vLLM
+        scheduler", ..."""
+        who = "Neuron plugin's" if self.scheduler == "neuron" else "vLLM"
+        return f"{who} {'async ' if self.async_scheduling else ''}scheduler"
+
     def describe(self) -> str:
         """One short phrase for output and notes."""
         if not self.scheduled and not self.async_scheduling:
             return "one request at a time (concurrency 1)"
-        who = "Neuron plugin's" if self.scheduler == "neuron" else "vLLM"
-        return (f"{who} {'async ' if self.async_scheduling else ''}scheduler model at "
+        return (f"{self.describe_scheduler()} model at "
                 f"concurrency {self.concurrency} (max_num_seqs {self.max_num_seqs}, "
                 f"max_num_batched_tokens {self.max_num_batched_tokens})")
 
