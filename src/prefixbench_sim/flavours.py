@@ -123,7 +123,7 @@ cat {MARKER}
 """
 
 
-def dress(fleet: Fleet, host: SimHost, flavour: str, release: str = "2.31") -> str:
+def dress(fleet: Fleet, host: SimHost, flavour: str, release: str = "2.31.0-vllm-beta") -> str:
     """Give a booted bare host ``flavour`` (idempotent); returns the host's flavour line."""
     if flavour not in FLAVOURS:
         raise SimFleetError(f"unknown host flavour {flavour!r} (known: {', '.join(FLAVOURS)})")

@@ -12,6 +12,7 @@ from prefixbench.hosts import provision, releases
 
 FACTS = Path(__file__).resolve().parents[1] / "fixtures" / "host_facts"
 REL = releases.load_release("2.31")
+DLAMI_REL = releases.load_release("2.31.0-vllm-beta")
 
 
 def facts(name: str) -> dict[str, str]:
@@ -59,11 +60,12 @@ def test_every_pinned_version_names_its_public_source() -> None:
 
 
 def test_a_pin_without_a_source_is_refused(tmp_path: Path) -> None:
-    text = (releases.RELEASES_DIR / "2.31.yml").read_text()
-    broken = text.replace('    nki: "n2-manifest.json at v2.31.0; Dockerfile', '    x: "n')
-    (tmp_path / "2.31.yml").write_text(broken)
+    text = (releases.RELEASES_DIR / "2.31.1.yml").read_text()
+    broken = text.replace("    nki: >-\n", "    x: >-\n")
+    assert broken != text
+    (tmp_path / "2.31.1.yml").write_text(broken)
     with pytest.raises(releases.ReleaseError, match=r"pip.packages.nki .* no public source"):
-        releases.load_release("2.31", tmp_path)
+        releases.load_release("2.31.1", tmp_path)
 
 
 def test_hf_download_takes_only_the_files_vllm_loads() -> None:
@@ -90,8 +92,8 @@ def test_hf_download_takes_only_the_files_vllm_loads() -> None:
 def test_the_adopted_venv_is_the_dlami_venv_the_manifest_names() -> None:
     from prefixbench.config import settings as catalogue  # noqa: PLC0415
 
-    assert catalogue.BY_NAME["vllm_env_adopt_venv"].default == REL.dlami["venv"]
-    assert REL.dlami["ssm_parameter"].startswith("/aws/service/neuron/dlami/")
+    assert catalogue.BY_NAME["vllm_env_adopt_venv"].default == DLAMI_REL.dlami["venv"]
+    assert DLAMI_REL.dlami["ssm_parameter"].startswith("/aws/service/neuron/dlami/")
 
 
 def test_teardown_never_removes_a_system_directory_or_an_adopted_venv() -> None:
@@ -122,7 +124,7 @@ def test_the_dlamis_plugin_with_its_build_label_is_adopted() -> None:
 
 
 def test_a_venv_that_is_not_adopted_says_why() -> None:
-    venv, own = REL.dlami["venv"], "/opt/vllm-prefixbench/venv"
+    venv, own = DLAMI_REL.dlami["venv"], "/opt/vllm-prefixbench/venv"
     note = provision.adoption_note(REL, venv, 0, "0.24.0.1.1.0", own)
     assert note.startswith(f"not adopting {venv}: its vllm-neuron is 0.24.0.1.1.0")
     assert own in note and "wants 0.21.0.1.0.0" in note
@@ -152,11 +154,11 @@ def test_the_plugin_is_installed_from_source_at_the_dlamis_commit() -> None:
 
 
 def test_a_source_install_needs_its_public_source(tmp_path: Path) -> None:
-    text = (releases.RELEASES_DIR / "2.31.yml").read_text()
+    text = (releases.RELEASES_DIR / "2.31.1.yml").read_text()
     broken = text.replace("@794754d", "@main")
-    (tmp_path / "2.31.yml").write_text(broken)
+    (tmp_path / "2.31.1.yml").write_text(broken)
     with pytest.raises(releases.ReleaseError, match=r"pip\.sources must map"):
-        releases.load_release("2.31", tmp_path)
+        releases.load_release("2.31.1", tmp_path)
 
 
 def test_the_neuron_pip_route_refuses_gpu_wheels_and_the_sim_does_not_ask() -> None:
