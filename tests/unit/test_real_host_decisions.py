@@ -91,8 +91,11 @@ def test_hf_download_takes_only_the_files_vllm_loads() -> None:
 
 def test_the_adopted_venv_is_the_dlami_venv_the_manifest_names() -> None:
     from prefixbench.config import settings as catalogue  # noqa: PLC0415
+    from prefixbench.hosts import release_match  # noqa: PLC0415
 
-    assert catalogue.BY_NAME["vllm_env_adopt_venv"].default == DLAMI_REL.dlami["venv"]
+    # auto: the venv is whichever known DLAMI's holds the host's release.
+    assert catalogue.BY_NAME["vllm_env_adopt_venv"].default == "auto"
+    assert DLAMI_REL.dlami["venv"] in release_match.dlami_venvs()
     assert DLAMI_REL.dlami["ssm_parameter"].startswith("/aws/service/neuron/dlami/")
 
 
@@ -106,6 +109,7 @@ def test_teardown_never_removes_a_system_directory_or_an_adopted_venv() -> None:
     risky = {**s, "vllm_env_venv": "/opt", "model_cache_dir": "/var/lib"}
     assert provision.teardown_paths(risky) == {"vllm_env": [],
                                                "model_cache": ["/opt/models/tiktoken"]}
+    s["vllm_env_adopt_venv"] = DLAMI_REL.dlami["venv"]  # as the host's release read sets it
     adopted = {**s, "vllm_env_venv": s["vllm_env_adopt_venv"],
                "prefixbench_teardown_model": False}
     assert provision.teardown_paths(adopted) == {"vllm_env": [], "model_cache": []}

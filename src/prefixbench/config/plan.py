@@ -10,6 +10,7 @@ from prefixbench.bench import criteria, experiment
 from prefixbench.config import modelfit
 from prefixbench.config.settings import warnings_of
 from prefixbench.config.workload_estimate import estimate, expected_lines, sends_line, sizing_of
+from prefixbench.hosts import releases
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
@@ -33,6 +34,8 @@ class HostPlan:
     kv_sweep: tuple[int, ...] = ()
     #: Preflight's warnings about the host (no AWS recipe, a tight fit), one line each.
     warnings: tuple[str, ...] = ()
+    #: Which Neuron release the host will run, as far as the controller knows it.
+    release: str = ""
 
     @property
     def benches(self) -> int:
@@ -60,7 +63,23 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         fit=modelfit.fit_line(settings) or "",
         kv_sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_kv_blocks") or ()),
         warnings=tuple(warnings_of(settings)) if settings else (),
+        release=release_line(settings) if settings else "",
     )
+
+
+def release_line(settings: Mapping[str, Any]) -> str:
+    """The host's Neuron release as the plan knows it before any host is read."""
+    name = str(settings.get("prefixbench_neuron_release", releases.AUTO))
+    try:
+        if name == releases.AUTO:
+            rel = releases.newest(releases.load_all())
+            return (f"Neuron release: auto - read from the host (a bare host gets "
+                    f"{rel.label()}); never moved down")
+        rel = releases.load_release(name)
+    except releases.ReleaseError as exc:
+        return f"Neuron release: {exc}"
+    return (f"Neuron release: {rel.label()} on a bare host; a host on another release "
+            "moves up to it only with neuron_sdk_allow_upgrade, never down")
 
 
 def workload_lines(settings: Mapping[str, Any]) -> list[str]:
@@ -112,6 +131,8 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
         if p.fit:
             lines.append(f"  {p.fit}")
         lines.extend(f"  WARNING: {w}" for w in p.warnings)
+        if p.release:
+            lines.append(f"  {p.release}")
     total = sum(p.benches for p in plans)
     lines.append(f"total: {len(plans)} hosts, {total} benches")
     return lines

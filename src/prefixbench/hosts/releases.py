@@ -338,9 +338,19 @@ def newest(rels: Sequence[Release]) -> Release:
     return max(rels, key=lambda r: r.order)
 
 
+def for_settings(settings: Mapping[str, Any]) -> Release:
+    """The release of a host's validated settings, once its release has been read
+    (``prefixbench_neuron_release`` is then the host's release id, not ``auto``)."""
+    return load_release(str(settings.get("prefixbench_neuron_release", AUTO)))
+
+
 def load_release(name: str, directory: Path = RELEASES_DIR) -> Release:
     """The manifest of release ``name``: an id (``2.31.1``, ``2.31.0-vllm-beta``), or a
     ``major.minor`` series (``2.31``: its newest release)."""
+    if name == AUTO:
+        raise ReleaseError("prefixbench_neuron_release is auto and this host's release "
+                           "has not been read yet (roles/neuron_sdk tasks_from: release "
+                           "reads it; it runs before the vLLM environment is chosen)")
     if not isinstance(name, str) or not _RELEASE_RE.match(name):
         raise ReleaseError(f"not a Neuron SDK release: {name!r} (expected e.g. 2.32.0, or "
                            f"{AUTO} to read it from each host)")
