@@ -165,14 +165,19 @@ def test_a_source_install_needs_its_public_source(tmp_path: Path) -> None:
         releases.load_release("2.31.1", tmp_path)
 
 
-def test_the_neuron_pip_route_refuses_gpu_wheels_and_the_sim_does_not_ask() -> None:
-    neuron = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
-                                              "prefixbench_platform": "neuron"})
-    assert neuron["gpu_wheels"] == "refuse"
-    allowed = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
+def test_the_neuron_pip_route_installs_vllms_gpu_pins_by_default_and_refuses_on_request(
+) -> None:
+    from prefixbench.config import settings as catalogue  # noqa: PLC0415
+
+    # vLLM's GPU-only dependencies are its own pins; AWS's images install them as they
+    # are, so the default installs them too (it refused them, which no index could clear).
+    defaults = {k: v.default for k, v in catalogue.BY_NAME.items() if not v.required}
+    neuron = provision.pip_install_plan(REL, {**defaults, "prefixbench_platform": "neuron"})
+    assert neuron["gpu_wheels"] == "allow"
+    refused = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
                                                "prefixbench_platform": "neuron",
-                                               "vllm_env_gpu_wheels": "allow"})
-    assert allowed["gpu_wheels"] == "allow"
+                                               "vllm_env_gpu_wheels": "refuse"})
+    assert refused["gpu_wheels"] == "refuse"
     cpu = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
                                            "prefixbench_platform": "cpu"})
     assert cpu["gpu_wheels"] == "allow"

@@ -176,3 +176,20 @@ def test_the_plan_says_which_release_a_host_gets() -> None:
                                                "prefixbench_instance_type": "trn2.48xlarge"})])
     assert "  Neuron release: 2.32.0 (Neuron 2.32.0, 2026-08-17) on a bare host" in " ".join(
         lines)
+
+
+def test_the_plan_lists_vllms_gpu_only_dependencies_an_own_venv_installs() -> None:
+    from prefixbench.config import plan  # noqa: PLC0415
+
+    line = plan.gpu_only_line({"prefixbench_neuron_release": "2.32.0"})
+    assert line.startswith("own venv on 2.32.0: installs vLLM 0.24.0's GPU-only dependencies (")
+    assert "flashinfer-python" in line and "GB to download" in line
+    assert "as AWS's image does" in line
+    refused = plan.gpu_only_line({"prefixbench_neuron_release": "2.31.1",
+                                  "vllm_env_gpu_wheels": "refuse"})
+    assert "are refused (vllm_env_gpu_wheels: refuse)" in refused
+    assert plan.gpu_only_line({"prefixbench_platform": "cpu"}) == ""
+    assert plan.gpu_only_line({"vllm_env_requirements_url": "http://x/lock"}) == ""
+    for rel in RELS:
+        assert {"flashinfer-python", "nvidia-cutlass-dsl"} <= set(rel.gpu_only), rel.release
+        assert rel.gpu_only_mb > 0, rel.release

@@ -219,13 +219,15 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("vllm_env_python", "str", "Interpreter the virtualenv is made from.",
             "/usr/bin/python3", pattern=r"^/[\w./-]*$"),
     Setting("vllm_env_index_url", "str", "pip index URL: the Neuron pip repository, as "
-            "AWS's vLLM 0.21 image installs from it.", "https://pip.repos.neuron.amazonaws.com",
+            "AWS's vLLM images install from it.", "https://pip.repos.neuron.amazonaws.com",
             pattern=r"^(https?|file)://\S+$"),
     Setting("vllm_env_extra_index_urls", "list_str", "Extra pip index URLs (PyPI, as in "
             "AWS's image).", ["https://pypi.org/simple"]),
-    Setting("vllm_env_gpu_wheels", "str", "On Neuron hosts, refuse a pip set that would "
-            "install CUDA/GPU distributions (nvidia-*, flashinfer, triton, a CUDA torch) "
-            "before anything is installed, or allow them.", "refuse",
+    Setting("vllm_env_gpu_wheels", "str", "vLLM's GPU-only dependencies (its own wheel "
+            "metadata pins flashinfer, nvidia-cudnn-frontend, nvidia-cutlass-dsl and a CUDA "
+            "torch; the release manifest's pip.gpu_only lists them): allow installs them "
+            "as AWS's images do; refuse stops a Neuron host's pip set that would install "
+            "any CUDA/GPU distribution, before anything is installed.", "allow",
             choices=("refuse", "allow")),
     Setting("vllm_env_trusted_hosts", "list_str", "Hosts pip may fetch from over plain "
             "HTTP (the simulated fleet's index).", []),

@@ -36,6 +36,8 @@ class HostPlan:
     warnings: tuple[str, ...] = ()
     #: Which Neuron release the host will run, as far as the controller knows it.
     release: str = ""
+    #: What an own venv gets of vLLM's GPU-only dependencies.
+    gpu_only: str = ""
 
     @property
     def benches(self) -> int:
@@ -64,6 +66,7 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         kv_sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_kv_blocks") or ()),
         warnings=tuple(warnings_of(settings)) if settings else (),
         release=release_line(settings) if settings else "",
+        gpu_only=gpu_only_line(settings) if settings else "",
     )
 
 
@@ -80,6 +83,31 @@ def release_line(settings: Mapping[str, Any]) -> str:
         return f"Neuron release: {exc}"
     return (f"Neuron release: {rel.label()} on a bare host; a host on another release "
             "moves up to it only with neuron_sdk_allow_upgrade, never down")
+
+
+def gpu_only_line(settings: Mapping[str, Any]) -> str:
+    """What a host that builds its own vLLM venv on Neuron gets of vLLM's GPU-only
+    dependencies (the release a bare host gets: the named one, or the newest)."""
+    if (settings.get("prefixbench_platform", "neuron") != "neuron"
+            or settings.get("vllm_env_requirements_url")):
+        return ""
+    name = str(settings.get("prefixbench_neuron_release", releases.AUTO))
+    try:
+        rel = (releases.newest(releases.load_all()) if name == releases.AUTO
+               else releases.load_release(name))
+    except releases.ReleaseError:
+        return ""
+    if not rel.gpu_only:
+        return ""
+    shown = ", ".join(f"{n} {v}" for n, v in sorted(rel.gpu_only.items()))
+    what = (f"vLLM {rel.vllm}'s GPU-only dependencies ({len(rel.gpu_only)} distributions, "
+            f"{rel.gpu_only_mb / 1000:.1f} GB to download: {shown})")
+    if str(settings.get("vllm_env_gpu_wheels", "allow")) == "refuse":
+        return (f"own venv on {rel.release}: {what} are refused (vllm_env_gpu_wheels: "
+                "refuse): a host that builds its own venv stops before installing")
+    return (f"own venv on {rel.release}: installs {what}, as AWS's image does "
+            "(vllm_env_gpu_wheels: refuse to stop instead); an adopted DLAMI venv "
+            "installs nothing")
 
 
 def workload_lines(settings: Mapping[str, Any]) -> list[str]:
@@ -133,6 +161,8 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
         lines.extend(f"  WARNING: {w}" for w in p.warnings)
         if p.release:
             lines.append(f"  {p.release}")
+        if p.gpu_only:
+            lines.append(f"  {p.gpu_only}")
     total = sum(p.benches for p in plans)
     lines.append(f"total: {len(plans)} hosts, {total} benches")
     return lines

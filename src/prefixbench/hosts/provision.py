@@ -223,7 +223,9 @@ def pip_install_plan(release: Release, settings: Mapping[str, Any]) -> dict[str,
     """
     lock = str(settings.get("vllm_env_requirements_url") or "")
     neuron = str(settings.get("prefixbench_platform", "neuron")) == "neuron"
-    refuse = neuron and str(settings.get("vllm_env_gpu_wheels") or "refuse") == "refuse"
+    # vLLM's GPU-only dependencies are its own pins: installed as AWS's images install
+    # them unless vllm_env_gpu_wheels says refuse.
+    refuse = neuron and str(settings.get("vllm_env_gpu_wheels") or "allow") == "refuse"
     return {
         "requirements": [] if lock else pip_requirements(release),
         "requirements_file": lock,

@@ -33,7 +33,7 @@ _PIP_NAME_RE: Final = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _VERSION_RE: Final = re.compile(r"^\d+(\.\d+)*$")
 _KNOWN_KEYS: Final = frozenset({"schema", "release", "version", "date", "title", "sources",
                                 "apt", "pip", "os", "notes", "python", "dlami", "server",
-                                "bench_client", "compile_key"})
+                                "bench_client", "compile_key", "gpu_only"})
 _ENV_NAME_RE: Final = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _PY_RE: Final = re.compile(r"^3\.\d+$")
 _SOURCE_RE: Final = re.compile(r"^(git\+)?https://\S+@[0-9a-f]{7,40}$")
@@ -76,6 +76,10 @@ class Release:
     bench_requirements: tuple[str, ...] = ()
     #: The venv distributions whose versions key the compile cache.
     compile_distributions: tuple[str, ...] = ()
+    #: vLLM's GPU-only dependencies as pip resolves its pins ``{name: version}``, and
+    #: their download size in MB (what an own venv installs, as AWS's image does).
+    gpu_only: Mapping[str, str] = field(default_factory=dict)
+    gpu_only_mb: int = 0
 
     @property
     def series(self) -> str:
@@ -285,7 +289,7 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
     if not isinstance(date, str) or not _DATE_RE.match(date):
         raise ReleaseError(f"{origin}: date must be AWS's release date as \"YYYY-MM-DD\"")
     sections = {}
-    for key in ("server", "bench_client", "compile_key"):
+    for key in ("server", "bench_client", "compile_key", "gpu_only"):
         part = data.get(key) or {}
         if not isinstance(part, Mapping):
             raise ReleaseError(f"{origin}: {key} must be a mapping")
@@ -302,7 +306,20 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
                                         f"{origin}: bench_client.requirements"),
         "compile_distributions": _str_list(sections["compile_key"].get("distributions"),
                                            f"{origin}: compile_key.distributions"),
+        **_gpu_only(sections["gpu_only"], origin),
     }
+
+
+def _gpu_only(part: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    packages = part.get("packages") or {}
+    size = part.get("download_mb", 0)
+    if not isinstance(packages, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in packages.items()):
+        raise ReleaseError(f"{origin}: gpu_only.packages must map a distribution to the "
+                           "quoted version pip resolves")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ReleaseError(f"{origin}: gpu_only.download_mb must be a whole number of MB")
+    return {"gpu_only": dict(packages), "gpu_only_mb": size}
 
 
 def origin_label(data: Mapping[str, Any]) -> str:
