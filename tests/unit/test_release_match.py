@@ -200,3 +200,11 @@ def test_a_dlami_venv_is_matched_by_its_plugin_which_pins_its_vllm() -> None:
     sim = Venv(VENV_0720.path, "0.32.0+cpu", "0.21.0.1.0.0+794754d")
     found = resolve(DLAMI_0720, [sim])
     assert (found.release, found.venv) == (BETA, sim.path)
+
+
+def test_every_releases_compile_key_distributions_are_read_into_the_key() -> None:
+    from prefixbench.servers import compile_cache  # noqa: PLC0415
+
+    for rel in RELS:
+        assert set(rel.compile_distributions) <= set(compile_cache.COMPILER_DISTRIBUTIONS), \
+            rel.release
