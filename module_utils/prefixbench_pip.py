@@ -99,9 +99,11 @@ def gpu_refusal(found: list[str]) -> str:
         return ""
     shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
     return (f"the pip set would install {len(found)} CUDA/GPU distributions a Neuron host "
-            f"cannot use ({shown}): point vllm_env_index_url at an index with the "
-            "Neuron/CPU torch build, adopt the DLAMI's venv, or set vllm_env_gpu_wheels: "
-            "allow to install them anyway; nothing was installed")
+            f"does not use ({shown}), and vllm_env_gpu_wheels is refuse: they are vLLM's "
+            "own pins (its wheel metadata), which AWS's images install as they are, so no "
+            "index choice removes them; set vllm_env_gpu_wheels: allow (the default) to "
+            "install them, or run on a DLAMI host whose venv is adopted; nothing was "
+            "installed")
 
 
 # A converged environment asked again: the answer is already known. When a dry run in the

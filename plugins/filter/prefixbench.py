@@ -9,7 +9,7 @@ from typing import Any
 
 from prefixbench.bench import client_launch, experiment
 from prefixbench.config import plan
-from prefixbench.hosts import collect, doctor, provision, releases
+from prefixbench.hosts import collect, doctor, provision, release_match, releases
 from prefixbench.measure.layout import RunLayout
 from prefixbench.servers import compile_cache, sandbox, server, sweep
 
@@ -65,6 +65,33 @@ def prefixbench_release(name: str, kernel: str = "") -> dict[str, Any]:
     }
 
 
+def prefixbench_dlami_venvs(settings: Mapping[str, Any]) -> list[str]:
+    """The venvs to probe for the host's release: every known DLAMI's (with
+    ``vllm_env_adopt_venv: auto``), else the one the setting names (none when empty)."""
+    adopt = str(settings.get("vllm_env_adopt_venv", releases.AUTO))
+    return release_match.dlami_venvs() if adopt == releases.AUTO else [adopt] if adopt else []
+
+
+def prefixbench_host_release(settings: Mapping[str, Any], host: str,
+                             packages: Mapping[str, Any],
+                             venv_probe: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The host's Neuron release read from its debs and DLAMI venvs:
+    ``{release, how, venv, refusal, note, settings}`` (``settings``: what to merge into
+    ``prefixbench_settings``; empty when refused)."""
+    found = release_match.resolve(
+        host, str(settings["prefixbench_neuron_release"]),
+        provision.installed_versions(packages), release_match.venvs_from_probe(venv_probe),
+        allow_upgrade=bool(settings.get("neuron_sdk_allow_upgrade")))
+    return {**found.as_dict(), "settings": release_match.settings_update(settings, found)}
+
+
+def prefixbench_neuron_package_names(settings: Mapping[str, Any]) -> list[str]:
+    """Every Neuron deb any known release pins (what teardown releases or removes,
+    whichever release the host was on)."""
+    del settings  # the same for every host: the names, not a release's versions
+    return sorted({n for rel in releases.load_all() for n in rel.apt_packages})
+
+
 def prefixbench_adoptable(probe: Mapping[str, Any], name: str) -> bool:
     """Whether a probed virtualenv's vllm-neuron version is the release's."""
     return provision.adoptable(releases.load_release(name), probe.get("rc"),
@@ -74,7 +101,7 @@ def prefixbench_adoptable(probe: Mapping[str, Any], name: str) -> bool:
 def prefixbench_adoption_note(probe: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
     """Why the DLAMI's virtualenv is or is not adopted (empty when there is none)."""
     return provision.adoption_note(
-        releases.load_release(str(settings["prefixbench_neuron_release"])),
+        releases.for_settings(settings),
         str(settings.get("vllm_env_adopt_venv") or ""), probe.get("rc"),
         str(probe.get("stdout", "")), str(settings.get("vllm_env_venv") or ""))
 
@@ -151,8 +178,7 @@ def prefixbench_pip_args(settings: Mapping[str, Any], no_deps: bool = False) -> 
 
 def prefixbench_pip_plan(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The one pip install of the vLLM environment: requirements, file and pip options."""
-    return provision.pip_install_plan(
-        releases.load_release(str(settings["prefixbench_neuron_release"])), settings)
+    return provision.pip_install_plan(releases.for_settings(settings), settings)
 
 
 def prefixbench_python_problem(name: str, host: str, facts: Mapping[str, Any], python: str,
@@ -312,6 +338,9 @@ class FilterModule:
             "prefixbench_tiktoken_downloads": prefixbench_tiktoken_downloads,
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,
+            "prefixbench_dlami_venvs": prefixbench_dlami_venvs,
+            "prefixbench_host_release": prefixbench_host_release,
+            "prefixbench_neuron_package_names": prefixbench_neuron_package_names,
             "prefixbench_adoption_note": prefixbench_adoption_note,
             "prefixbench_doctor_plan": prefixbench_doctor_plan,
             "prefixbench_doctor_report": prefixbench_doctor_report,

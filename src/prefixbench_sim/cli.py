@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
                            "the way the Neuron DLAMI and AWS's guide leave a host)")
     dress.add_argument("host", help="e.g. trn2-sim-2")
     dress.add_argument("flavour", choices=("dlami",))
+    dress.add_argument("--release", default="2.31.0-vllm-beta",
+                       help="the release whose DLAMI to dress as (2.31.0-vllm-beta: the "
+                            "vLLM 0.21 DLAMI of 2026-07-20; 2.32.0: today's)")
     sub.add_parser("down", help="power off and remove every host, namespace and mount")
     sub.add_parser("status", help="show each host and its vllm-* units")
     return p
@@ -56,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             host = next((h for h in fleet.hosts() if h.name == args.host), None)
             if host is None:
                 raise SimFleetError(f"no running host {args.host}; see `simfleet status`")
-            print(f"simfleet: {args.host}: {flavours.dress(fleet, host, args.flavour)}",
+            flavour = flavours.dress(fleet, host, args.flavour, args.release)
+            print(f"simfleet: {args.host}: {flavour}",
                   flush=True)
         elif args.command == "down":
             fleet.down()

@@ -4,16 +4,19 @@
     what ``up`` boots: Debian 12 with nothing of Neuron on it (an instance from a plain
     OS image).
 ``dlami``
-    a host set up the way AWS's own vLLM 0.21 image is built (aws-neuron/
-    deep-learning-containers ``vllm/inference/0.21.0.1.0.0/Dockerfile.neuronx`` at tag
-    2.31.1, the published build of the stack the vLLM 0.21 DLAMI carries):
+    a host set up the way AWS's own vLLM image of a release is built, for each release
+    whose manifest names a DLAMI (``dlami``): ``2.31.0-vllm-beta``, the vLLM 0.21 DLAMI of
+    2026-07-20 on 2.31.0's packages (aws-neuron/deep-learning-containers 1fb9b21
+    ``vllm/inference/0.21.0.1.0.0/Dockerfile.neuronx``), the default; ``2.32.0``, today's
+    vLLM 0.24 DLAMI (the same repository at tag 2.32.0,
+    ``vllm/inference/0.24.0.1.1.0/Dockerfile.neuronx``):
 
     * the Neuron apt source exactly as that Dockerfile writes it:
       ``deb [signed-by=/etc/apt/keyrings/neuron.gpg] URL jammy main``, the key dearmored
       into that keyring; suite ``jammy`` whatever the host's codename (the simulated
       repository serves it: :data:`prefixbench_sim.artifacts_apt.AWS_SUITE`);
-    * the release's Neuron packages installed at their pins (2.31.1: aws-neuronx-tools
-      2.31.15), not held;
+    * the release's Neuron packages installed at their pins (2.31.0-vllm-beta:
+      aws-neuronx-tools 2.31.13; 2.32.0: 2.32.28), not held;
     * a ``neuron`` group, as AWS's security guide creates it to narrow the driver's
       ``/dev/neuron*`` rule to ``GROUP="neuron", MODE="0660"`` (the service user must
       join it);
@@ -22,7 +25,7 @@
       holding the same vLLM build the bare hosts get (vLLM on CPU, from the harness's
       lock) and, as the DLAMI's plugin, a code-free stand-in distribution named
       ``vllm-neuron`` at the DLAMI wheel's own version, local label included
-      (``dlami.plugin``: ``0.21.0.1.0.0+794754d``; built by
+      (``dlami.plugin``: ``0.21.0.1.0.0+794754d``, ``0.24.0.1.1.0+e8242a9``; built by
       :mod:`prefixbench_sim.artifacts_pip`; it exists so that the adoption check, which
       reads that distribution's version, sees what it would see on a DLAMI).
 
@@ -35,7 +38,7 @@ The sources of the DLAMI facts are named in the release manifest
 
 The DLAMI's venv comes with the image, built before the host boots; here it is built the
 first time a host is dressed (a pip install of the whole lock, 80-95 s of one core) and
-kept as a tarball in the cache directory (``dlami-venv-<key>.tar``, the key over the
+kept as a tarball in the cache directory (``dlami-venv-<venv name>-<key>.tar``, the key over the
 lock, the plugin's version, the venv's path and the hosts' interpreter), which later
 dressings unpack in a few seconds. Its content is what the same pip install gives.
 """
@@ -123,7 +126,7 @@ cat {MARKER}
 """
 
 
-def dress(fleet: Fleet, host: SimHost, flavour: str, release: str = "2.31") -> str:
+def dress(fleet: Fleet, host: SimHost, flavour: str, release: str = "2.31.0-vllm-beta") -> str:
     """Give a booted bare host ``flavour`` (idempotent); returns the host's flavour line."""
     if flavour not in FLAVOURS:
         raise SimFleetError(f"unknown host flavour {flavour!r} (known: {', '.join(FLAVOURS)})")
@@ -133,7 +136,7 @@ def dress(fleet: Fleet, host: SimHost, flavour: str, release: str = "2.31") -> s
     paths = fleet.paths
     merged = paths.merged(host.name)
     venv = str(rel.dlami.get("venv", "")).lstrip("/")
-    tarball = paths.cache / "dlami-venv-{}.tar".format(venv_cache_key(
+    tarball = paths.cache / "dlami-venv-{}-{}.tar".format(Path(venv).name, venv_cache_key(
         (paths.www / "pip" / LOCK_NAME).read_bytes(), standin_version(rel) or "", venv,
         _interpreter_id(paths.rootfs)))
     dressed = (merged / MARKER.lstrip("/")).exists()
@@ -156,7 +159,7 @@ def dress(fleet: Fleet, host: SimHost, flavour: str, release: str = "2.31") -> s
 def _keep_venv(root: Path, venv: str, tarball: Path) -> None:
     """Write the venv just built to ``tarball`` (atomically), dropping older builds."""
     tarball.parent.mkdir(parents=True, exist_ok=True)
-    for old in tarball.parent.glob("dlami-venv-*.tar"):
+    for old in tarball.parent.glob(f"dlami-venv-{Path(venv).name}-*.tar"):
         old.unlink()
     partial = tarball.with_name(f".{tarball.name}.{os.getpid()}")
     try:

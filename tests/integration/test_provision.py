@@ -1,10 +1,13 @@
 """Provision on the simulated fleet: refusals first (no host changed), then converge,
 a second run with nothing changed, and check mode that tells the truth.
 
-The fleet has both host flavours: bare Debian hosts, and ``trn2-sim-2`` set up the way the
-Neuron DLAMI and AWS's guide leave a host (its vLLM venv at the DLAMI path, the Neuron
-apt source without signed-by). That host's venv is adopted with nothing installed into
-it, and apt still works on it afterwards."""
+The fleet has every host flavour: a bare Debian host, ``trn2-sim-2`` set up the way the
+vLLM 0.21 DLAMI of 2026-07-20 leaves a host (2.31.0's packages, its vLLM venv at the DLAMI
+path, the Neuron apt source as AWS's image writes it) and the last host as today's 2.32
+DLAMI (vLLM 0.24). Each host's release is read from it (prefixbench_neuron_release:
+auto): the DLAMI hosts keep theirs, their venvs adopted with nothing installed into them
+and apt still working; the bare host gets the newest release; a host mixing releases is
+refused, and a release below a host's is refused even with upgrades allowed."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ STATE = ("{ ls -l --time-style=+%s /etc/apt/sources.list.d /etc/apt/keyrings /op
          "find /opt -maxdepth 6 -name '*.dist-info' 2>/dev/null | sort; } | sha256sum")
 
 DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0"
+DLAMI_232_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_24_0_1_1_0"
 
 
 def full_recap(proc: subprocess.CompletedProcess[str],
@@ -58,12 +62,16 @@ def write_conflicting_lock(www: Path) -> str:
     return "http://10.213.0.1:8080/pip/conflict-test.lock"
 
 
-def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: SimHost,
-                   repo_root: Path, ansible_env: dict[str, str]) -> None:
+def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: SimHost, *,
+                   dlami_232_host: SimHost, repo_root: Path,
+                   ansible_env: dict[str, str]) -> None:
     fleet = sim_fleet
     trn2 = fleet.hosts[0]
+    assert trn2 not in (dlami_host, dlami_232_host) and dlami_host != dlami_232_host
     dlami_freeze = fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"])
     assert "vllm-neuron==0.21.0.1.0.0" in dlami_freeze
+    dlami_232_freeze = fleet.ssh(dlami_232_host, [f"{DLAMI_232_VENV}/bin/pip", "freeze"])
+    assert "vllm-neuron==0.24.0.1.1.0+e8242a9" in dlami_232_freeze.split()
     before = host_states(fleet)
 
     # 1. An unknown SDK release is refused in preflight.
@@ -82,7 +90,9 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     finally:
         fleet.sh(trn2, "cp /var/tmp/os-release.orig /etc/os-release")
     assert proc.returncode != 0
-    assert "is not supported by Neuron SDK 2.31.1" in proc.stdout
+    # The bare host gets the newest release.
+    assert f"{trn2.name}: Debian 40 is not supported by Neuron SDK 2.32.0" in proc.stdout \
+        or "is not supported by Neuron SDK 2.32.0" in proc.stdout, proc.stdout[-4000:]
     assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values()), proc.stdout
     assert host_states(fleet) == before
 
@@ -95,43 +105,72 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     assert lines and "The user requested torch==2.13.0+cpu" in lines[0], proc.stdout[-5000:]
     assert f"{trn2.name}: pip cannot resolve the set" in proc.stdout
     assert dlami_host.name + ": pip cannot" not in proc.stdout  # adopted: nothing to resolve
+    assert dlami_232_host.name + ": pip cannot" not in proc.stdout
     assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values()), proc.stdout[-5000:]
     assert host_states(fleet) == before
 
-    # 3. A host with a Neuron package at another version is reported precisely.
-    old = next((sim_artifacts / "neuron-apt").rglob("aws-neuronx-runtime-lib_2.32.31.0*.deb"))
-    url = f"http://10.213.0.1:8080/{old.relative_to(sim_artifacts).as_posix()}"
-    fleet.sh(trn2, f"curl -fsS -o /var/tmp/old-runtime.deb {url} && "
-                   "dpkg -i /var/tmp/old-runtime.deb >/dev/null")
-    proc, _ = playbook(repo_root, ansible_env, "playbooks/provision.yml")
+    # 3. A host whose Neuron packages come from two releases (2.31.1's tools, 2.32.0's
+    # runtime) is refused in one line naming the nearest release, whatever the settings.
+    debs = sim_artifacts / "neuron-apt"
+    for pattern in ("aws-neuronx-tools_2.31.15.0*.deb", "aws-neuronx-runtime-lib_2.34.10.0*.deb"):
+        deb = next(debs.rglob(pattern))
+        url = f"http://10.213.0.1:8080/{deb.relative_to(sim_artifacts).as_posix()}"
+        fleet.sh(trn2, f"curl -fsS -o /var/tmp/mixed.deb {url} && "
+                       "dpkg -i /var/tmp/mixed.deb >/dev/null")
+    mixed = host_states(fleet)
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/provision.yml",
+                       "-e", "neuron_sdk_allow_upgrade=true")
     assert proc.returncode != 0
-    assert (f"{trn2.name}: aws-neuronx-runtime-lib is 2.32.31.0, Neuron SDK wants 2.33.10.0"
-            in proc.stdout), proc.stdout
+    assert f"{trn2.name}: its Neuron packages match no release this bundle knows" \
+        in proc.stdout, proc.stdout[-5000:]
+    # One difference from 2.31.1 and from 2.32.0 each: the newer is named.
+    assert ("nearest is 2.32.0, which differs in aws-neuronx-tools 2.31.15.0 (wants "
+            "2.32.28.0)") in proc.stdout, proc.stdout[-5000:]
     assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values())
     assert own_source_present(fleet) == []
+    assert host_states(fleet) == mixed
+    fleet.sh(trn2, "dpkg --purge aws-neuronx-tools aws-neuronx-runtime-lib >/dev/null")
 
-    # 4. Converge, allowing the drifted host to move to the pinned version.
-    proc, first = playbook(repo_root, ansible_env, "playbooks/provision.yml",
-                           "-e", "neuron_sdk_allow_upgrade=true")
+    # 4. Converge: each host on its own release, the bare one on the newest.
+    proc, first = playbook(repo_root, ansible_env, "playbooks/provision.yml")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    runtime = fleet.sh(trn2, "dpkg-query -W -f='${Version}' aws-neuronx-runtime-lib")
-    assert runtime.startswith("2.33.10.0")
+    assert f"{trn2.name}: no Neuron package installed; installing Neuron 2.32.0" in proc.stdout
+    assert f"{dlami_host.name}: on Neuron 2.31.0-vllm-beta" in proc.stdout
+    assert f"{dlami_232_host.name}: on Neuron 2.32.0" in proc.stdout
+    for host, tools in ((trn2, "2.32.28.0"), (dlami_host, "2.31.13.0"),
+                        (dlami_232_host, "2.32.28.0")):
+        assert fleet.sh(host, "dpkg-query -W -f='${Version}' aws-neuronx-tools"
+                        ).startswith(tools), host.name
+    assert f"{dlami_232_host.name}: adopting {DLAMI_232_VENV}" in proc.stdout
+    assert f"{dlami_host.name}: adopting {DLAMI_VENV}" in proc.stdout
+    assert fleet.ssh(dlami_232_host, [f"{DLAMI_232_VENV}/bin/pip", "freeze"]) \
+        == dlami_232_freeze
+
+    # 4b. A release below a host's is refused, even with upgrades allowed: nothing moves.
+    converged = host_states(fleet)
+    proc, _ = playbook(repo_root, ansible_env, "playbooks/provision.yml",
+                       "-e", "prefixbench_neuron_release=2.31.1",
+                       "-e", "neuron_sdk_allow_upgrade=true")
+    assert proc.returncode != 0
+    assert (f"{trn2.name}: prefixbench_neuron_release 2.31.1 would move Neuron packages "
+            "down") in proc.stdout, proc.stdout[-5000:]
+    assert "never moves a Neuron package down" in proc.stdout
+    assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values())
+    assert host_states(fleet) == converged
 
     # The DLAMI-flavoured host: its venv adopted and left exactly as it was, no second
     # venv, its own apt source kept (none added beside it), and apt still works.
-    assert f"{dlami_host.name}: adopting {DLAMI_VENV}" in proc.stdout
     assert fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"]) == dlami_freeze
-    # Dressed from AWS's 2.31.1 artifacts: the plugin's build label, tools 2.31.15 and
+    # Dressed from AWS's 2026-07-20 artifacts: the plugin's build label, tools 2.31.13 and
     # the apt line as AWS's vLLM 0.21 image writes it (suite jammy, dearmored keyring).
     assert "vllm-neuron==0.21.0.1.0.0+794754d" in dlami_freeze.split()
-    assert fleet.sh(dlami_host, "dpkg-query -W -f='${Version}' aws-neuronx-tools"
-                    ).startswith("2.31.15.0")
     assert fleet.sh(dlami_host, "cat /etc/apt/sources.list.d/neuron.list").startswith(
         "deb [signed-by=/etc/apt/keyrings/neuron.gpg] ") and " jammy main" in fleet.sh(
         dlami_host, "cat /etc/apt/sources.list.d/neuron.list")
     assert fleet.sh(dlami_host, "test -e /opt/vllm-prefixbench && echo yes || echo no"
                     ).strip() == "no"
-    assert own_source_present(fleet) == [h.name for h in fleet.hosts if h != dlami_host]
+    assert own_source_present(fleet) == [h.name for h in fleet.hosts
+                                         if h not in (dlami_host, dlami_232_host)]
     update = fleet.sh(dlami_host, "apt-get update 2>&1")
     assert "Conflicting values" not in update and "\nE:" not in update, update
 

@@ -54,7 +54,7 @@ def test_ansible_builder_creates_the_build_context_offline(tmp_path: Path) -> No
     pkg = ctx / "_build" / "prefixbench"
     assert (pkg / "pyproject.toml").is_file()
     assert (pkg / "src" / "prefixbench" / "__init__.py").is_file()
-    assert (pkg / "src" / "prefixbench" / "data" / "neuron_releases" / "2.31.yml").is_file()
+    assert (pkg / "src" / "prefixbench" / "data" / "neuron_releases" / "2.32.0.yml").is_file()
     assert _pins(ctx / "_build" / "requirements.txt") == _pins(ROOT / "requirements" / "ee.txt")
     # The package builds from the context alone (what the image's pip install does).
     wheels = tmp_path / "wheels"

@@ -15,7 +15,8 @@ def b64(text: str) -> str:
 
 
 def test_fingerprint_from_raw_facts() -> None:
-    s = settings.validate({"prefixbench_instance_type": "trn3.48xlarge",
+    s = settings.validate({"prefixbench_neuron_release": "2.31.1",
+                        "prefixbench_instance_type": "trn3.48xlarge",
                            "vllm_service_model": "/m"}, "h").settings
     raw = {
         "facts": {"distribution": "Ubuntu", "distribution_version": "24.04",
@@ -42,7 +43,8 @@ def test_fingerprint_from_raw_facts() -> None:
 
 
 def test_missing_pieces_are_null_not_errors() -> None:
-    s = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
+    s = settings.validate({"prefixbench_neuron_release": "2.31.1",
+                        "prefixbench_instance_type": "trn2.48xlarge",
                            "vllm_service_model": "/m"}, "h").settings
     fp = fingerprint("h", s, {"venv_versions": "not json", "driver": [{"failed": True}]})
     assert fp["neuron_driver"] is None
@@ -65,7 +67,8 @@ def test_neuron_ls_counts_devices_and_cores_and_names_one_instance_type() -> Non
 
 
 def test_the_driver_file_is_recorded_beside_its_version() -> None:
-    s = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
+    s = settings.validate({"prefixbench_neuron_release": "2.31.1",
+                        "prefixbench_instance_type": "trn2.48xlarge",
                            "vllm_service_model": "/m"}, "h").settings
     fp = fingerprint("h", s, {"driver": [
         {"source": "/sys/module/neuron/version", "failed": True},

@@ -79,7 +79,7 @@ def test_the_0_21_stacks_compiler_packages_are_in_the_key() -> None:
     assert key(versions={**neuron, "libtorch-neuronx-lite": "2.11.0.1.0.700"}) != base
     material = compile_cache.key_material(FINGERPRINT, neuron, SETTINGS, "cached")
     assert material["distributions"]["nki"] == "0.5.0+28631259367.ga768afa6"
-    assert material["key_version"] == 2
+    assert material["key_version"] == 3
 
 
 def test_a_host_whose_venv_was_not_asked_for_a_distribution_does_not_share() -> None:

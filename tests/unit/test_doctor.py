@@ -131,7 +131,8 @@ def test_probe_output_without_its_line_is_an_error() -> None:
 
 
 def valid(**overrides: Any) -> dict[str, Any]:
-    result = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
+    result = settings.validate({"prefixbench_neuron_release": "2.31.1",
+                        "prefixbench_instance_type": "trn2.48xlarge",
                                 "vllm_service_model": "openai/gpt-oss-120b", **overrides},
                                host="h")
     assert result.ok, result.problems
@@ -200,7 +201,8 @@ def test_the_variable_the_command_passes_is_accepted_by_preflight(tmp_path: Path
     argv = cli_doctor.playbook_argv(args, tmp_path / "doctor.json", ROOT)
     assert argv[1] == "playbooks/doctor.yml"
     extra = json.loads(argv[-1])
-    result = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
+    result = settings.validate({"prefixbench_neuron_release": "2.31.1",
+                        "prefixbench_instance_type": "trn2.48xlarge",
                                 "vllm_service_model": "openai/gpt-oss-120b", **extra}, host="h")
     assert result.ok, result.problems
 

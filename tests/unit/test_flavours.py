@@ -25,7 +25,7 @@ def test_the_key_does_not_run_inputs_together() -> None:
 
 
 def test_a_venv_from_the_cache_is_not_built_again() -> None:
-    release = releases.load_release("2.31")
+    release = releases.load_release("2.31.0-vllm-beta")
     venv = str(release.dlami["venv"])
     built = dlami_script(release)
     assert f"python3 -m venv {venv}" in built and "pip install" in built

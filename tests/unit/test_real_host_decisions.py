@@ -12,6 +12,7 @@ from prefixbench.hosts import provision, releases
 
 FACTS = Path(__file__).resolve().parents[1] / "fixtures" / "host_facts"
 REL = releases.load_release("2.31")
+DLAMI_REL = releases.load_release("2.31.0-vllm-beta")
 
 
 def facts(name: str) -> dict[str, str]:
@@ -59,11 +60,12 @@ def test_every_pinned_version_names_its_public_source() -> None:
 
 
 def test_a_pin_without_a_source_is_refused(tmp_path: Path) -> None:
-    text = (releases.RELEASES_DIR / "2.31.yml").read_text()
-    broken = text.replace('    nki: "n2-manifest.json at v2.31.0; Dockerfile', '    x: "n')
-    (tmp_path / "2.31.yml").write_text(broken)
+    text = (releases.RELEASES_DIR / "2.31.1.yml").read_text()
+    broken = text.replace("    nki: >-\n", "    x: >-\n")
+    assert broken != text
+    (tmp_path / "2.31.1.yml").write_text(broken)
     with pytest.raises(releases.ReleaseError, match=r"pip.packages.nki .* no public source"):
-        releases.load_release("2.31", tmp_path)
+        releases.load_release("2.31.1", tmp_path)
 
 
 def test_hf_download_takes_only_the_files_vllm_loads() -> None:
@@ -89,9 +91,12 @@ def test_hf_download_takes_only_the_files_vllm_loads() -> None:
 
 def test_the_adopted_venv_is_the_dlami_venv_the_manifest_names() -> None:
     from prefixbench.config import settings as catalogue  # noqa: PLC0415
+    from prefixbench.hosts import release_match  # noqa: PLC0415
 
-    assert catalogue.BY_NAME["vllm_env_adopt_venv"].default == REL.dlami["venv"]
-    assert REL.dlami["ssm_parameter"].startswith("/aws/service/neuron/dlami/")
+    # auto: the venv is whichever known DLAMI's holds the host's release.
+    assert catalogue.BY_NAME["vllm_env_adopt_venv"].default == "auto"
+    assert DLAMI_REL.dlami["venv"] in release_match.dlami_venvs()
+    assert DLAMI_REL.dlami["ssm_parameter"].startswith("/aws/service/neuron/dlami/")
 
 
 def test_teardown_never_removes_a_system_directory_or_an_adopted_venv() -> None:
@@ -104,6 +109,7 @@ def test_teardown_never_removes_a_system_directory_or_an_adopted_venv() -> None:
     risky = {**s, "vllm_env_venv": "/opt", "model_cache_dir": "/var/lib"}
     assert provision.teardown_paths(risky) == {"vllm_env": [],
                                                "model_cache": ["/opt/models/tiktoken"]}
+    s["vllm_env_adopt_venv"] = DLAMI_REL.dlami["venv"]  # as the host's release read sets it
     adopted = {**s, "vllm_env_venv": s["vllm_env_adopt_venv"],
                "prefixbench_teardown_model": False}
     assert provision.teardown_paths(adopted) == {"vllm_env": [], "model_cache": []}
@@ -122,7 +128,7 @@ def test_the_dlamis_plugin_with_its_build_label_is_adopted() -> None:
 
 
 def test_a_venv_that_is_not_adopted_says_why() -> None:
-    venv, own = REL.dlami["venv"], "/opt/vllm-prefixbench/venv"
+    venv, own = DLAMI_REL.dlami["venv"], "/opt/vllm-prefixbench/venv"
     note = provision.adoption_note(REL, venv, 0, "0.24.0.1.1.0", own)
     assert note.startswith(f"not adopting {venv}: its vllm-neuron is 0.24.0.1.1.0")
     assert own in note and "wants 0.21.0.1.0.0" in note
@@ -152,21 +158,26 @@ def test_the_plugin_is_installed_from_source_at_the_dlamis_commit() -> None:
 
 
 def test_a_source_install_needs_its_public_source(tmp_path: Path) -> None:
-    text = (releases.RELEASES_DIR / "2.31.yml").read_text()
+    text = (releases.RELEASES_DIR / "2.31.1.yml").read_text()
     broken = text.replace("@794754d", "@main")
-    (tmp_path / "2.31.yml").write_text(broken)
+    (tmp_path / "2.31.1.yml").write_text(broken)
     with pytest.raises(releases.ReleaseError, match=r"pip\.sources must map"):
-        releases.load_release("2.31", tmp_path)
+        releases.load_release("2.31.1", tmp_path)
 
 
-def test_the_neuron_pip_route_refuses_gpu_wheels_and_the_sim_does_not_ask() -> None:
-    neuron = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
-                                              "prefixbench_platform": "neuron"})
-    assert neuron["gpu_wheels"] == "refuse"
-    allowed = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
+def test_the_neuron_pip_route_installs_vllms_gpu_pins_by_default_and_refuses_on_request(
+) -> None:
+    from prefixbench.config import settings as catalogue  # noqa: PLC0415
+
+    # vLLM's GPU-only dependencies are its own pins; AWS's images install them as they
+    # are, so the default installs them too (it refused them, which no index could clear).
+    defaults = {k: v.default for k, v in catalogue.BY_NAME.items() if not v.required}
+    neuron = provision.pip_install_plan(REL, {**defaults, "prefixbench_platform": "neuron"})
+    assert neuron["gpu_wheels"] == "allow"
+    refused = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
                                                "prefixbench_platform": "neuron",
-                                               "vllm_env_gpu_wheels": "allow"})
-    assert allowed["gpu_wheels"] == "allow"
+                                               "vllm_env_gpu_wheels": "refuse"})
+    assert refused["gpu_wheels"] == "refuse"
     cpu = provision.pip_install_plan(REL, {"vllm_env_index_url": "https://x/simple",
                                            "prefixbench_platform": "cpu"})
     assert cpu["gpu_wheels"] == "allow"

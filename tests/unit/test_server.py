@@ -16,6 +16,8 @@ from prefixbench.servers import sandbox, server
 
 TUTORIAL: dict[str, Any] = {
     "prefixbench_instance_type": "trn2.48xlarge",
+    # The host's release, as roles/neuron_sdk tasks_from: release reads it.
+    "prefixbench_neuron_release": "2.31.1",
     "vllm_service_model": "openai/gpt-oss-120b",
 }
 

@@ -48,18 +48,27 @@ def test_release_231_is_complete_and_pins_with_a_suffix_glob() -> None:
     assert releases.load_release("2.31.1") == rel
 
 
-def test_neighbour_releases_mark_unknown_versions() -> None:
-    assert releases.available_releases() == ["2.30", "2.31", "2.32"]
-    rel = releases.load_release("2.30")
-    assert rel.apt_packages["aws-neuronx-dkms"] == "2.28.0.0"
-    assert "apt:aws-neuronx-tools" in rel.unknown()
-    with pytest.raises(releases.ReleaseError, match=r"versions unknown for .*aws-neuronx-tools"):
+def test_every_known_release_is_listed_oldest_first_and_a_series_names_its_newest() -> None:
+    assert releases.available_releases() == [
+        "2.31.0", "2.31.0-vllm-beta", "2.31.1", "2.32.0"]
+    assert releases.load_release("2.32").release == "2.32.0"
+    beta = releases.load_release("2.31.0-vllm-beta")
+    assert (beta.version, beta.date) == ("2.31.0", "2026-07-20")
+    assert beta.apt_packages["aws-neuronx-tools"] == "2.31.13.0"
+
+
+def test_a_null_version_is_unknown_and_blocks_installing(tmp_path: Path) -> None:
+    data = yaml.safe_load((releases.RELEASES_DIR / "2.32.0.yml").read_text())
+    data["apt"]["packages"]["aws-neuronx-oci-hook"] = None
+    rel = releases.parse_release(data, "2.32.0.yml")
+    assert "apt:aws-neuronx-oci-hook" in rel.unknown()
+    with pytest.raises(releases.ReleaseError, match=r"versions unknown for .*oci-hook"):
         rel.apt_pins()
 
 
 def test_unknown_release_is_one_actionable_line() -> None:
     with pytest.raises(releases.ReleaseError,
-                       match=r"unknown Neuron SDK release 2\.99.*known: 2\.30"):
+                       match=r"unknown Neuron SDK release 2\.99.*known: 2\.31\.0"):
         releases.load_release("2.99")
     with pytest.raises(releases.ReleaseError, match="not a Neuron SDK release"):
         releases.load_release("latest")
@@ -68,8 +77,12 @@ def test_unknown_release_is_one_actionable_line() -> None:
 @pytest.mark.parametrize(
     ("patch", "message"),
     [
-        ({"schema": 2}, "schema must be 1"),
-        ({"release": 2.31}, "release must be a quoted version"),
+        ({"schema": 1}, "schema must be 2"),
+        ({"release": 2.31}, "release must be a quoted id"),
+        ({"date": "20 July"}, "date must be AWS's release date"),
+        ({"version": "2.30.0"}, "version must be AWS's SDK version"),
+        ({"server": {"environment": {"lower": "1"}, "source": "x"}}, "environment variable"),
+        ({"server": {"environment": {"A": "1"}}}, "server.source names no public source"),
         ({"apt": {"packages": {"aws-neuronx-dkms": 2.29}}}, "version must be a quoted"),
         ({"apt": {"packages": {"Bad_Name": "1.0"}}}, "invalid package name"),
         ({"apt": {"packages": {}}}, "apt.packages is empty"),
@@ -77,7 +90,7 @@ def test_unknown_release_is_one_actionable_line() -> None:
     ],
 )
 def test_manifest_validation(patch: dict[str, Any], message: str) -> None:
-    data = yaml.safe_load((releases.RELEASES_DIR / "2.31.yml").read_text())
+    data = yaml.safe_load((releases.RELEASES_DIR / "2.31.1.yml").read_text())
     data.update(patch)
     with pytest.raises(releases.ReleaseError, match=message):
         releases.parse_release(data, "x.yml")
@@ -146,10 +159,12 @@ def test_simulated_neuron_ls_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_repo_versions_add_one_simulated_older_version() -> None:
     versions = apt_packages.repo_versions(releases.load_all())
-    assert versions["aws-neuronx-runtime-lib"] == {
-        "2.32.31.0": False, "2.33.10.0": False, "2.34.10.0": False}
-    assert versions["aws-neuronx-tools"] == {"2.31.15.0": False, "2.32.28.0": False}
-    assert versions["aws-neuronx-oci-hook"] == {"2.17.30.0": False, "2.16.0.0": True}
+    assert versions["aws-neuronx-runtime-lib"] == {"2.33.10.0": False, "2.34.10.0": False}
+    assert versions["aws-neuronx-tools"] == {
+        "2.31.13.0": False, "2.31.15.0": False, "2.32.28.0": False}
+    assert versions["aws-neuronx-oci-hook"] == {"2.17.30.0": False, "2.18.25.0": False}
+    assert apt_packages.repo_versions([releases.load_release("2.32.0")])[
+        "aws-neuronx-oci-hook"] == {"2.18.25.0": False, "2.17.0.0": True}
     assert apt_packages.simulated_older("2.17.30.0") == "2.16.0.0"
     assert apt_packages.debian_version("aws-neuronx-runtime-lib", "2.33.10.0").startswith(
         "2.33.10.0-")

@@ -13,7 +13,8 @@ from prefixbench.servers import server
 
 
 def check(**values: Any) -> settings.ValidationResult:
-    values = {"prefixbench_instance_type": "trn2.48xlarge", **values}
+    values = {"prefixbench_instance_type": "trn2.48xlarge",
+              "prefixbench_neuron_release": "2.31.1", **values}
     return settings.validate(values, host="h1", extra_names=values.keys())
 
 

@@ -40,7 +40,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def render_unit(values: dict[str, Any], configuration: str, vllm_executable: str) -> str:
     """The unit as the role's template task renders it (trim_blocks, as Ansible does)."""
-    result = settings.validate(values, "h")
+    result = settings.validate({"prefixbench_neuron_release": "2.31.1", **values}, "h")
     assert result.ok, result.problems
     spec = server.unit_spec(result.settings, "baseline" if configuration == "baseline"
                             else "cached", vllm_executable)

@@ -65,9 +65,14 @@ _NAME_PATTERN: Final = r"^[a-z_][a-z0-9_-]{0,31}$"
 
 CATALOGUE: Final[tuple[Setting, ...]] = (
     # --- deployment-wide (inventory group_vars/all) -----------------------------------
-    Setting("prefixbench_neuron_release", "str", "Neuron SDK release whose pinned versions "
-            "are installed (a manifest in prefixbench/data/neuron_releases/).", "2.31",
-            pattern=r"^\d+\.\d+$"),
+    Setting("prefixbench_neuron_release", "str", "Neuron SDK release: auto reads each "
+            "host's release from its installed Neuron packages and DLAMI venv and uses it "
+            "as it is (a bare host gets the newest release); a release id (2.32.0, "
+            "2.31.0-vllm-beta) or series (2.31: its newest) is what a bare host gets and "
+            "what a host already on another release must move up to "
+            "(neuron_sdk_allow_upgrade). Never moves a Neuron package down. The releases "
+            "are the manifests in prefixbench/data/neuron_releases/.", "auto",
+            pattern=r"^auto$|^\d+\.\d+(\.\d+(-[a-z0-9]+)*)?$"),
     Setting("prefixbench_model_profile", "str", "Model profile (gpt-oss-120b, gpt-oss-20b): "
             "the model, its path and tensor-parallel degree; inventory keys override it. "
             "Empty: none.", "", pattern=r"^$|^[\w.-]+$"),
@@ -194,8 +199,9 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             pattern=r"^(https?|file)://\S+$"),
     Setting("neuron_sdk_apt_codename", "str", "Repository codename; empty: the host's.",
             "", pattern=r"^[a-z]*$"),
-    Setting("neuron_sdk_allow_upgrade", "bool", "Move Neuron packages found at other "
-            "versions to the release's pins (off: report and stop).", False),
+    Setting("neuron_sdk_allow_upgrade", "bool", "Move a host's Neuron packages up to "
+            "the release prefixbench_neuron_release names when the host is on an older "
+            "one (off: report and stop). Never moves a package down.", False),
     Setting("neuron_sdk_tools_dir", "str", "Directory of the Neuron tools (added to "
             "PATH for login shells).",
             "/opt/aws/neuron/bin", pattern=r"^/[\w./-]*$"),
@@ -213,13 +219,15 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("vllm_env_python", "str", "Interpreter the virtualenv is made from.",
             "/usr/bin/python3", pattern=r"^/[\w./-]*$"),
     Setting("vllm_env_index_url", "str", "pip index URL: the Neuron pip repository, as "
-            "AWS's vLLM 0.21 image installs from it.", "https://pip.repos.neuron.amazonaws.com",
+            "AWS's vLLM images install from it.", "https://pip.repos.neuron.amazonaws.com",
             pattern=r"^(https?|file)://\S+$"),
     Setting("vllm_env_extra_index_urls", "list_str", "Extra pip index URLs (PyPI, as in "
             "AWS's image).", ["https://pypi.org/simple"]),
-    Setting("vllm_env_gpu_wheels", "str", "On Neuron hosts, refuse a pip set that would "
-            "install CUDA/GPU distributions (nvidia-*, flashinfer, triton, a CUDA torch) "
-            "before anything is installed, or allow them.", "refuse",
+    Setting("vllm_env_gpu_wheels", "str", "vLLM's GPU-only dependencies (its own wheel "
+            "metadata pins flashinfer, nvidia-cudnn-frontend, nvidia-cutlass-dsl and a CUDA "
+            "torch; the release manifest's pip.gpu_only lists them): allow installs them "
+            "as AWS's images do; refuse stops a Neuron host's pip set that would install "
+            "any CUDA/GPU distribution, before anything is installed.", "allow",
             choices=("refuse", "allow")),
     Setting("vllm_env_trusted_hosts", "list_str", "Hosts pip may fetch from over plain "
             "HTTP (the simulated fleet's index).", []),
@@ -228,9 +236,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("vllm_env_system_packages", "list_str", "Debian packages the environment "
             "needs.", ["python3-venv", "python3-packaging"]),
     Setting("vllm_env_adopt_venv", "str", "An existing virtualenv to use when its "
-            "vllm-neuron matches the release (the Neuron DLAMI's).",
-            "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0",
-            pattern=r"^$|^/[\w./-]*$"),
+            "vllm-neuron matches the host's release. auto: the AWS DLAMI venv that "
+            "holds the release's vLLM and plugin, found on the host (each release "
+            "manifest's dlami.venv); empty: never adopt.", "auto",
+            pattern=r"^$|^auto$|^/[\w./-]*$"),
     # --- model (roles/model_cache) ----------------------------------------------------
     Setting("model_cache_source", "str", "Where the model comes from: hf (Hugging Face "
             "Hub), s3 (a mirror bucket), url (a .tar.gz with its sha256), local (a "

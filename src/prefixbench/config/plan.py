@@ -11,6 +11,7 @@ from prefixbench.config import modelfit
 from prefixbench.config.settings import warnings_of
 from prefixbench.config.workload_estimate import estimate, expected_lines, sends_line, sizing_of
 from prefixbench.servers import sandbox
+from prefixbench.hosts import releases
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
@@ -36,6 +37,10 @@ class HostPlan:
     warnings: tuple[str, ...] = ()
     #: The server unit's sandbox level on this host and why.
     sandbox: str = ""
+    #: Which Neuron release the host will run, as far as the controller knows it.
+    release: str = ""
+    #: What an own venv gets of vLLM's GPU-only dependencies.
+    gpu_only: str = ""
 
     @property
     def benches(self) -> int:
@@ -64,6 +69,8 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         kv_sweep=tuple(int(v) for v in settings.get("prefixbench_sweep_kv_blocks") or ()),
         warnings=tuple(warnings_of(settings)) if settings else (),
         sandbox=_sandbox_line(settings),
+        release=release_line(settings) if settings else "",
+        gpu_only=gpu_only_line(settings) if settings else "",
     )
 
 
@@ -72,6 +79,46 @@ def _sandbox_line(settings: Mapping[str, Any]) -> str:
     if level not in sandbox.SANDBOX_LEVELS:
         return ""
     return sandbox.level_line(level, str(settings.get("prefixbench_platform", "neuron")))
+
+
+def release_line(settings: Mapping[str, Any]) -> str:
+    """The host's Neuron release as the plan knows it before any host is read."""
+    name = str(settings.get("prefixbench_neuron_release", releases.AUTO))
+    try:
+        if name == releases.AUTO:
+            rel = releases.newest(releases.load_all())
+            return (f"Neuron release: auto - read from the host (a bare host gets "
+                    f"{rel.label()}); never moved down")
+        rel = releases.load_release(name)
+    except releases.ReleaseError as exc:
+        return f"Neuron release: {exc}"
+    return (f"Neuron release: {rel.label()} on a bare host; a host on another release "
+            "moves up to it only with neuron_sdk_allow_upgrade, never down")
+
+
+def gpu_only_line(settings: Mapping[str, Any]) -> str:
+    """What a host that builds its own vLLM venv on Neuron gets of vLLM's GPU-only
+    dependencies (the release a bare host gets: the named one, or the newest)."""
+    if (settings.get("prefixbench_platform", "neuron") != "neuron"
+            or settings.get("vllm_env_requirements_url")):
+        return ""
+    name = str(settings.get("prefixbench_neuron_release", releases.AUTO))
+    try:
+        rel = (releases.newest(releases.load_all()) if name == releases.AUTO
+               else releases.load_release(name))
+    except releases.ReleaseError:
+        return ""
+    if not rel.gpu_only:
+        return ""
+    shown = ", ".join(f"{n} {v}" for n, v in sorted(rel.gpu_only.items()))
+    what = (f"vLLM {rel.vllm}'s GPU-only dependencies ({len(rel.gpu_only)} distributions, "
+            f"{rel.gpu_only_mb / 1000:.1f} GB to download: {shown})")
+    if str(settings.get("vllm_env_gpu_wheels", "allow")) == "refuse":
+        return (f"own venv on {rel.release}: {what} are refused (vllm_env_gpu_wheels: "
+                "refuse): a host that builds its own venv stops before installing")
+    return (f"own venv on {rel.release}: installs {what}, as AWS's image does "
+            "(vllm_env_gpu_wheels: refuse to stop instead); an adopted DLAMI venv "
+            "installs nothing")
 
 
 def workload_lines(settings: Mapping[str, Any]) -> list[str]:
@@ -125,6 +172,10 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
         lines.extend(f"  WARNING: {w}" for w in p.warnings)
         if p.sandbox:
             lines.append(f"  {p.sandbox}")
+        if p.release:
+            lines.append(f"  {p.release}")
+        if p.gpu_only:
+            lines.append(f"  {p.gpu_only}")
     total = sum(p.benches for p in plans)
     lines.append(f"total: {len(plans)} hosts, {total} benches")
     return lines

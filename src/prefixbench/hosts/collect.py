@@ -81,7 +81,7 @@ def fingerprint(host: str, settings: Mapping[str, Any], raw: Mapping[str, Any]
     driver: Sequence[Mapping[str, Any]] = raw.get("driver") or []
     units: Sequence[Mapping[str, Any]] = raw.get("units") or []
     model: Sequence[Mapping[str, Any]] = raw.get("model") or []
-    release = releases.load_release(str(settings["prefixbench_neuron_release"]))
+    release = releases.for_settings(settings)
     installed = provision.installed_versions(packages)
     neuron_packages = {name: installed[name] for name in release.known_apt()
                        if name in installed}

@@ -150,19 +150,14 @@ def device_problems(instance_type: str, neuron_ls_json: str) -> list[str]:
     return problems
 
 
-#: What ``vllm bench serve`` needs beyond vLLM's own dependencies: its custom dataset
-#: (your own prompts) reads the JSONL file with pandas, imported lazily.
-BENCH_CLIENT_REQUIREMENTS: Final = ("pandas==2.3.3",)
-
-
 def pip_requirements(release: Release) -> list[str]:
     """``name==version`` for every known pip package of the release (``name @ URL`` for
-    one the release installs from source, as AWS installs the vLLM 0.21 plugin), and the
-    bench client's own requirements (:data:`BENCH_CLIENT_REQUIREMENTS`)."""
+    one the release installs from source, as AWS's images install the plugin), and the
+    bench client's own requirements (the manifest's ``bench_client.requirements``)."""
     pins = [f"vllm=={release.vllm}"] if release.vllm else []
     pins += [f"{n} @ {release.pip_sources[n]}" if n in release.pip_sources else f"{n}=={v}"
              for n, v in release.pip_packages.items() if v is not None]
-    return pins + list(BENCH_CLIENT_REQUIREMENTS)
+    return pins + list(release.bench_requirements)
 
 
 def venv_system_packages(packages: Sequence[str], python_version: str) -> list[str]:
@@ -234,7 +229,9 @@ def pip_install_plan(release: Release, settings: Mapping[str, Any]) -> dict[str,
     """
     lock = str(settings.get("vllm_env_requirements_url") or "")
     neuron = str(settings.get("prefixbench_platform", "neuron")) == "neuron"
-    refuse = neuron and str(settings.get("vllm_env_gpu_wheels") or "refuse") == "refuse"
+    # vLLM's GPU-only dependencies are its own pins: installed as AWS's images install
+    # them unless vllm_env_gpu_wheels says refuse.
+    refuse = neuron and str(settings.get("vllm_env_gpu_wheels") or "allow") == "refuse"
     return {
         "requirements": [] if lock else pip_requirements(release),
         "requirements_file": lock,

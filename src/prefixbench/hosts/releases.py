@@ -1,15 +1,17 @@
 """Neuron SDK release manifests: which package versions make up a release.
 
-A manifest is ``data/neuron_releases/<major>.<minor>.yml``; its format is documented at
-the top of each file. The provisioning roles install exactly what the manifest of their
-release names; the simulated fleet builds its apt repository from the same files. Pure:
-no host is touched here.
+A manifest is ``data/neuron_releases/<release>.yml``, one per release the bundle knows
+(several may share a ``major.minor``: ``2.31.0``, ``2.31.0-vllm-beta``, ``2.31.1``); the
+format is ``data/neuron_releases/README.md``. The provisioning roles install exactly what
+the manifest of a host's release names (``hosts.release_match`` says which release a host
+is on); the simulated fleet builds its apt repository from the same files. Pure: no host
+is touched here.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -17,14 +19,22 @@ from typing import Any, Final
 import yaml
 
 RELEASES_DIR: Final = Path(__file__).resolve().parents[1] / "data" / "neuron_releases"
-SCHEMA: Final = 1
+SCHEMA: Final = 2
+#: ``prefixbench_neuron_release``'s value for "read each host's release".
+AUTO: Final = "auto"
 
-_RELEASE_RE: Final = re.compile(r"^\d+\.\d+(\.\d+)?$")
+#: A release id: AWS's version, optionally with a label for a set published under it.
+_ID_RE: Final = re.compile(r"^\d+\.\d+\.\d+(-[a-z0-9]+)*$")
+#: What a user may name: an id, or a ``major.minor`` series (its newest release).
+_RELEASE_RE: Final = re.compile(r"^\d+\.\d+(\.\d+(-[a-z0-9]+)*)?$")
+_DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _DEB_NAME_RE: Final = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _PIP_NAME_RE: Final = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _VERSION_RE: Final = re.compile(r"^\d+(\.\d+)*$")
-_KNOWN_KEYS: Final = frozenset({"schema", "release", "sources", "apt", "pip", "os", "notes",
-                                "python", "dlami"})
+_KNOWN_KEYS: Final = frozenset({"schema", "release", "version", "date", "title", "sources",
+                                "apt", "pip", "os", "notes", "python", "dlami", "server",
+                                "bench_client", "compile_key", "gpu_only"})
+_ENV_NAME_RE: Final = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _PY_RE: Final = re.compile(r"^3\.\d+$")
 _SOURCE_RE: Final = re.compile(r"^(git\+)?https://\S+@[0-9a-f]{7,40}$")
 
@@ -52,14 +62,38 @@ class Release:
     #: Interpreter versions ("3.11") the release's wheels exist for; empty: not stated.
     python_supported: tuple[str, ...] = ()
     python_source: str = ""
-    #: The DLAMI that carries the release's vLLM venv: venv, ssm_parameter, name_filter,
-    #: source (all strings); empty when none is known.
+    #: The DLAMI that carries the release's vLLM venv: venv, plugin, ssm_parameter,
+    #: name_filter, source (all strings); empty when AWS published none.
     dlami: Mapping[str, str] = field(default_factory=dict)
+    #: AWS's SDK version (``2.31.0`` for ``2.31.0-vllm-beta``), its date, its name.
+    version: str = ""
+    date: str = ""
+    title: str = ""
+    #: ``{variable: value}`` of every ``vllm serve`` unit, and on Trn3 only.
+    server_environment: Mapping[str, str] = field(default_factory=dict)
+    trn3_environment: Mapping[str, str] = field(default_factory=dict)
+    #: pip requirements of ``vllm bench serve`` beyond vLLM's own.
+    bench_requirements: tuple[str, ...] = ()
+    #: The venv distributions whose versions key the compile cache.
+    compile_distributions: tuple[str, ...] = ()
+    #: vLLM's GPU-only dependencies as pip resolves its pins ``{name: version}``, and
+    #: their download size in MB (what an own venv installs, as AWS's image does).
+    gpu_only: Mapping[str, str] = field(default_factory=dict)
+    gpu_only_mb: int = 0
 
     @property
     def series(self) -> str:
-        """``major.minor`` (the manifest's file name)."""
+        """``major.minor``."""
         return ".".join(self.release.split(".")[:2])
+
+    @property
+    def order(self) -> tuple[tuple[int, ...], str]:
+        """Sort key: AWS's version, then its date (the newest set of a version last)."""
+        return (version_tuple(self.version or self.release), self.date)
+
+    def label(self) -> str:
+        """``2.31.0-vllm-beta (Neuron 2.31 - vLLM Neuron Beta, 2026-07-20)``."""
+        return f"{self.release} ({self.title or self.release}, {self.date or 'undated'})"
 
     def unknown(self) -> list[str]:
         """``apt:<name>`` / ``pip:<name>`` for every version the manifest marks unknown."""
@@ -75,7 +109,7 @@ class Release:
         if missing:
             raise ReleaseError(
                 f"Neuron SDK {self.release}: versions unknown for {', '.join(missing)}; "
-                f"fill them in {self.series}.yml before installing this release"
+                f"fill them in {self.release}.yml before installing this release"
             )
 
     def python_refusal(self, version: str) -> str | None:
@@ -98,6 +132,20 @@ class Release:
 
     def prerequisites_for(self, kernel: str) -> list[str]:
         return [p.replace("{kernel}", kernel) for p in self.apt_prerequisites]
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """The leading dotted numbers of a version, as integers: ``2.31.15.0-5c7949a6a`` ->
+    ``(2, 31, 15, 0)``; what is not a number ends it."""
+    out = []
+    for part in upstream_version(version).split("+", 1)[0].split("."):
+        digits = re.match(r"^\d+", part)
+        if not digits:
+            break
+        out.append(int(digits.group()))
+        if digits.group() != part:
+            break
+    return tuple(out)
 
 
 def upstream_version(debian_version: str) -> str:
@@ -139,8 +187,9 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
     if data.get("schema") != SCHEMA:
         raise ReleaseError(f"{origin}: schema must be {SCHEMA}, not {data.get('schema')!r}")
     release = data.get("release")
-    if not isinstance(release, str) or not _RELEASE_RE.match(release):
-        raise ReleaseError(f"{origin}: release must be a quoted version like \"2.31.0\"")
+    if not isinstance(release, str) or not _ID_RE.match(release):
+        raise ReleaseError(f"{origin}: release must be a quoted id like \"2.31.0\" or "
+                           "\"2.31.0-vllm-beta\"")
     apt = data.get("apt") or {}
     pip = data.get("pip") or {}
     if not isinstance(apt, Mapping) or not isinstance(pip, Mapping):
@@ -194,6 +243,7 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
             raise ReleaseError(f"{origin}: pip.sources.{name} has no public source in "
                                "pip.origin")
     return Release(
+        **_extras(data, origin, release),
         release=release,
         apt_packages=apt_packages,
         apt_prerequisites=tuple(prereq),
@@ -210,35 +260,127 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
     )
 
 
+def _str_list(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ReleaseError(f"{where} must be a list of strings")
+    return tuple(value)
+
+
+def _env(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and _ENV_NAME_RE.match(k) and isinstance(v, str)
+            for k, v in value.items()):
+        raise ReleaseError(f"{where} must map an environment variable name to a quoted value")
+    return dict(value)
+
+
+def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any]:
+    """The schema-2 keys: version, date, title, server, bench_client, compile_key."""
+    version = data.get("version")
+    if not isinstance(version, str) or not _VERSION_RE.match(version) \
+            or not release.startswith(version):
+        raise ReleaseError(f"{origin}: version must be AWS's SDK version the id starts "
+                           f"with (\"{release.split('-', maxsplit=1)[0]}\")")
+    date = data.get("date")
+    if not isinstance(date, str) or not _DATE_RE.match(date):
+        raise ReleaseError(f"{origin}: date must be AWS's release date as \"YYYY-MM-DD\"")
+    sections = {}
+    for key in ("server", "bench_client", "compile_key", "gpu_only"):
+        part = data.get(key) or {}
+        if not isinstance(part, Mapping):
+            raise ReleaseError(f"{origin}: {key} must be a mapping")
+        if part and not str(part.get("source") or "").strip():
+            raise ReleaseError(f"{origin}: {key}.source names no public source")
+        sections[key] = part
+    return {
+        "version": version, "date": date, "title": str(data.get("title") or ""),
+        "server_environment": _env(sections["server"].get("environment"),
+                                   f"{origin}: server.environment"),
+        "trn3_environment": _env(sections["server"].get("trn3_environment"),
+                                 f"{origin}: server.trn3_environment"),
+        "bench_requirements": _str_list(sections["bench_client"].get("requirements"),
+                                        f"{origin}: bench_client.requirements"),
+        "compile_distributions": _str_list(sections["compile_key"].get("distributions"),
+                                           f"{origin}: compile_key.distributions"),
+        **_gpu_only(sections["gpu_only"], origin),
+    }
+
+
+def _gpu_only(part: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    packages = part.get("packages") or {}
+    size = part.get("download_mb", 0)
+    if not isinstance(packages, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in packages.items()):
+        raise ReleaseError(f"{origin}: gpu_only.packages must map a distribution to the "
+                           "quoted version pip resolves")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ReleaseError(f"{origin}: gpu_only.download_mb must be a whole number of MB")
+    return {"gpu_only": dict(packages), "gpu_only_mb": size}
+
+
 def origin_label(data: Mapping[str, Any]) -> str:
     return f"manifest of {data.get('release', '?')}"
 
 
 def available_releases(directory: Path = RELEASES_DIR) -> list[str]:
-    """The ``major.minor`` names of every manifest in ``directory``, oldest first."""
-    names = [p.stem for p in directory.glob("*.yml") if _RELEASE_RE.match(p.stem)]
-    return sorted(names, key=lambda n: tuple(int(x) for x in n.split(".")))
+    """The id of every manifest in ``directory``, oldest first (by version, then date)."""
+    return [r.release for r in load_all(directory)]
 
 
-def load_release(name: str, directory: Path = RELEASES_DIR) -> Release:
-    """Load the manifest of release ``name`` (``2.31`` or ``2.31.0``)."""
-    if not _RELEASE_RE.match(name):
-        raise ReleaseError(f"not a Neuron SDK release: {name!r} (expected e.g. 2.31)")
-    series = ".".join(name.split(".")[:2])
-    path = directory / f"{series}.yml"
-    if not path.is_file():
-        known = ", ".join(available_releases(directory)) or "none"
-        raise ReleaseError(
-            f"unknown Neuron SDK release {name}: no manifest {path.name} "
-            f"(known: {known}); add {directory / path.name} to support it"
-        )
-    rel = parse_release(yaml.safe_load(path.read_text()), path.name)
-    if rel.series != series:
+def _read(path: Path) -> Release:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ReleaseError(f"{path.name}: not YAML ({exc})") from exc
+    rel = parse_release(data, path.name)
+    if rel.release != path.stem:
         raise ReleaseError(f"{path.name}: release {rel.release} does not match its file name")
-    if name.count(".") == 2 and rel.release != name:
-        raise ReleaseError(f"{path.name} describes {rel.release}, not {name}")
     return rel
 
 
 def load_all(directory: Path = RELEASES_DIR) -> list[Release]:
-    return [load_release(n, directory) for n in available_releases(directory)]
+    """Every release manifest in ``directory``, oldest first (by version, then date)."""
+    rels = [_read(p) for p in sorted(directory.glob("*.yml")) if _ID_RE.match(p.stem)]
+    return sorted(rels, key=lambda r: r.order)
+
+
+def newest(rels: Sequence[Release]) -> Release:
+    """The newest of ``rels`` (what a bare host gets unless a release is named)."""
+    if not rels:
+        raise ReleaseError("no Neuron SDK release manifest is known")
+    return max(rels, key=lambda r: r.order)
+
+
+def for_settings(settings: Mapping[str, Any]) -> Release:
+    """The release of a host's validated settings, once its release has been read
+    (``prefixbench_neuron_release`` is then the host's release id, not ``auto``)."""
+    return load_release(str(settings.get("prefixbench_neuron_release", AUTO)))
+
+
+def load_release(name: str, directory: Path = RELEASES_DIR) -> Release:
+    """The manifest of release ``name``: an id (``2.31.1``, ``2.31.0-vllm-beta``), or a
+    ``major.minor`` series (``2.31``: its newest release)."""
+    if name == AUTO:
+        raise ReleaseError("prefixbench_neuron_release is auto and this host's release "
+                           "has not been read yet (roles/neuron_sdk tasks_from: release "
+                           "reads it; it runs before the vLLM environment is chosen)")
+    if not isinstance(name, str) or not _RELEASE_RE.match(name):
+        raise ReleaseError(f"not a Neuron SDK release: {name!r} (expected e.g. 2.32.0, or "
+                           f"{AUTO} to read it from each host)")
+    rels = load_all(directory)
+    known = ", ".join(r.release for r in rels) or "none"
+    if name.count(".") == 1:
+        series = [r for r in rels if r.series == name]
+        if not series:
+            raise ReleaseError(f"unknown Neuron SDK release {name} (known: {known}); add "
+                               f"its manifest to {directory} to support it")
+        return newest(series)
+    for rel in rels:
+        if rel.release == name:
+            return rel
+    raise ReleaseError(f"unknown Neuron SDK release {name}: no manifest {name}.yml "
+                       f"(known: {known}); add {directory / (name + '.yml')} to support it")

@@ -183,6 +183,8 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                  f"{len(fs.hit_departures)}. Fingerprint groups: {len(fs.fingerprint_groups)}"
                  f"; drifting fields: {len(fs.drift)}."),
             fleet_table(fs)]
+    if fs.mixed_releases:
+        out.append(Para(fleet.releases_line(fs)))
     if fs.hit_departures:
         out += [Heading(3, "Hosts whose hit ratio departs from the expected one"),
                 departures_table(fs)]

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from prefixbench.hosts import instances
-from prefixbench.hosts.fingerprint import drift, group_by_identity
+from prefixbench.hosts.fingerprint import Fingerprint, drift, group_by_identity
+from prefixbench.hosts.releases import version_tuple
 from prefixbench.measure.stats import coefficient_of_variation, mad, robust_z_scores
 from prefixbench.measure.stats import median as _median
 from prefixbench.report.bench_model import agg_median
@@ -24,7 +25,8 @@ from prefixbench.report.load import RunData
 from prefixbench.report.model import HostSummary
 from prefixbench.report.vocab import CACHED, Thresholds
 
-__all__ = ["MIN_HOSTS", "departure_rule", "fleet_summary", "fleet_values", "outlier_rule"]
+__all__ = ["MIN_HOSTS", "departure_rule", "fleet_summary", "fleet_values", "outlier_rule",
+           "release_groups", "releases_line"]
 
 #: Outliers are looked for among at least this many hosts of one family.
 MIN_HOSTS: Final = 3
@@ -42,6 +44,27 @@ def departure_rule(t: Thresholds) -> str:
     return (f"a cached run whose measured hit ratio (either signal) is more than "
             f"{t.hit_ratio_max_abs_diff * 100:.1f} percentage point(s) from its expectation "
             f"(the one the hit-rate verdict uses)")
+
+
+def release_groups(fps: Sequence[Fingerprint]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each Neuron release the hosts' fingerprints name, with its hosts, oldest first
+    (a host whose fingerprint names none is under ``unknown``)."""
+    groups: dict[str, list[str]] = {}
+    for fp in fps:
+        groups.setdefault(fp.neuron_release or "unknown", []).append(fp.host)
+
+    def order(name: str) -> tuple[int, tuple[int, ...], str]:
+        return (name == "unknown", version_tuple(name), name)
+    return tuple((rel, tuple(sorted(groups[rel]))) for rel in sorted(groups, key=order))
+
+
+def releases_line(f: FleetSummary) -> str:
+    """One sentence on the Neuron releases of the fleet ("" for a single release)."""
+    if not f.mixed_releases:
+        return ""
+    parts = "; ".join(f"{rel} ({', '.join(hosts)})" for rel, hosts in f.releases)
+    return (f"The fleet mixes Neuron releases: {parts}. Each release runs its own vLLM, "
+            "plugin and compiler builds: compare hosts within a release, not across.")
 
 
 def fleet_values(hosts: Sequence[HostSummary]) -> dict[str, dict[str, float]]:
@@ -130,4 +153,5 @@ def fleet_summary(hosts: Sequence[HostSummary], data: RunData, t: Thresholds) ->
         hit_departures=tuple(departures),
         fingerprint_groups=tuple(group_by_identity(fps)), drift=tuple(drift(fps)),
         hosts_without_fingerprint=tuple(h.host for h in hosts
-                                        if h.host not in data.fingerprints))
+                                        if h.host not in data.fingerprints),
+        releases=release_groups(fps))

@@ -84,6 +84,13 @@ class FleetSummary:
     fingerprint_groups: tuple[FingerprintGroup, ...]
     drift: tuple[Drift, ...]
     hosts_without_fingerprint: tuple[str, ...]
+    #: ``((release, (host, ...)), ...)``: each Neuron release the hosts ran, oldest first.
+    releases: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def mixed_releases(self) -> bool:
+        """Whether the hosts ran more than one Neuron release."""
+        return len(self.releases) > 1
 
     @property
     def outlier_hosts(self) -> list[str]:
@@ -102,4 +109,6 @@ class FleetSummary:
             "fingerprint_groups": [g.to_dict() for g in self.fingerprint_groups],
             "drift": [d.to_dict() for d in self.drift],
             "hosts_without_fingerprint": list(self.hosts_without_fingerprint),
+            "neuron_releases": {rel: list(hosts) for rel, hosts in self.releases},
+            "mixed_releases": self.mixed_releases,
         }

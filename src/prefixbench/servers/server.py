@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from prefixbench.hosts import instances
+from prefixbench.hosts import instances, releases
 from prefixbench.servers.sandbox import (
     FIRST_START_LEVEL,
     OPEN_FILES_LIMIT,
@@ -30,13 +30,22 @@ from prefixbench.servers.sandbox import (
 Configuration = Literal["baseline", "cached"]
 CONFIGURATIONS: Final[tuple[Configuration, ...]] = ("baseline", "cached")
 
-#: Environment the tutorial sets for gpt-oss compilation on Neuron ("Prepare your
-#: environment"); NEURON_RT_ALLOW_LEGACY_NEFF only on Trn3.
-NEURON_ENVIRONMENT: Final = {
-    "VLLM_NEURON_COMPILATION_TIMEOUT": "1200",
-    "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1200",
-}
-TRN3_ONLY_ENVIRONMENT: Final = {"NEURON_RT_ALLOW_LEGACY_NEFF": "1"}
+#: The environment the tutorial sets for gpt-oss compilation on Neuron ("Prepare your
+#: environment") differs between releases (2.32.0 renames the compile timeout): it is the
+#: host's release manifest's ``server.environment`` and, on Trn3 only,
+#: ``server.trn3_environment`` (:func:`neuron_environment`).
+TRN3_ONLY_ENVIRONMENT: Final = frozenset(
+    name for rel in releases.load_all() for name in rel.trn3_environment)
+
+
+def neuron_environment(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The release's environment for a Neuron unit (the Trn3-only part on Trn3)."""
+    rel = releases.for_settings(settings)
+    env = dict(rel.server_environment)
+    if instances.family(str(settings.get("prefixbench_instance_type", ""))) == "trn3":
+        env.update(rel.trn3_environment)
+    return env
+
 
 #: How long vLLM's API server waits for its engine cores at start-up (vllm 0.21
 #: ``vllm/envs.py``: ``VLLM_ENGINE_READY_TIMEOUT_S``, default 600 s; enforced in
@@ -186,9 +195,7 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
     """
     env: dict[str, str] = {}
     if settings.get("prefixbench_platform", "neuron") == "neuron":
-        env.update(NEURON_ENVIRONMENT)
-        if instances.family(str(settings.get("prefixbench_instance_type", ""))) == "trn3":
-            env.update(TRN3_ONLY_ENVIRONMENT)
+        env.update(neuron_environment(settings))
         ready = int(settings.get("vllm_service_engine_ready_timeout") or 0)
         if ready > 0:
             env[ENGINE_READY_TIMEOUT_VAR] = str(ready)

@@ -1,0 +1,232 @@
+"""Which Neuron release a host is on, read from what it has installed.
+
+A host's Neuron debs (dpkg's versions, compared by their upstream part) and the vLLM
+virtualenvs of AWS's DLAMIs found on it (their ``vllm-neuron`` version, the public part;
+the plugin pins the vLLM it is built on, and the simulated fleet's DLAMI venvs hold the
+CPU build of vLLM beside a stand-in plugin) are matched against every release manifest
+the bundle knows (``hosts.releases``):
+
+* a host whose installed Neuron debs all have one release's versions (missing ones are
+  installed at that release's pins) is on that release, and is used as it is;
+* a bare host (no Neuron deb) gets ``prefixbench_neuron_release``, or the newest release
+  when that is ``auto``;
+* anything else is refused in one line that names the nearest release and what differs.
+
+Naming a release other than the host's moves packages only up, and only with
+``neuron_sdk_allow_upgrade``; a Neuron package is never moved down. Pure: the tasks hand
+in the facts they read (``roles/neuron_sdk/tasks/release.yml``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prefixbench.hosts.releases import (
+    AUTO,
+    Release,
+    load_all,
+    load_release,
+    newest,
+    upstream_version,
+    version_tuple,
+)
+
+
+def _public(version: str | None) -> str:
+    return (version or "").strip().split("+", 1)[0]
+
+
+@dataclass(frozen=True)
+class Venv:
+    """A DLAMI virtualenv found on a host: its path and what it reports (``vllm`` is
+    recorded, the plugin is what is matched)."""
+
+    path: str
+    vllm: str | None
+    plugin: str | None
+
+
+@dataclass(frozen=True)
+class HostRelease:
+    """What the bundle does with one host's Neuron release."""
+
+    release: Release | None
+    #: "matched" (read from the host), "bare" (nothing installed), "named" (the setting).
+    how: str
+    #: The DLAMI venv to adopt ("" when none holds the release's vLLM and plugin).
+    venv: str = ""
+    #: One line saying why the host is refused ("" when it is not).
+    refusal: str = ""
+    #: One line for the log: the release and how it was found.
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"release": self.release.release if self.release else "",
+                "how": self.how, "venv": self.venv, "refusal": self.refusal,
+                "note": self.note}
+
+
+def neuron_packages(installed: Mapping[str, str], rels: Sequence[Release]) -> dict[str, str]:
+    """The installed debs any known release pins, ``{name: upstream version}``."""
+    names = {n for r in rels for n in r.known_apt()}
+    return {n: upstream_version(v) for n, v in installed.items() if n in names}
+
+
+def venvs_from_probe(results: Sequence[Mapping[str, Any]]) -> list[Venv]:
+    """The DLAMI venvs a probe found: each result has ``item`` (the path), ``rc`` and
+    ``stdout`` (``vllm <version>`` / ``vllm-neuron <version>`` lines; ``-`` when a
+    distribution is not installed). A venv whose interpreter did not run is absent."""
+    out = []
+    for result in results:
+        if result.get("rc") != 0:
+            continue
+        found: dict[str, str | None] = {}
+        for line in str(result.get("stdout", "")).splitlines():
+            name, _, version = line.strip().partition(" ")
+            found[name] = None if version in ("", "-") else version
+        out.append(Venv(str(result.get("item", "")), found.get("vllm"),
+                        found.get("vllm-neuron")))
+    return out
+
+
+def differences(rel: Release, packages: Mapping[str, str], venvs: Sequence[Venv]
+                ) -> list[str]:
+    """What on the host disagrees with ``rel``: installed debs at other versions, and the
+    release's own DLAMI venv holding another plugin (compared by its public version: the
+    plugin pins its vLLM). Debs not installed are not a difference (installing them moves
+    nothing)."""
+    out = [f"{name} {packages[name]} (wants {wanted})"
+           for name, wanted in rel.known_apt().items()
+           if name in packages and packages[name] != wanted]
+    own = rel.dlami.get("venv")
+    for venv in venvs:
+        if venv.path != own:
+            continue
+        wanted = rel.pip_packages.get("vllm-neuron")
+        if _public(venv.plugin) != _public(wanted):
+            out.append(f"{venv.path} vllm-neuron {venv.plugin or 'missing'} "
+                       f"(wants {wanted})")
+    return out
+
+
+def adoptable_venv(rel: Release, venvs: Sequence[Venv]) -> str:
+    """The DLAMI venv holding ``rel``'s vLLM and plugin (its own DLAMI's first), or ""."""
+    def fits(v: Venv) -> bool:
+        return (v.plugin is not None
+                and _public(v.plugin) == _public(rel.pip_packages.get("vllm-neuron")))
+    ordered = sorted(venvs, key=lambda v: v.path != rel.dlami.get("venv"))
+    return next((v.path for v in ordered if fits(v)), "")
+
+
+def candidates(packages: Mapping[str, str], venvs: Sequence[Venv],
+               rels: Sequence[Release]) -> list[Release]:
+    """The releases the host's debs and DLAMI venvs agree with, best first: one whose own
+    DLAMI venv is there, then one without a DLAMI, then one whose DLAMI venv is missing;
+    the newest first within each."""
+    paths = {v.path for v in venvs}
+
+    def rank(rel: Release) -> tuple[int, tuple[tuple[int, ...], str]]:
+        own = rel.dlami.get("venv")
+        return (2 if own in paths else 1 if not own else 0, rel.order)
+    fits = [r for r in rels if not differences(r, packages, venvs)]
+    return sorted(fits, key=rank, reverse=True)
+
+
+def nearest(packages: Mapping[str, str], venvs: Sequence[Venv],
+            rels: Sequence[Release]) -> tuple[Release, list[str]]:
+    """The release with the fewest differences (the newest of a tie), and those."""
+    newest_first = sorted(rels, key=lambda r: r.order, reverse=True)
+    best = min(newest_first, key=lambda r: len(differences(r, packages, venvs)))
+    return best, differences(best, packages, venvs)
+
+
+def downgrades(rel: Release, packages: Mapping[str, str]) -> list[str]:
+    """Installed debs ``rel`` pins at a lower version: ``name A -> B``."""
+    return [f"{name} {packages[name]} -> {wanted}"
+            for name, wanted in rel.known_apt().items()
+            if name in packages and version_tuple(wanted) < version_tuple(packages[name])]
+
+
+def resolve(host: str, requested: str, installed: Mapping[str, str],
+            venvs: Sequence[Venv], *, allow_upgrade: bool,
+            rels: Sequence[Release] | None = None) -> HostRelease:
+    """The release ``host`` runs, or the one line that refuses it.
+
+    ``requested`` is ``prefixbench_neuron_release`` (``auto``, an id or a series);
+    ``installed`` is ``{deb: dpkg version}`` (any packages; the Neuron ones are picked).
+    """
+    rels = list(rels if rels is not None else load_all())
+    packages = neuron_packages(installed, rels)
+    named = None if requested == AUTO else _named(requested, rels)
+    if not packages:
+        rel = named or newest(rels)
+        how = "named" if named else "bare"
+        return HostRelease(rel, how, adoptable_venv(rel, venvs), note=(
+            f"{host}: no Neuron package installed; installing Neuron {rel.label()}"
+            + ("" if named else " (the newest; set prefixbench_neuron_release to pick "
+                                "another)")))
+    fits = candidates(packages, venvs, rels)
+    if named is None:
+        if fits:
+            rel = fits[0]
+            return HostRelease(rel, "matched", adoptable_venv(rel, venvs),
+                               note=f"{host}: on Neuron {rel.label()}, read from its "
+                                    "packages; used as it is")
+        near, diff = nearest(packages, venvs, rels)
+        return HostRelease(None, "matched", refusal=(
+            f"{host}: its Neuron packages match no release this bundle knows "
+            f"({', '.join(r.release for r in rels)}); nearest is {near.release}, which "
+            f"differs in {'; '.join(diff)}; name a newer release with "
+            "prefixbench_neuron_release and neuron_sdk_allow_upgrade: true, or use a "
+            "host from a supported image; nothing was changed"))
+    if named in fits:
+        return HostRelease(named, "named", adoptable_venv(named, venvs),
+                           note=f"{host}: on Neuron {named.label()}, as named")
+    down = downgrades(named, packages)
+    here = fits[0].release if fits else "no release this bundle knows"
+    if down:
+        return HostRelease(None, "named", refusal=(
+            f"{host}: prefixbench_neuron_release {named.release} would move Neuron "
+            f"packages down ({'; '.join(down)}); the host is on {here}, and the bundle "
+            "never moves a Neuron package down: set prefixbench_neuron_release: auto to "
+            "use the host as it is, or use a fresh host; nothing was changed"))
+    moves = differences(named, packages, venvs)
+    if not allow_upgrade:
+        return HostRelease(None, "named", refusal=(
+            f"{host}: is on {here}; prefixbench_neuron_release {named.release} would "
+            f"change {'; '.join(moves)}; set neuron_sdk_allow_upgrade: true to move "
+            "them up, or prefixbench_neuron_release: auto to use the host as it is; "
+            "nothing was changed"))
+    return HostRelease(named, "named", adoptable_venv(named, venvs),
+                       note=f"{host}: moving up from {here} to Neuron {named.label()}: "
+                            f"{'; '.join(moves)}")
+
+
+def _named(requested: str, rels: Sequence[Release]) -> Release:
+    """``requested`` among ``rels``: an id, or a series' newest."""
+    for rel in rels:
+        if rel.release == requested:
+            return rel
+    series = [r for r in rels if r.series == requested]
+    if series:
+        return newest(series)
+    return load_release(requested)  # raises the loader's one-line error
+
+
+def settings_update(settings: Mapping[str, Any], found: HostRelease) -> dict[str, Any]:
+    """The settings a host runs with once its release is known: the release's id, and
+    the DLAMI venv to adopt when ``vllm_env_adopt_venv`` is ``auto``."""
+    if found.release is None:
+        return {}
+    out: dict[str, Any] = {"prefixbench_neuron_release": found.release.release}
+    if str(settings.get("vllm_env_adopt_venv", AUTO)) == AUTO:
+        out["vllm_env_adopt_venv"] = found.venv
+    return out
+
+
+def dlami_venvs(rels: Sequence[Release] | None = None) -> list[str]:
+    """Every DLAMI venv path a known release names (what the host probe looks at)."""
+    return sorted({r.dlami["venv"] for r in (rels if rels is not None else load_all())
+                   if r.dlami.get("venv")})
