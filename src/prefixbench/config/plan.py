@@ -10,8 +10,8 @@ from prefixbench.bench import criteria, experiment
 from prefixbench.config import modelfit
 from prefixbench.config.settings import warnings_of
 from prefixbench.config.workload_estimate import estimate, expected_lines, sends_line, sizing_of
-from prefixbench.servers import sandbox
 from prefixbench.hosts import releases
+from prefixbench.servers import sandbox
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
 TUTORIAL_WORKLOAD_NAMES = ("high_overlap", "no_overlap", "sustained_c4")
