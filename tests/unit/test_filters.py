@@ -47,7 +47,8 @@ def test_a_strict_deploy_reads_the_doctors_proof_through_the_filter() -> None:
 
     problem = _filters()["prefixbench_sandbox_proof_problem"]
     values = {"prefixbench_instance_type": "trn2.48xlarge",
-              "vllm_service_model": "openai/gpt-oss-120b", "vllm_service_sandbox": "strict"}
+              "vllm_service_model": "openai/gpt-oss-120b", "vllm_service_sandbox": "strict",
+              "prefixbench_neuron_release": "2.32.0"}
     strict = settings.validate(values, "h").settings
     assert "not proven on this host" in problem(strict, "/v/bin/vllm", "")
     spec = server.unit_spec(strict, "cached", "/v/bin/vllm")

@@ -22,7 +22,9 @@ EXE = "/opt/venv/bin/vllm"
 
 def valid(**overrides: Any) -> dict[str, Any]:
     result = settings.validate({"prefixbench_instance_type": "trn2.48xlarge",
-                                "vllm_service_model": "openai/gpt-oss-120b", **overrides},
+                                "vllm_service_model": "openai/gpt-oss-120b",
+                                # a host's release once read (roles/neuron_sdk release)
+                                "prefixbench_neuron_release": "2.32.0", **overrides},
                                host="h")
     assert result.ok, result.problems
     return result.settings

@@ -118,7 +118,8 @@ def test_the_doctor_runs_every_line_of_the_units_sandbox(variant: str) -> None:
     text = render_unit(VARIANTS[variant], "cached", "/opt/venv/bin/vllm")
     service = text.split("[Service]\n", 1)[1].split("\n[Install]", 1)[0]
     lines = [x for x in service.splitlines() if x and not x.startswith("#")]
-    values = {"vllm_service_user": "vllm", **VARIANTS[variant]}
+    values = {"vllm_service_user": "vllm", "prefixbench_neuron_release": "2.31.1",
+              **VARIANTS[variant]}
     result = settings.validate(values, "h")
     plan = doctor.plan(result.settings, "/opt/venv/bin/vllm")
     ran = {p.replace("EnvironmentFile=-", "EnvironmentFile=", 1)

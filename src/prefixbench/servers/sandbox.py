@@ -59,9 +59,9 @@ PROVEN_LEVELS: Final = ("strict",)
 _QUICKSTART: Final = ("aws-neuron/aws-neuron-sdk@v2.31.1 and @v2.32.0 "
                       "deploy/environments/quickstart-deploy-dlc.rst (docker run ... "
                       "--cap-add SYS_ADMIN --cap-add IPC_LOCK)")
-_DOCKERFILES: Final = ("aws/deep-learning-containers@2.31.1 vllm/inference/0.21.0.1.0.0/"
-                       "Dockerfile.neuronx and @2.32.0 vllm/inference/0.24.0.1.1.0/"
-                       "Dockerfile.neuronx (ENV LD_LIBRARY_PATH=/opt/aws/neuron/lib...)")
+_DOCKERFILES: Final = ("aws/deep-learning-containers@2.31.1 and @2.32.0, each release's "
+                       "vLLM image: vllm/inference/<plugin version>/Dockerfile.neuronx "
+                       "(ENV LD_LIBRARY_PATH=/opt/aws/neuron/lib...)")
 #: The capabilities AWS's container adds for the Neuron runtime (:data:`_QUICKSTART`).
 NEURON_CAPABILITIES: Final = ("CAP_IPC_LOCK", "CAP_SYS_ADMIN")
 
