@@ -77,13 +77,18 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
         assert out.returncode == 0 and out.stderr.strip() == "", (unit, out.stderr)
     # The Neuron units (trn2, trn3) are never deployed on a CPU host: render them from the
     # role's template and verify them there (tests/unit/test_unit_verify.py does so offline).
-    for instance_type in ("trn2.48xlarge", "trn3.48xlarge"):
+    # Each at the first-start level (aws: AWS's grants) and at strict (its devices too),
+    # on a host whose release has been read (roles/neuron_sdk release: 2.32.0 here).
+    for instance_type, level in (("trn2.48xlarge", "aws"), ("trn3.48xlarge", "strict")):
         values = settings.validate({"prefixbench_platform": "neuron",
                                     "prefixbench_instance_type": instance_type,
+                                    "prefixbench_neuron_release": "2.32.0",
+                                    "vllm_service_sandbox": level,
                                     "vllm_service_model": "openai/gpt-oss-120b"}, "n").settings
         for configuration in server.CONFIGURATIONS:
             text = neuron_unit(values, configuration)
-            assert "DeviceAllow=char-neuron rw\n" in text, text
+            assert "LimitMEMLOCK=infinity\n" in text, text
+            assert ("DeviceAllow=char-neuron rw\n" in text) is (level == "strict"), text
             path = f"/var/tmp/pb/{instance_type}/{server.unit_name(configuration)}"
             fleet.sh(host, f"mkdir -p /var/tmp/pb/{instance_type} && cat > {path} <<'EOF'\n"
                      + text + "EOF")
