@@ -33,10 +33,21 @@ RUN_ID = "integration-benchmark"
 WORKLOADS = ("high_overlap", "no_overlap", "sustained_c4")
 
 
+def requests_in_flight(fleet: SimFleetHandle, host: SimHost) -> bool:
+    """Whether the cached server is serving requests now (vllm:num_requests_running > 0)."""
+    page = fleet.sh(host, "curl -fsS http://127.0.0.1:8000/metrics 2>/dev/null || true")
+    return any(float(line.rsplit(" ", 1)[1]) > 0 for line in page.splitlines()
+               if line.startswith("vllm:num_requests_running"))
+
+
 def kill_an_engine_in_a_bench(fleet: SimFleetHandle, hosts: list[SimHost]) -> SimHost | None:
-    """kill -9 the cached server's engine on the first host running a bench; that host."""
+    """kill -9 the cached server's engine on the first host whose bench has requests in
+    flight; that host. (A bench still in its ready check waits for the restarted server
+    and then succeeds: killed there, nothing fails. Seen in CI: the kill landed in the
+    sustained bench's ready check, systemd restarted the server, the bench completed.)"""
     for host in hosts:
-        if fleet.sh(host, "pgrep -f 'vllm [b]ench serve' || true").strip():
+        if fleet.sh(host, "pgrep -f 'vllm [b]ench serve' || true").strip() and \
+                requests_in_flight(fleet, host):
             pid = fleet.sh(host, "systemctl show -p MainPID --value vllm-cached.service")
             fleet.sh(host, f"pkill -9 -P {pid.strip()}")
             return host
