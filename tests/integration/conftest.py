@@ -59,8 +59,6 @@ def sim_fleet() -> Iterator[SimFleetHandle]:
 #: one (prefixbench_sim.flavours); the others stay bare. Every later test (provision,
 #: units, benchmark) therefore runs on both flavours.
 DLAMI_HOST: Final = "trn2-sim-2"
-#: The host dressed as today's DLAMI (Neuron 2.32.0, vLLM 0.24): the fleet's last.
-DLAMI_232_INDEX: Final = -1
 
 
 @pytest.fixture(scope="session")
@@ -71,16 +69,6 @@ def dlami_host(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> SimHost:
 
     host = sim_fleet.host(DLAMI_HOST)
     flavours.dress(sim_fleet.fleet, host, "dlami", "2.31.0-vllm-beta")
-    return host
-
-
-@pytest.fixture(scope="session")
-def dlami_232_host(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> SimHost:
-    """The fleet's last host dressed as today's DLAMI (Neuron 2.32.0, vLLM 0.24)."""
-    from prefixbench_sim import flavours  # noqa: PLC0415 - integration only
-
-    host = sim_fleet.hosts[DLAMI_232_INDEX]
-    flavours.dress(sim_fleet.fleet, host, "dlami", "2.32.0")
     return host
 
 

@@ -30,7 +30,6 @@ STATE = ("{ ls -l --time-style=+%s /etc/apt/sources.list.d /etc/apt/keyrings /op
          "find /opt -maxdepth 6 -name '*.dist-info' 2>/dev/null | sort; } | sha256sum")
 
 DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0"
-DLAMI_232_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_24_0_1_1_0"
 
 
 def full_recap(proc: subprocess.CompletedProcess[str],
@@ -63,15 +62,12 @@ def write_conflicting_lock(www: Path) -> str:
 
 
 def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: SimHost, *,
-                   dlami_232_host: SimHost, repo_root: Path,
-                   ansible_env: dict[str, str]) -> None:
+                   repo_root: Path, ansible_env: dict[str, str]) -> None:
     fleet = sim_fleet
     trn2 = fleet.hosts[0]
-    assert trn2 not in (dlami_host, dlami_232_host) and dlami_host != dlami_232_host
+    assert trn2 != dlami_host
     dlami_freeze = fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"])
     assert "vllm-neuron==0.21.0.1.0.0" in dlami_freeze
-    dlami_232_freeze = fleet.ssh(dlami_232_host, [f"{DLAMI_232_VENV}/bin/pip", "freeze"])
-    assert "vllm-neuron==0.24.0.1.1.0+e8242a9" in dlami_232_freeze.split()
     before = host_states(fleet)
 
     # 1. An unknown SDK release is refused in preflight.
@@ -105,7 +101,6 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     assert lines and "The user requested torch==2.13.0+cpu" in lines[0], proc.stdout[-5000:]
     assert f"{trn2.name}: pip cannot resolve the set" in proc.stdout
     assert dlami_host.name + ": pip cannot" not in proc.stdout  # adopted: nothing to resolve
-    assert dlami_232_host.name + ": pip cannot" not in proc.stdout
     assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values()), proc.stdout[-5000:]
     assert host_states(fleet) == before
 
@@ -136,15 +131,14 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert f"{trn2.name}: no Neuron package installed; installing Neuron 2.32.0" in proc.stdout
     assert f"{dlami_host.name}: on Neuron 2.31.0-vllm-beta" in proc.stdout
-    assert f"{dlami_232_host.name}: on Neuron 2.32.0" in proc.stdout
-    for host, tools in ((trn2, "2.32.28.0"), (dlami_host, "2.31.13.0"),
-                        (dlami_232_host, "2.32.28.0")):
+    bare = [h for h in fleet.hosts if h != dlami_host]
+    for host in bare:
+        assert f"{host.name}: no Neuron package installed; installing Neuron 2.32.0" \
+            in proc.stdout
+    for host, tools in [*((h, "2.32.28.0") for h in bare), (dlami_host, "2.31.13.0")]:
         assert fleet.sh(host, "dpkg-query -W -f='${Version}' aws-neuronx-tools"
                         ).startswith(tools), host.name
-    assert f"{dlami_232_host.name}: adopting {DLAMI_232_VENV}" in proc.stdout
     assert f"{dlami_host.name}: adopting {DLAMI_VENV}" in proc.stdout
-    assert fleet.ssh(dlami_232_host, [f"{DLAMI_232_VENV}/bin/pip", "freeze"]) \
-        == dlami_232_freeze
 
     # 4b. A release below a host's is refused, even with upgrades allowed: nothing moves.
     converged = host_states(fleet)
@@ -170,7 +164,7 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     assert fleet.sh(dlami_host, "test -e /opt/vllm-prefixbench && echo yes || echo no"
                     ).strip() == "no"
     assert own_source_present(fleet) == [h.name for h in fleet.hosts
-                                         if h not in (dlami_host, dlami_232_host)]
+                                         if h != dlami_host]
     update = fleet.sh(dlami_host, "apt-get update 2>&1")
     assert "Conflicting values" not in update and "\nE:" not in update, update
 

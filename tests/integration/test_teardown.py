@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from prefixbench.hosts import releases
 from prefixbench_sim.layout import SimHost
 from prefixbench_sim.testing import SimFleetHandle, recap
 from prefixbench_sim.testing import run_playbook as playbook
@@ -51,8 +52,10 @@ def test_teardown(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: Si
         assert "\nE:" not in update, update
     # The bare host's Neuron packages stay (only their holds are released); the DLAMI
     # host keeps its venv, exactly, and its own apt source.
+    # (a bare host got the newest release: prefixbench_neuron_release auto)
+    newest = releases.newest(releases.load_all())
     assert fleet.sh(bare, "dpkg-query -W -f='${Version}' aws-neuronx-runtime-lib"
-                    ).startswith("2.33.10.0")
+                    ).startswith(str(newest.apt_packages["aws-neuronx-runtime-lib"]))
     assert fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"]) == dlami_freeze
     assert fleet.sh(dlami_host, "test -f /etc/apt/sources.list.d/neuron.list && echo kept"
                     ).strip() == "kept"
