@@ -191,7 +191,7 @@ def prefixbench_python_problem(name: str, host: str, facts: Mapping[str, Any], p
 
 def prefixbench_tiktoken_downloads(settings: Mapping[str, Any]) -> list[dict[str, str]]:
     """The vocabulary files the server reads at start-up: name, URL, published sha256."""
-    from prefixbench.predict import tokenizer_vocab  # noqa: PLC0415 - only this filter needs it
+    from prefixbench.engines import tokenizer_vocab  # noqa: PLC0415 - only this filter needs it
 
     files = tokenizer_vocab.expected_sha256(settings["model_cache_tiktoken_files"])
     base = str(settings["model_cache_tiktoken_base_url"])

@@ -2,7 +2,7 @@
 
 Replays a prefix_repetition-shaped stream (num_prefixes shared random prefixes, a
 distinct random suffix per prompt, prefixes drawn at random) through
-prefixbench.predict.cachesim and prints prompts/s and blocks/s. Building the prompts is timed
+prefixbench.engines.cachesim and prints prompts/s and blocks/s. Building the prompts is timed
 separately, so the figure is the model's alone.
 
     make bench-cachesim                                  # 1,000,000 prompts, 3072+1024, block 128
@@ -17,7 +17,7 @@ import random
 import time
 from array import array
 
-from prefixbench.predict.cachesim import PrefixCacheSim, Tokens
+from prefixbench.engines.cachesim import PrefixCacheSim, Tokens
 from prefixbench_perf.stream_args import add_stream_arguments
 
 

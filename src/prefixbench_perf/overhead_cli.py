@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from prefixbench.bench.benchrun import BenchRequest
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.workloads import Workload
 from prefixbench_perf.overhead import run_overhead
 
 ROOT = Path(__file__).resolve().parents[2]

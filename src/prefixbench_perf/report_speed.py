@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.workloads import tutorial_workloads
+from prefixbench.engines.workloads import tutorial_workloads
 from prefixbench.measure.layout import RunLayout, write_json_atomic
 from prefixbench.measure.metrics import delta, extract_signals
 from prefixbench.measure.records import BenchmarkRecord, ResultKey

@@ -2,10 +2,10 @@
 
 Sends a prefix_repetition-shaped stream (num_prefixes shared random prefixes, a distinct
 random suffix per prompt, prefixes drawn at random) through
-prefixbench.predict.schedsim.SchedulerSim by a client keeping ``--concurrency`` requests
+prefixbench.engines.schedsim.SchedulerSim by a client keeping ``--concurrency`` requests
 in flight, each generating ``--output-len`` tokens, and prints requests/s and scheduler
 steps/s; then the same stream through the Neuron plugin's scheduler
-(prefixbench.predict.schedneuron, async as on Neuron, its KV-concurrency cap computed
+(prefixbench.engines.schedneuron, async as on Neuron, its KV-concurrency cap computed
 at ``--max-model-len``), which must replay at least 10,000 requests/s at concurrency 32.
 Building the prompts is timed separately, so each figure is the model's alone; the
 process is pinned to one core and each figure is its CPU time there (the wall time,
@@ -27,9 +27,9 @@ import random
 import time
 from array import array
 
-from prefixbench.predict.schedhybrid import scheduler_sim_for
-from prefixbench.predict.schedneuron import neuron_scheduler_sim
-from prefixbench.predict.schedsim import SchedulerSim
+from prefixbench.engines.schedhybrid import scheduler_sim_for
+from prefixbench.engines.schedneuron import neuron_scheduler_sim
+from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench_perf.stream_args import add_stream_arguments
 
 

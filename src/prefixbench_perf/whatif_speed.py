@@ -30,11 +30,11 @@ import time
 from array import array
 from pathlib import Path
 
-from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.cachesim import PrefixCacheSim
+from prefixbench.engines.prefix_repetition import LegacyNumpyRandom, prefix_order
+from prefixbench.engines.workloads import Workload
 from prefixbench.measure.ratios import block_aligned_expected
 from prefixbench.predict import replay, whatif
-from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench_perf.stream_args import add_stream_arguments
 
 #: The tokenizers library's rayon pool (the tokenizer-alone runs only; read at its first

@@ -2,7 +2,7 @@
 ``Scheduler`` subclass: :class:`NeuronScheduler` and :class:`NeuronAsyncScheduler`.
 
 The bundle's executable reference of the design that
-``prefixbench.predict.schedneuron`` models (the oracle test drives vLLM's real
+``prefixbench.engines.schedneuron`` models (the oracle test drives vLLM's real
 ``Scheduler`` and ``KVCacheManager`` through it), and what a CPU server runs to schedule
 as a Neuron one does::
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.workloads import Workload
 from prefixbench.predict.served import served_expectation
 from prefixbench_sim import apt_packages, artifacts, artifacts_apt, artifacts_pip, tinymodel
 from prefixbench_sim._build import BuildError, cache_dir, log, run

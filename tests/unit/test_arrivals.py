@@ -9,12 +9,12 @@ import math
 import pytest
 from test_schedsim import _workload
 
+from prefixbench.engines.cachesim import PrefixCacheSim
+from prefixbench.engines.schedclient import send_timed
+from prefixbench.engines.schedconfig import Serving
+from prefixbench.engines.schedhybrid import scheduler_sim_for
+from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.predict.arrivals import JITTER_SEEDS, JITTER_SPANS, arrival_band, timings
-from prefixbench.predict.cachesim import PrefixCacheSim
-from prefixbench.predict.schedclient import send_timed
-from prefixbench.predict.schedconfig import Serving
-from prefixbench.predict.schedhybrid import scheduler_sim_for
-from prefixbench.predict.schedsim import SchedulerSim
 
 
 def test_untimed_replay_is_the_send_loop() -> None:

@@ -352,7 +352,7 @@ def test_a_caching_record_carries_the_expectation_from_the_served_tokens(
     from tiny_tokenizer import write_tokenizer as write_tok  # noqa: PLC0415
 
     from prefixbench.bench import benchrun  # noqa: PLC0415
-    from prefixbench.bench.workloads import Workload  # noqa: PLC0415
+    from prefixbench.engines.workloads import Workload  # noqa: PLC0415
     from prefixbench.measure import metrics  # noqa: PLC0415
 
     run_dir = tmp_path / "run"

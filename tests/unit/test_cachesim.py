@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixbench.bench.prefix_repetition import generate_prompts
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.cachesim import CapacityError, PrefixCacheSim, block_hashes, replay
+from prefixbench.engines.hybridsim import HybridCacheSim
+from prefixbench.engines.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
+from prefixbench.engines.prefix_repetition import generate_prompts
 from prefixbench.measure.ratios import block_aligned_expected
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim, block_hashes, replay
-from prefixbench.predict.hybridsim import HybridCacheSim
-from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
 
 VOCAB = 2048  # the recorded fixtures' word-level tokenizer
 TUTORIAL = {"prefix_len": 3072, "suffix_len": 1024, "vocab_size": VOCAB}
@@ -263,7 +263,7 @@ def test_capacity_note_names_the_hybrid_kv_cache_manager() -> None:
 
 
 def test_whatif_models_the_usable_capacity_of_cache_config_info() -> None:
-    from prefixbench.bench.workloads import Workload  # noqa: PLC0415
+    from prefixbench.engines.workloads import Workload  # noqa: PLC0415
     from prefixbench.measure.metrics import CacheConfig  # noqa: PLC0415
     from prefixbench.predict import whatif  # noqa: PLC0415 - whatif's wiring only
 

@@ -11,10 +11,10 @@ import pytest
 from report_runs import make_run
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.schedconfig import SERIAL, Serving
+from prefixbench.engines.workloads import Workload
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import BenchmarkRecord, ResultKey
-from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.served import served_curve
 from prefixbench.report.capacity import _curve, build_capacity
 from prefixbench.report.capacity_verdict import judge, predicted_at

@@ -10,7 +10,7 @@ import pytest
 from test_whatif_stream import mixed_file, workload
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench.workloads import tutorial_workloads
+from prefixbench.engines.workloads import tutorial_workloads
 from prefixbench.frontend import cli
 from prefixbench.predict import whatif
 from prefixbench.predict.capacity_curve import CurveError, parse_capacities, predict_curve

@@ -11,9 +11,9 @@ from report_runs import make_run
 from tiny_tokenizer import write_tokenizer
 
 from prefixbench.bench import runmeta
-from prefixbench.bench.workloads import Workload
 from prefixbench.config import plan, rules, settings
-from prefixbench.predict import tokenizer as tk
+from prefixbench.engines import tokenizer as tk
+from prefixbench.engines.workloads import Workload
 from prefixbench.predict.served import served_curve, served_expectation
 from prefixbench.report.capacity import (
     CapacityCurveView,

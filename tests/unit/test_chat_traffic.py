@@ -1,4 +1,4 @@
-"""Multi-turn chat traffic (prefixbench.bench.chat_traffic): seeded, growing histories,
+"""Multi-turn chat traffic (prefixbench.engines.chat_traffic): seeded, growing histories,
 think time as interleaving, the distributions; its structural estimate
 (prefixbench.predict.chat_estimate) against the what-if replay; the chat-traffic command."""
 
@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench import chat_traffic as ct
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines import chat_traffic as ct
+from prefixbench.engines import tokenizer as tk
+from prefixbench.engines.workloads import Workload
 from prefixbench.frontend import cli
 from prefixbench.frontend.cli_chat import tokenizer_words
 from prefixbench.predict import chat_estimate as ce
-from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
 from prefixbench_sim import tinytokenizer
 

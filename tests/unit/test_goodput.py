@@ -11,8 +11,8 @@ from report_runs import make_run
 
 from prefixbench.bench import experiment
 from prefixbench.bench.goodput import Ladder, parse_rung, rung_name
-from prefixbench.bench.workloads import WorkloadError
 from prefixbench.config import settings
+from prefixbench.engines.workloads import WorkloadError
 from prefixbench.report.bench_model import Agg, BenchSummary
 from prefixbench.report.build import build_summary
 from prefixbench.report.goodput import Rung, goodput_lines, goodput_of, goodput_rate

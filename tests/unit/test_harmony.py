@@ -1,4 +1,4 @@
-"""gpt-oss's chat rendering (prefixbench.predict.harmony) against vLLM 0.32's own
+"""gpt-oss's chat rendering (prefixbench.engines.harmony) against vLLM 0.32's own
 renderings (tests/fixtures/harmony/renderings.json, recorded with the script beside it),
 and the tokenizer choosing it from the model's config.json."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.predict import harmony
-from prefixbench.predict.tokenizer import TokenizerError, load
+from prefixbench.engines import harmony
+from prefixbench.engines.tokenizer import TokenizerError, load
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "harmony" / "renderings.json"
 

@@ -15,16 +15,16 @@ from test_cachesim import FULL_16, HYBRID_16, RECORDED
 from tiny_tokenizer import write_tokenizer
 
 from prefixbench.bench import benchrun
-from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.hybridsim import HybridCacheSim
+from prefixbench.engines.kvcapacity import kv_cache_line
+from prefixbench.engines.workloads import Workload, tutorial_workloads
 from prefixbench.frontend import cli
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.metrics import CacheConfig
 from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.predict import whatif
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.predict.capacity_curve import predict_curve
-from prefixbench.predict.hybridsim import HybridCacheSim
-from prefixbench.predict.kvcapacity import kv_cache_line
 from prefixbench.predict.served import served_curve, served_expectation
 from prefixbench.report import capacity
 from prefixbench.report.build import kv_cache_of
@@ -158,7 +158,7 @@ def test_the_report_says_which_kv_cache_manager_a_host_ran() -> None:
 
 
 def test_the_model_config_tells_the_cache_model(tmp_path: Path) -> None:
-    from prefixbench.predict.cachemodel import from_model_config, from_model_dir  # noqa: PLC0415
+    from prefixbench.engines.cachemodel import from_model_config, from_model_dir  # noqa: PLC0415
     from prefixbench_sim import tinyconfig, tinygptoss  # noqa: PLC0415
 
     gptoss = tinygptoss.model_config(tinygptoss.TinyGptOssSpec(sliding_window=64))
@@ -183,8 +183,8 @@ def test_the_model_config_tells_the_cache_model(tmp_path: Path) -> None:
 
 
 def test_the_expectation_at_the_benchs_concurrency(tok: Path) -> None:
+    from prefixbench.engines.schedconfig import Serving  # noqa: PLC0415
     from prefixbench.predict.replay import replay_requests  # noqa: PLC0415
-    from prefixbench.predict.schedconfig import Serving  # noqa: PLC0415
     from prefixbench.predict.served import _sent  # noqa: PLC0415
 
     w = Workload.from_dict({**long_prefix().to_dict(), "max_concurrency": 4})
@@ -228,7 +228,7 @@ def test_the_hybrid_model_prefills_in_the_servers_chunks(tok: Path) -> None:
     assert got["max_num_batched_tokens"] == 1024
     assert got["served_concurrency"] == 1  # what the capacity verdict needs above 1
     assert "served_band_lo" not in got  # one at a time: no arrival timing to vary
-    from prefixbench.predict.schedconfig import Serving  # noqa: PLC0415
+    from prefixbench.engines.schedconfig import Serving  # noqa: PLC0415
 
     four = Serving(concurrency=4, max_num_seqs=2, max_num_batched_tokens=512)
     got = benchrun.served_expected(w, tok.parent, 16, CacheConfig.from_labels(HYBRID_16),

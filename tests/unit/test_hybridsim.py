@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixbench.predict.cachemodel import CacheModel
-from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
-from prefixbench.predict.hybridsim import HybridCacheSim, admission_cap, cache_sim_for
+from prefixbench.engines.cachemodel import CacheModel
+from prefixbench.engines.cachesim import CapacityError, PrefixCacheSim
+from prefixbench.engines.hybridsim import HybridCacheSim, admission_cap, cache_sim_for
 from prefixbench.predict.replay import replay_requests
 
 

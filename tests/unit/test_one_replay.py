@@ -14,11 +14,11 @@ import pytest
 from tiny_tokenizer import write_tokenizer
 
 from prefixbench.bench.benchrun import BenchRequest, served_expected
-from prefixbench.bench.workloads import Workload
 from prefixbench.config.workload_estimate import estimate, sizing_of
+from prefixbench.engines.schedconfig import Serving, bench_phases, bench_serving
+from prefixbench.engines.workloads import Workload
 from prefixbench.measure.metrics import CacheConfig
 from prefixbench.predict import whatif
-from prefixbench.predict.schedconfig import Serving, bench_phases, bench_serving
 
 #: A server on the cpu platform, blocks of 16, a pool tight enough to evict.
 SETTINGS = {"prefixbench_platform": "cpu", "vllm_service_block_size": 16,

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from prefixbench.bench.workloads import Workload, tutorial_workloads
 from prefixbench.config import plan, rules_workload, settings, workload_estimate
 from prefixbench.config.workload_estimate import PLAN_MAX_TOKENS, estimate, sizing_of
-from prefixbench.predict.cachemodel import CacheModel
-from prefixbench.predict.schedconfig import Serving
+from prefixbench.engines.cachemodel import CacheModel
+from prefixbench.engines.schedconfig import Serving
+from prefixbench.engines.workloads import Workload, tutorial_workloads
 from prefixbench.predict.whatif import predict_prefix_repetition
 
 NEURON: dict[str, Any] = {"prefixbench_platform": "neuron",

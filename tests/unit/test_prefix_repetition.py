@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefixbench.bench.prefix_repetition import (
+from prefixbench.engines.prefix_repetition import (
     LegacyNumpyRandom,
     cold_flags,
     generate_prompts,
@@ -127,7 +127,7 @@ def test_cold_flags_mark_first_use_of_each_prefix() -> None:
 
 
 def test_prompts_are_aligned_to_the_server_only_when_the_first_one_disagrees() -> None:
-    from prefixbench.bench.prefix_repetition import align_to_server  # noqa: PLC0415
+    from prefixbench.engines.prefix_repetition import align_to_server  # noqa: PLC0415
 
     # A test double of a server tokenizer: one token per character, except that "ab"
     # is one token (so "a" + "b" drawn as two tokens re-encode as one).

@@ -13,9 +13,9 @@ from report_runs import fixture_bench, fixture_delta, make_run, with_ttfts
 from test_whatif_stream import mixed_file, workload
 from tiny_tokenizer import write_tokenizer
 
+from prefixbench.engines import tokenizer
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import BenchmarkRecord, ResultKey
-from prefixbench.predict import tokenizer
 from prefixbench.report.build import build_summary
 from prefixbench.report.cli import report_main
 

@@ -1,4 +1,4 @@
-"""The scheduler model under vLLM's AsyncScheduler (prefixbench.predict.schedasync) on
+"""The scheduler model under vLLM's AsyncScheduler (prefixbench.engines.schedasync) on
 hand-worked cases; tests/integration/test_schedsim_vs_vllm.py holds it to vLLM's own."""
 
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 from test_schedsim import _workload
 
-from prefixbench.predict.schedasync import AsyncSchedulerSim
-from prefixbench.predict.schedconfig import Serving
-from prefixbench.predict.schedhybrid import (
+from prefixbench.engines.schedasync import AsyncSchedulerSim
+from prefixbench.engines.schedconfig import Serving
+from prefixbench.engines.schedhybrid import (
     AsyncHybridSchedulerSim,
     HybridSchedulerSim,
     scheduler_sim_for,
 )
-from prefixbench.predict.schedsim import SchedulerSim
+from prefixbench.engines.schedsim import SchedulerSim
 
 
 def test_a_request_finishes_one_step_later() -> None:

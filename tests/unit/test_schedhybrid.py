@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from test_schedsim import _workload
 
-from prefixbench.predict.hybridsim import HybridCacheSim
-from prefixbench.predict.schedconfig import SchedModelError
-from prefixbench.predict.schedhybrid import HybridSchedulerSim, scheduler_sim_for
-from prefixbench.predict.schedsim import SchedulerSim
+from prefixbench.engines.hybridsim import HybridCacheSim
+from prefixbench.engines.schedconfig import SchedModelError
+from prefixbench.engines.schedhybrid import HybridSchedulerSim, scheduler_sim_for
+from prefixbench.engines.schedsim import SchedulerSim
 
 # (block size, max prompt blocks, usable capacity, output_len, vocab, window, budget)
 SHAPES = [(16, 24, None, 0, 1 << 30, 128, 1024), (16, 20, 47, 0, 1 << 30, 128, 1024),

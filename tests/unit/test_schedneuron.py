@@ -1,4 +1,4 @@
-"""The Neuron scheduler model (prefixbench.predict.schedneuron) on hand-worked cases;
+"""The Neuron scheduler model (prefixbench.engines.schedneuron) on hand-worked cases;
 tests/integration/test_schedneuron_vs_vllm.py holds it to vLLM's own Scheduler running
 the bundle's reading of the plugin's NeuronScheduler."""
 
@@ -7,16 +7,16 @@ from __future__ import annotations
 import pytest
 from test_schedsim import _workload
 
-from prefixbench.predict.cachesim import CapacityError
-from prefixbench.predict.schedasync import AsyncSchedulerSim
-from prefixbench.predict.schedneuron import (
+from prefixbench.engines.cachesim import CapacityError
+from prefixbench.engines.schedasync import AsyncSchedulerSim
+from prefixbench.engines.schedneuron import (
     NeuronAsyncSchedulerSim,
     NeuronSchedulerSim,
     max_kv_concurrent,
     neuron_scheduler_sim,
     prefill_buckets,
 )
-from prefixbench.predict.schedsim import SchedulerSim
+from prefixbench.engines.schedsim import SchedulerSim
 
 A = tuple(range(1, 9))
 B = tuple(range(11, 19))

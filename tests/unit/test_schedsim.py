@@ -8,8 +8,8 @@ from array import array
 
 import pytest
 
-from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
-from prefixbench.predict.schedsim import SchedulerSim, sched_replay
+from prefixbench.engines.cachesim import CapacityError, PrefixCacheSim
+from prefixbench.engines.schedsim import SchedulerSim, sched_replay
 
 
 def _workload(seed: int, n: int, bs: int, max_blocks: int, out: int, *,

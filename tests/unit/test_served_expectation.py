@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench.prefix_repetition import generate_prompts
-from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.engines import tokenizer as tk
+from prefixbench.engines.cachesim import PrefixCacheSim
+from prefixbench.engines.prefix_repetition import generate_prompts
+from prefixbench.engines.workloads import Workload, tutorial_workloads
 from prefixbench.measure.ratios import block_aligned_expected
-from prefixbench.predict import tokenizer as tk
-from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench.predict.served import served_expectation
 from prefixbench_sim import tinyconfig, tinytokenizer
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from prefixbench.config import settings
-from prefixbench.predict import tokenizer_vocab
+from prefixbench.engines import tokenizer_vocab
 from prefixbench.servers import server
 
 

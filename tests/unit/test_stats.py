@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prefixbench.bench.prefix_repetition import prefix_repetition_cold_flags
+from prefixbench.engines.prefix_repetition import prefix_repetition_cold_flags
 from prefixbench.measure.stats import (
     coefficient_of_variation,
     mad,

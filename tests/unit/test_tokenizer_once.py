@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.predict import tokenizer
+from prefixbench.engines import tokenizer
 
 
 def test_the_same_files_load_once_and_a_change_reloads(tmp_path: Path) -> None:

@@ -13,13 +13,13 @@ import pytest
 from test_whatif_stream import mixed_file
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.engines import tokenizer as tk
+from prefixbench.engines.cachemodel import CacheModel, from_model_dir
+from prefixbench.engines.schedconfig import Serving
+from prefixbench.engines.schedsim import SchedulerSim
+from prefixbench.engines.workloads import Workload, tutorial_workloads
 from prefixbench.frontend import cli
-from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
-from prefixbench.predict.cachemodel import CacheModel, from_model_dir
-from prefixbench.predict.schedconfig import Serving
-from prefixbench.predict.schedsim import SchedulerSim
 from prefixbench_sim import tinygptoss
 
 
@@ -67,7 +67,7 @@ def test_the_tokenizer_named_by_its_file_is_the_same_model(gptoss_dir: Path,
 def test_the_output_length_is_the_benchs_rule(tmp_path: Path) -> None:
     """vLLM 0.32's ``CustomDataset.sample``: ``--custom-output-len N`` for every request,
     each line's ``output_tokens`` only with -1 (lines without one are then refused)."""
-    from prefixbench.bench.custom import prepare_file  # noqa: PLC0415
+    from prefixbench.engines.custom import prepare_file  # noqa: PLC0415
 
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"t{4 + i}", "output_tokens": 1 + i}) + "\n"
@@ -101,7 +101,7 @@ def test_the_docs_and_help_state_the_defaults_the_command_applies(
         assert code == 0
         assert "  block size:             32 tokens [neuron platform's default" in out
         assert ("  scheduler:              NeuronAsyncScheduler (the Neuron plugin's, "
-                "predict.schedneuron) [neuron platform's default") in out
+                "engines.schedneuron) [neuron platform's default") in out
     assert "  platform:               neuron [default (as prefixbench_platform)" in run(
         "--workload", "high_overlap")[1]
 
@@ -301,9 +301,9 @@ def test_chat_traffic_says_where_its_cache_assumptions_come_from(gptoss_dir: Pat
 
 def test_on_neuron_the_replay_goes_through_the_plugins_scheduler_model() -> None:
     """--platform neuron above concurrency 1: the Neuron plugin's async scheduler model
-    (predict.schedneuron) with its KV-concurrency cap at --max-model-len."""
-    from prefixbench.predict.engines import scheduler_model  # noqa: PLC0415
-    from prefixbench.predict.schedneuron import NeuronAsyncSchedulerSim  # noqa: PLC0415
+    (engines.schedneuron) with its KV-concurrency cap at --max-model-len."""
+    from prefixbench.engines.platforms import scheduler_model  # noqa: PLC0415
+    from prefixbench.engines.schedneuron import NeuronAsyncSchedulerSim  # noqa: PLC0415
 
     code, out, _ = run("--workload", "sustained_c4", "--platform", "neuron",
                        "--capacity-blocks", "900", "--max-model-len", "4096")

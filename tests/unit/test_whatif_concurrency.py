@@ -1,6 +1,6 @@
 """The what-if at concurrency: ``prefixbench whatif --concurrency N`` and
 ``whatif.predict(serving=...)`` replay through the scheduler model
-(prefixbench.predict.schedsim), phases and all."""
+(prefixbench.engines.schedsim), phases and all."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ import pytest
 from test_whatif_stream import mixed_file, workload
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench.workloads import Workload, tutorial_workloads
+from prefixbench.engines import tokenizer as tk
+from prefixbench.engines.cachemodel import CacheModel
+from prefixbench.engines.schedasync import AsyncSchedulerSim
+from prefixbench.engines.schedconfig import Serving
+from prefixbench.engines.schedhybrid import AsyncHybridSchedulerSim, HybridSchedulerSim
+from prefixbench.engines.schedsim import SchedulerSim
+from prefixbench.engines.workloads import Workload, tutorial_workloads
 from prefixbench.frontend import cli
-from prefixbench.predict import tokenizer as tk
 from prefixbench.predict import whatif
-from prefixbench.predict.cachemodel import CacheModel
-from prefixbench.predict.schedasync import AsyncSchedulerSim
-from prefixbench.predict.schedconfig import Serving
-from prefixbench.predict.schedhybrid import AsyncHybridSchedulerSim, HybridSchedulerSim
-from prefixbench.predict.schedsim import SchedulerSim
 
 
 def sustained_c4() -> Workload:

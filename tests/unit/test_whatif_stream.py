@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 from tiny_tokenizer import write_tokenizer
 
-from prefixbench.bench import custom, custom_index, custom_read
-from prefixbench.bench.custom import prepare_file
-from prefixbench.bench.custom_index import index_file
-from prefixbench.bench.custom_read import CustomPromptsError, read_user_file
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines import custom, custom_index, custom_read
+from prefixbench.engines import tokenizer as tk
+from prefixbench.engines.cachesim import CapacityError, PrefixCacheSim
+from prefixbench.engines.custom import prepare_file
+from prefixbench.engines.custom_index import index_file
+from prefixbench.engines.custom_read import CustomPromptsError, read_user_file
+from prefixbench.engines.progress import ENCODING, READING, ProgressBar
+from prefixbench.engines.workloads import Workload
 from prefixbench.predict import replay, whatif
-from prefixbench.predict import tokenizer as tk
-from prefixbench.predict.cachesim import CapacityError, PrefixCacheSim
-from prefixbench.predict.progress import ENCODING, READING, ProgressBar
 from prefixbench_sim import tinytokenizer
 
 

@@ -9,7 +9,12 @@ import pytest
 
 from prefixbench.bench.bench_argv import bench_argv
 from prefixbench.bench.seeds import carry_over, plan_seeds
-from prefixbench.bench.workloads import Workload, WorkloadError, load_workloads, tutorial_workloads
+from prefixbench.engines.workloads import (
+    Workload,
+    WorkloadError,
+    load_workloads,
+    tutorial_workloads,
+)
 
 VOCAB = 2048  # the recorded fixtures' tokenizer
 BLOCK = 128  # the recorded fixtures' block size (vllm:cache_config_info)

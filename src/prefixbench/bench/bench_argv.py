@@ -1,10 +1,10 @@
 """The exact ``vllm bench serve`` command line of one workload run.
 
-:func:`bench_argv` turns a seeded :class:`~prefixbench.bench.workloads.Workload` (its seed from
+:func:`bench_argv` turns a seeded :class:`~prefixbench.engines.workloads.Workload` (its seed from
 :func:`prefixbench.bench.seeds.plan_seeds`), the server, the model and where the result goes
 into an argv list (never a shell string), refusing values that could inject flags or
 lines. A custom workload is sent from its prepared file on the host
-(:func:`prefixbench.bench.custom.prepare`).
+(:func:`prefixbench.engines.custom.prepare`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from prefixbench.bench.workloads import Workload, WorkloadError
+from prefixbench.engines.workloads import Workload, WorkloadError
 
 __all__ = ["bench_argv"]
 
@@ -38,7 +38,7 @@ def _dataset_argv(w: Workload, dataset_path: str | None) -> list[str]:
                                 f"path of its prepared .jsonl file, got {dataset_path!r}")
         if w.num_prompts < 1:
             raise WorkloadError(f"workload {w.name!r}: num_prompts is not resolved; "
-                                f"prepare its file first (prefixbench.bench.custom.prepare)")
+                                f"prepare its file first (prefixbench.engines.custom.prepare)")
         return [
             "--dataset-name", w.dataset_name,
             "--dataset-path", dataset_path,
@@ -76,7 +76,7 @@ def bench_argv(
     The workload must have a seed (see :func:`prefixbench.bench.seeds.plan_seeds`): relying
     on vLLM's default seed 0 is what contaminates workloads. ``metadata`` lands in the
     result JSON (``--metadata k=v ...``). A custom workload needs ``dataset_path``, the
-    prepared file *on the host* (:func:`prefixbench.bench.custom.prepare`; it must end in
+    prepared file *on the host* (:func:`prefixbench.engines.custom.prepare`; it must end in
     ``.jsonl``), and a resolved ``num_prompts`` (:meth:`Workload.with_num_prompts`); it
     is sent with ``--skip-chat-template`` (the prepared text is exactly what the server
     gets) and ``--no-oversample``.

@@ -26,17 +26,18 @@ from typing import Any, Final
 
 from prefixbench import __version__
 from prefixbench.bench.bench_argv import bench_argv
-from prefixbench.bench.custom import PreparedPrompts, check_file, prepare, write_prepared
 from prefixbench.bench.experiment import find_item
+from prefixbench.bench.prepared import write_prepared
 from prefixbench.bench.served_record import served_expected
-from prefixbench.bench.workloads import Workload, WorkloadError
+from prefixbench.engines import schedconfig
+from prefixbench.engines.custom import PreparedPrompts, check_file, prepare
+from prefixbench.engines.kvcapacity import usable_blocks
+from prefixbench.engines.schedconfig import Serving, bench_serving
+from prefixbench.engines.workloads import Workload, WorkloadError
 from prefixbench.measure import metrics
 from prefixbench.measure.bench_json import BenchResultError, parse_bench_result
 from prefixbench.measure.layout import TOKENIZER_DIR
 from prefixbench.measure.records import BenchmarkRecord, FailureRecord, ResultKey
-from prefixbench.predict import schedconfig
-from prefixbench.predict.kvcapacity import usable_blocks
-from prefixbench.predict.schedconfig import Serving, bench_serving
 from prefixbench.servers import sweep
 from prefixbench.servers.server import CONFIGURATIONS, unit_name
 
@@ -164,7 +165,7 @@ class PreparedBench:
 def planned_argv(req: BenchRequest, timeout: int, result_dir: str = "<remote tmp>"
                  ) -> list[str]:
     """The argv shown before anything runs (check mode, the task result): a custom
-    workload's count is read from its file (:func:`prefixbench.bench.custom.check_file`)."""
+    workload's count is read from its file (:func:`prefixbench.engines.custom.check_file`)."""
     if not req.workload.is_custom:
         return req.argv(result_dir, timeout)
     count = check_file(req.workload)
@@ -182,7 +183,7 @@ def tokenizer_dir(run_dir: Path) -> Path | None:
 def prepare_prompts(req: BenchRequest, run_dir: Path) -> PreparedBench:
     """Prepare a custom workload's prompts into ``<run_dir>/prompts/<workload>.jsonl``
     (atomically) and resolve its ``num_prompts``. Raises ``ValueError`` with one line
-    (:class:`prefixbench.bench.custom_read.CustomPromptsError`)."""
+    (:class:`prefixbench.engines.custom_read.CustomPromptsError`)."""
     prepared = prepare(req.workload, tokenizer_dir=tokenizer_dir(run_dir))
     path = write_prepared(run_dir, req.workload.name, prepared)
     resolved = req.with_workload(req.workload.with_num_prompts(prepared.num_prompts))

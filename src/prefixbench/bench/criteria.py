@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.workloads import Workload
 
 HIGH_OVERLAP: Final = "high_overlap"
 NO_OVERLAP: Final = "no_overlap"

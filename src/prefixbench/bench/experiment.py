@@ -16,7 +16,7 @@ from typing import Any
 
 from prefixbench.bench import goodput
 from prefixbench.bench.seeds import plan_seeds
-from prefixbench.bench.workloads import Workload, load_workloads, tutorial_workloads
+from prefixbench.engines.workloads import Workload, load_workloads, tutorial_workloads
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import ResultKey
 

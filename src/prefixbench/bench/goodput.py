@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from prefixbench.bench import criteria
-from prefixbench.bench.workloads import Workload, WorkloadError
+from prefixbench.engines.workloads import Workload, WorkloadError
 
 __all__ = ["Ladder", "LadderError", "ladder_of", "parse_rung", "rung_name", "rungs"]
 

@@ -9,11 +9,11 @@ every (workload, repetition) of a server's sequence its own seed, and the *same*
 that (workload, repetition) on every configuration, so baseline and cached servers see
 identical prompts. Different seeds give unrelated MT19937 streams: a 128-token block
 repeating by chance has probability ``vocab_size ** -128``. :func:`carry_over` replays a
-planned sequence through :mod:`prefixbench.predict.cachesim` with the prompts regenerated as
-vLLM does (:mod:`prefixbench.bench.prefix_repetition`) and reports, per run, the hits that
+planned sequence through :mod:`prefixbench.engines.cachesim` with the prompts regenerated as
+vLLM does (:mod:`prefixbench.engines.prefix_repetition`) and reports, per run, the hits that
 only exist because of earlier runs: 0 for a valid plan. A custom workload cannot be
 isolated this way (its seed only orders the user's prompts; see
-:mod:`prefixbench.bench.workloads`).
+:mod:`prefixbench.engines.workloads`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from prefixbench.bench.prefix_repetition import generate_prompts
-from prefixbench.bench.workloads import MAX_SEED, Workload, WorkloadError
-from prefixbench.predict.cachesim import PrefixCacheSim
+from prefixbench.engines.cachesim import PrefixCacheSim
+from prefixbench.engines.prefix_repetition import generate_prompts
+from prefixbench.engines.workloads import MAX_SEED, Workload, WorkloadError
 
 __all__ = ["CarryOver", "SeedPlan", "carry_over", "plan_seeds"]
 

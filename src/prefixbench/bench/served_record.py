@@ -1,17 +1,17 @@
 """The record's served expectation: a prefix_repetition bench's expected counters from the
 tokens its server sees (:func:`prefixbench.predict.served.served_expectation`), replayed
 through the engine model of the hosts' platform
-(:func:`prefixbench.predict.engines.engine_model`), as record keys."""
+(:func:`prefixbench.engines.platforms.engine_model`), as record keys."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.platforms import engine_model
+from prefixbench.engines.schedconfig import SERIAL, Serving
+from prefixbench.engines.workloads import Workload
 from prefixbench.measure import metrics
-from prefixbench.predict.engines import engine_model
-from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.servers import sweep
 
 __all__ = ["served_expected"]
@@ -23,13 +23,13 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
                     ) -> dict[str, Any]:
     """The expected ratio from the tokens the server sees (prefixbench.predict.served
     .served_expectation), as record keys; a note instead when it cannot be made. The
-    engine model is the ``platform``'s (:func:`prefixbench.predict.engines.engine_model`:
+    engine model is the ``platform``'s (:func:`prefixbench.engines.platforms.engine_model`:
     on Neuron the plugin's scheduler over full attention, its cap at ``max_model_len``),
     and the record says which it assumed (``expected_scheduler``,
     ``expected_kv_manager``)."""
+    from prefixbench.engines.tokenizer import TokenizerError  # noqa: PLC0415
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
     from prefixbench.predict.served import served_expectation  # noqa: PLC0415
-    from prefixbench.predict.tokenizer import TokenizerError  # noqa: PLC0415
 
     tok = sweep.tokenizer_dir(run_dir) if run_dir is not None else None
     if tok is None:

@@ -308,7 +308,7 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "downloaded from (a mirror may stand in).",
             "https://openaipublic.blob.core.windows.net/encodings/", pattern=_URL_PATTERN),
     Setting("model_cache_tiktoken_files", "list_str", "Vocabulary files to keep, each "
-            "checked against its published sha256 (predict.tokenizer_vocab).",
+            "checked against its published sha256 (engines.tokenizer_vocab).",
             ["o200k_base.tiktoken"], pattern=r"^[\w.-]+$"),
     # --- vLLM server (roles/vllm_service) ----------------------------------------------
     Setting("vllm_service_model", "str", "Model path on the host (or hub id) that `vllm "

@@ -13,12 +13,12 @@ from typing import Any, Final
 
 from prefixbench.bench import experiment
 from prefixbench.bench.goodput import LadderError
-from prefixbench.bench.workloads import WorkloadError
 from prefixbench.config import catalogue
 from prefixbench.config.catalogue import SEGMENT_SIZES
+from prefixbench.engines import tokenizer_vocab
+from prefixbench.engines.workloads import WorkloadError
 from prefixbench.hosts import instances, releases
 from prefixbench.hosts.instances import family
-from prefixbench.predict import tokenizer_vocab
 from prefixbench.servers import server, sweep
 from prefixbench.servers.server import TRN3_ONLY_ENVIRONMENT
 
@@ -268,8 +268,8 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
     for w in workloads:
         if w.is_custom:
             # Prompt lengths need the host's tokenizer: the bench finds those too long.
-            from prefixbench.bench.custom import check_file  # noqa: PLC0415 - custom only
-            from prefixbench.bench.custom_read import CustomPromptsError  # noqa: PLC0415
+            from prefixbench.engines.custom import check_file  # noqa: PLC0415 - custom only
+            from prefixbench.engines.custom_read import CustomPromptsError  # noqa: PLC0415
 
             try:
                 check_file(w)

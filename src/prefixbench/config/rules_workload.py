@@ -6,9 +6,9 @@ rests on the bundle's own model of what the bench sends and what vLLM caches
 (:mod:`prefixbench.config.workload_estimate`): vLLM caches whole blocks and never the
 prompt's last token (:func:`prefixbench.measure.ratios.block_aligned_hit_tokens`); the
 bench sends ``num_prompts // num_prefixes`` prompts per prefix and drops the rest
-(:attr:`prefixbench.bench.workloads.Workload.requests_sent`); the server admits at most
-``max_num_seqs`` requests and queues the others (:mod:`prefixbench.predict.schedsim`);
-generated tokens' blocks never hit (:mod:`prefixbench.predict.hybridsim`); gpt-oss's
+(:attr:`prefixbench.engines.workloads.Workload.requests_sent`); the server admits at most
+``max_num_seqs`` requests and queues the others (:mod:`prefixbench.engines.schedsim`);
+generated tokens' blocks never hit (:mod:`prefixbench.engines.hybridsim`); gpt-oss's
 sliding-window group caches a prompt's last blocks, and a shared prefix's end only once a
 request has hit it with full attention, so each prefix's first repeat misses.
 The goodput ladder's rungs are open-loop by design and not warned about.
@@ -21,11 +21,11 @@ from itertools import combinations
 from typing import Any
 
 from prefixbench.bench import criteria, experiment
-from prefixbench.bench.workloads import Workload, WorkloadError
 from prefixbench.config import catalogue
 from prefixbench.config.workload_estimate import Sizing, estimate, sizing_of
+from prefixbench.engines.cachemodel import FULL_ATTENTION
+from prefixbench.engines.workloads import Workload, WorkloadError
 from prefixbench.measure.ratios import block_aligned_hit_tokens
-from prefixbench.predict.cachemodel import FULL_ATTENTION
 
 #: Two expected ratios closer than this (0.05 points) are the same to the report.
 SAME_RATIO = 0.0005

@@ -13,12 +13,12 @@ replayed through the cache model the server will run (:class:`Sizing`):
   model cache's repo id) on the cpu platform runs vLLM's hybrid KV-cache manager
   (sliding window 128 + full attention, prefilled in ``max_num_batched_tokens`` chunks);
   on Neuron the plugin is read as one full-attention group
-  (:mod:`prefixbench.predict.cachemodel`); every other model full attention;
+  (:mod:`prefixbench.engines.cachemodel`); every other model full attention;
 * **capacity**: ``vllm_service_num_gpu_blocks_override`` less the null block, else
   unbounded (the KV cache's size is known once the server starts);
 * **concurrency**: the workload's ``max_concurrency`` (unset: all its prompts) through
   the scheduler model with ``max_num_seqs`` and ``max_num_batched_tokens``, one at a
-  time at 1 (:class:`prefixbench.predict.schedconfig.Serving`).
+  time at 1 (:class:`prefixbench.engines.schedconfig.Serving`).
 
 Without the tokenizer a BOS token and the server's re-encoding of the prompt texts are
 not counted: the record's served expectation adds them after the run. A replay costs
@@ -41,14 +41,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from prefixbench.bench.workloads import Workload
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.predict.schedconfig import (
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
     Serving,
     bench_serving,
 )
+from prefixbench.engines.workloads import Workload
 
 __all__ = ["PLAN_MAX_TOKENS", "Estimate", "Sizing", "estimate", "expected_lines",
            "sends_line", "serving_of", "sizing_of"]
@@ -82,7 +82,7 @@ class Sizing:
     #: Whether the settings name gpt-oss (whatever the platform's cache model).
     gpt_oss: bool = False
     #: ``prefixbench_platform``: on "neuron" requests are scheduled by the plugin's
-    #: scheduler (:func:`prefixbench.predict.engines.engine_model`), its KV-concurrency
+    #: scheduler (:func:`prefixbench.engines.platforms.engine_model`), its KV-concurrency
     #: cap at ``max_model_len``; on "cpu" by vLLM's.
     platform: str = "neuron"
     max_model_len: int | None = None
@@ -126,8 +126,8 @@ def serving_of(w: Workload, sizing: Sizing) -> Serving:
     """How the bench sends the workload (as :meth:`prefixbench.bench.benchrun.BenchRequest
     .serving`): its concurrency cap, unset all its prompts, its ready check and warmups
     (:func:`prefixbench.predict.benchreplay.bench_serving`), the server's limits, and the
-    scheduler its platform runs (:func:`prefixbench.predict.engines.engine_model`)."""
-    from prefixbench.predict.engines import engine_model  # noqa: PLC0415 - keeps the plan light
+    scheduler its platform runs (:func:`prefixbench.engines.platforms.engine_model`)."""
+    from prefixbench.engines.platforms import engine_model  # noqa: PLC0415 - keeps the plan light
 
     serving = bench_serving(w, max_num_seqs=sizing.max_num_seqs,
                             max_num_batched_tokens=sizing.max_num_batched_tokens)

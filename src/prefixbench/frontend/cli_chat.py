@@ -1,5 +1,5 @@
 """``prefixbench chat-traffic``: write a multi-turn chat traffic file (a custom workload's
-prompts, :mod:`prefixbench.bench.chat_traffic`) and show the hit ratio to expect from it.
+prompts, :mod:`prefixbench.engines.chat_traffic`) and show the hit ratio to expect from it.
 
 With ``--tokenizer`` (the server's), the file is replayed by the what-if
 (:func:`prefixbench.predict.whatif.predict`, the same prediction the report puts next to
@@ -17,14 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
-from prefixbench.bench import chat_traffic as ct
+from prefixbench.engines import chat_traffic as ct
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
 
 if TYPE_CHECKING:
+    from prefixbench.engines.tokenizer import Tokenizer
     from prefixbench.predict.chat_estimate import Estimate
     from prefixbench.predict.replay import Prediction
-    from prefixbench.predict.tokenizer import Tokenizer
 
 __all__ = ["add_parser", "run_chat_traffic", "tokenizer_words"]
 
@@ -100,7 +100,7 @@ def _spec(args: argparse.Namespace) -> ct.ChatSpec:
 
 
 def _tokenizer(args: argparse.Namespace) -> Tokenizer | None:
-    from prefixbench.predict.tokenizer import TokenizerError, load  # noqa: PLC0415
+    from prefixbench.engines.tokenizer import TokenizerError, load  # noqa: PLC0415
 
     if args.tokenizer is None:
         if args.capacity_blocks is not None:
@@ -119,9 +119,9 @@ def _tokenizer(args: argparse.Namespace) -> Tokenizer | None:
 
 
 def _predict(args: argparse.Namespace, err: TextIO) -> Prediction:
-    from prefixbench.bench.workloads import Workload  # noqa: PLC0415
+    from prefixbench.engines.progress import ProgressBar  # noqa: PLC0415
+    from prefixbench.engines.workloads import Workload  # noqa: PLC0415
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
-    from prefixbench.predict.progress import ProgressBar  # noqa: PLC0415
 
     workload = Workload.from_dict(_workload(args.out))
     with ProgressBar(err) as bar:
@@ -132,8 +132,8 @@ def _predict(args: argparse.Namespace, err: TextIO) -> Prediction:
 
 def _kv_model(tokenizer: Path) -> str:
     """The cache model the replay takes from the model's files, and where from."""
-    from prefixbench.predict.cachemodel import FULL_ATTENTION, from_model_dir  # noqa: PLC0415
-    from prefixbench.predict.tokenizer import model_directory  # noqa: PLC0415
+    from prefixbench.engines.cachemodel import FULL_ATTENTION, from_model_dir  # noqa: PLC0415
+    from prefixbench.engines.tokenizer import model_directory  # noqa: PLC0415
 
     read = from_model_dir(tokenizer)
     if read is None:

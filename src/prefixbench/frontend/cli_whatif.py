@@ -1,7 +1,7 @@
 """``prefixbench whatif``: the predicted prefix-cache hit ratio of a prompts file or a
 workload, printed (one prediction, or hit ratio against KV capacity with
 ``--capacity-curve``). With ``--concurrency N`` above 1 the requests are replayed through
-the model of vLLM's scheduler (:mod:`prefixbench.predict.schedsim`) with the server's
+the model of vLLM's scheduler (:mod:`prefixbench.engines.schedsim`) with the server's
 ``--max-num-seqs`` / ``--max-num-batched-tokens`` (and ``--async-scheduling``: vLLM's
 ``AsyncScheduler``), a curve's capacities too; the ``replayed:`` line says which model
 was used, and the ``timing range:`` line the lowest and highest ratio over arrival
@@ -19,6 +19,7 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
+from prefixbench.engines.schedconfig import SERIAL
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
 from prefixbench.frontend.whatif_setup import (
@@ -28,7 +29,6 @@ from prefixbench.frontend.whatif_setup import (
     Setup,
     resolve,
 )
-from prefixbench.predict.schedconfig import SERIAL
 
 __all__ = ["add_parser", "method_sentence", "run_whatif", "sentences", "whatif_workload"]
 
@@ -124,7 +124,7 @@ def add_parser(sub: Any, epilog: str) -> None:
 def whatif_workload(args: argparse.Namespace) -> Any:
     """The workload ``whatif`` predicts: ``--workload NAME`` with the overrides given, or
     a custom workload of the prompts file."""
-    from prefixbench.bench import workloads as wl  # noqa: PLC0415 - whatif only
+    from prefixbench.engines import workloads as wl  # noqa: PLC0415 - whatif only
 
     def overrides(data: dict[str, Any]) -> dict[str, Any]:
         if args.seed is not None:
@@ -183,8 +183,8 @@ def whatif_workload(args: argparse.Namespace) -> Any:
 def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Predict and print; the exit code (a
     :class:`~prefixbench.frontend.cli_shared.UsageError` on a bad argument)."""
+    from prefixbench.engines.progress import ProgressBar  # noqa: PLC0415
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
-    from prefixbench.predict.progress import ProgressBar  # noqa: PLC0415
 
     workload = whatif_workload(args)
     if args.tokenizer is not None and not args.tokenizer.exists():
@@ -275,8 +275,8 @@ def sentences(note: str | None) -> list[str]:
 
 def _curve(args: argparse.Namespace, workload: Any, setup: Setup, *, out: TextIO,
            err: TextIO) -> int:
+    from prefixbench.engines.progress import ProgressBar  # noqa: PLC0415
     from prefixbench.predict import capacity_curve  # noqa: PLC0415 - loads the tokenizer library
-    from prefixbench.predict.progress import ProgressBar  # noqa: PLC0415
 
     if args.capacity_blocks is not None:
         raise UsageError("give --capacity-blocks or --capacity-curve, not both")

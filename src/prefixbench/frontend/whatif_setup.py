@@ -15,10 +15,10 @@ simulated servers) and vllm-neuron 0.21 on Trn (``--platform neuron``):
   Neuron (aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/guides/
   reference-configuration.md, "KV cache options"; the same at v2.32.0);
 * KV-cache manager: on cpu, what the model's ``config.json`` beside the tokenizer implies
-  (:func:`prefixbench.predict.cachemodel.from_model_dir`: gpt-oss is hybrid), else full
+  (:func:`prefixbench.engines.cachemodel.from_model_dir`: gpt-oss is hybrid), else full
   attention; on Neuron full attention, as the plugin registers a ``FullAttentionSpec``
   for every layer (aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/design/vllm/
-  vllm-integration-kv-cache.md; :mod:`prefixbench.predict.cachemodel`);
+  vllm-integration-kv-cache.md; :mod:`prefixbench.engines.cachemodel`);
 * async scheduling: off on cpu (vLLM's CPU platform turns it off), on on Neuron ("Async
   scheduling is on by default", aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/design/
   vllm/async-scheduling-and-async-execution.md);
@@ -34,18 +34,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from prefixbench.frontend.cli_shared import UsageError
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
-from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
-from prefixbench.predict.schedconfig import (
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
+from prefixbench.engines.hybridsim import DEFAULT_SLIDING_WINDOW
+from prefixbench.engines.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
     Serving,
 )
-from prefixbench.predict.tokenizer import TOKENIZER_JSON, model_directory
+from prefixbench.engines.tokenizer import TOKENIZER_JSON, model_directory
+from prefixbench.frontend.cli_shared import UsageError
 
 if TYPE_CHECKING:
-    from prefixbench.bench.workloads import Workload
+    from prefixbench.engines.workloads import Workload
 
 __all__ = ["DEFAULTS", "PLATFORMS", "SEGMENT_RULE", "Assumed", "Setup", "resolve"]
 
@@ -56,7 +56,7 @@ PLATFORMS: Final = ("neuron", "cpu")
 PLATFORM_BLOCK_SIZE: Final = {"cpu": 128, "neuron": 32}
 #: The tutorial server's ``--max-model-len`` (the catalogue's
 #: ``vllm_service_max_model_len``): on Neuron, the plugin's KV-concurrency cap is computed
-#: at it (:mod:`prefixbench.predict.schedneuron`).
+#: at it (:mod:`prefixbench.engines.schedneuron`).
 TUTORIAL_MAX_MODEL_LEN: Final = 8192
 #: vllm bench serve's ``--custom-output-len`` default (vLLM 0.32 benchmarks/datasets).
 BENCH_OUTPUT_LEN: Final = 256
@@ -226,8 +226,8 @@ def _scheduler(args: argparse.Namespace, workload: Workload, platform: str
     if neuron:
         assumed.append(Assumed("max_model_len", f"{mml} (the KV-concurrency cap's)", m_said))
     kind = f"{'Neuron' if neuron else ''}{'Async' if asynchronous else ''}Scheduler"
-    model = ("the Neuron plugin's, predict.schedneuron" if neuron
-             else "vLLM's, predict.schedsim")
+    model = ("the Neuron plugin's, engines.schedneuron" if neuron
+             else "vLLM's, engines.schedsim")
     assumed.append(Assumed("scheduler", f"{kind} ({model})", a_said))
     return serving, assumed
 

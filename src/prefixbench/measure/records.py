@@ -103,7 +103,7 @@ class BenchmarkRecord(RecordHeader):
 
     ``metrics_delta`` is :meth:`prefixbench.measure.metrics.SignalsDelta.to_dict`; ``expected``
     and ``measured`` hold the ratios (``None`` where not computable); ``workload`` is the
-    workload's parameters (:meth:`prefixbench.bench.workloads.Workload.to_dict`).
+    workload's parameters (:meth:`prefixbench.engines.workloads.Workload.to_dict`).
     """
 
     KIND: ClassVar[str] = "result"

@@ -14,12 +14,12 @@ vLLM's per-request detail (``--save-detailed``: ``ttfts``, ``input_lens``, ...; 
 used, and no saved key holds the prompt text (``generated_texts`` is the *output*). The
 prefix of each request is reconstructed from the seed instead: the dataset builds its
 requests prefix by prefix and then applies Python's ``random.shuffle`` seeded with
-``--seed`` (see :mod:`prefixbench.bench.prefix_repetition`). That permutation depends only on
+``--seed`` (see :mod:`prefixbench.engines.prefix_repetition`). That permutation depends only on
 the seed and the request count, not on the tokenizer or on numpy, so it is exact for any
 model. A request is *cold* when it is the first in send order to use its prefix; this
 holds at concurrency 1 and is the intended meaning under load too. It assumes the server
 holds nothing of this workload beforehand (distinct seeds per workload, see
-:mod:`prefixbench.bench.workloads`) and accounts for ready-check / warmup requests, which warm
+:mod:`prefixbench.engines.workloads`) and accounts for ready-check / warmup requests, which warm
 the first prompt's prefix before the measured run.
 
 Checked on the recorded fixtures (which keep ``latencies`` in send order): in the

@@ -1,6 +1,6 @@
 """When requests reach the engine: the range of hits over arrival timings.
 
-The scheduler model (:class:`prefixbench.predict.schedsim.SchedulerSim`) has a finished
+The scheduler model (:class:`prefixbench.engines.schedsim.SchedulerSim`) has a finished
 request's successor waiting before the next step, and every request of a burst waiting
 at once. A real client is not that punctual: the response travels back, the next
 request is sent, the API server tokenizes it, and it reaches the engine core some steps
@@ -38,9 +38,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench.predict.cachesim import Tokens
-from prefixbench.predict.schedconfig import Serving
-from prefixbench.predict.schedsim import SchedulerSim
+from prefixbench.engines.cachesim import Tokens
+from prefixbench.engines.schedconfig import Serving
+from prefixbench.engines.schedsim import SchedulerSim
 
 __all__ = ["ArrivalBand", "Timing", "arrival_band", "timings"]
 
@@ -57,7 +57,7 @@ MAX_VARIANT_REQUESTS = 400_000
 @dataclass(frozen=True)
 class Timing:
     """One arrival timing of the measured requests
-    (:func:`prefixbench.predict.schedclient.send_timed`): the step from which the client
+    (:func:`prefixbench.engines.schedclient.send_timed`): the step from which the client
     may send request ``i`` (``release[i]``; it also waits for a free slot) and the steps
     it then takes to reach the engine (``lag[i]``)."""
 
@@ -138,7 +138,7 @@ def arrival_band(prompts: Sequence[Tokens], outputs: Sequence[int], *,
     """Hits of ``prompts`` (pre-requests first: ``serving.ready`` one at a time, then
     ``serving.warmups``, each phase finished before the next, always as the point)
     through a fresh ``new_sim()`` per timing of :func:`timings`; lowest and highest.
-    Raises :class:`prefixbench.predict.cachesim.CapacityError` if a request cannot fit."""
+    Raises :class:`prefixbench.engines.cachesim.CapacityError` if a request cannot fit."""
     pre = serving.ready + serving.warmups
     measured = len(prompts) - pre
     per_variant = max(1, len(prompts))

@@ -16,9 +16,9 @@ How ``vllm bench serve`` sends a workload (vLLM 0.32, ``vllm/benchmarks/serve.py
 3. **the run**: the prompts, at most ``max_concurrency`` in flight, released by the
    arrival process (``request_rate``, ``burstiness``).
 
-:func:`prefixbench.predict.schedconfig.bench_phases` puts the first two on a
-:class:`~prefixbench.predict.schedconfig.Serving` (and
-:func:`~prefixbench.predict.schedconfig.bench_serving` builds a bench's whole one);
+:func:`prefixbench.engines.schedconfig.bench_phases` puts the first two on a
+:class:`~prefixbench.engines.schedconfig.Serving` (and
+:func:`~prefixbench.engines.schedconfig.bench_serving` builds a bench's whole one);
 :func:`replay_bench` replays the requests (the pre-requests first) as it says, through
 the scheduler model above concurrency 1, and gives the range over arrival
 timings of the run's requests (the ready check and the warmups always as the point:
@@ -32,12 +32,12 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.cachemodel import CacheModel
+from prefixbench.engines.cachesim import Tokens
+from prefixbench.engines.schedconfig import Serving, bench_phases
+from prefixbench.engines.workloads import Workload
 from prefixbench.predict.arrivals import ArrivalBand, arrival_band
-from prefixbench.predict.cachemodel import CacheModel
-from prefixbench.predict.cachesim import Tokens
 from prefixbench.predict.replay import Prediction, new_scheduler, replay_requests
-from prefixbench.predict.schedconfig import Serving, bench_phases
 
 __all__ = ["BenchReplay", "bench_band", "replay_bench"]
 
@@ -58,7 +58,7 @@ def bench_band(prompts: Sequence[Tokens], outputs: Sequence[int], *,
     """The range over arrival timings of a bench's requests (``prompts``: the
     pre-requests ``serving`` phases first, then the run's), paced as the workload says
     (``request_rate``, ``burstiness``, its seed). Raises
-    :class:`prefixbench.predict.cachesim.CapacityError` if a request cannot fit."""
+    :class:`prefixbench.engines.cachesim.CapacityError` if a request cannot fit."""
     w = workload
     return arrival_band(
         prompts, outputs, serving=serving,
@@ -85,7 +85,7 @@ def replay_bench(
     """Replay a bench of ``workload``: ``prompts`` and their ``outputs`` in send order,
     its pre-requests first (``pre_requests`` copies of the first prompt, default the
     workload's ready check and warmups), phased as ``vllm bench serve`` sends them
-    (:func:`~prefixbench.predict.schedconfig.bench_phases`), at ``serving``'s
+    (:func:`~prefixbench.engines.schedconfig.bench_phases`), at ``serving``'s
     concurrency; with ``band`` and above concurrency 1 also the range over arrival
     timings."""
     serving = bench_phases(workload, serving, pre_requests)

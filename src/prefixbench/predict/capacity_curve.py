@@ -11,7 +11,7 @@ so a cache can need a little more than the working set).
 Capacities are usable blocks, as :func:`prefixbench.predict.whatif.server_capacity` counts them
 (``num_gpu_blocks - 1``). The replay is one request at a time unless ``serving`` sends
 the requests at a higher concurrency through the scheduler model
-(:class:`prefixbench.predict.schedconfig.Serving`); the working set is the one-at-a-time
+(:class:`prefixbench.engines.schedconfig.Serving`); the working set is the one-at-a-time
 replay's (through the scheduler model the unbounded cache's blocks include generated
 tokens' and copies, so :attr:`CapacityCurve.working_set_blocks` is 0 there: take it from
 a one-at-a-time curve, as the capacity report does).
@@ -24,20 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.custom_index import index_file
-from prefixbench.bench.custom_read import CustomPromptsError
-from prefixbench.bench.workloads import Workload
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.predict.progress import Progress
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.custom_index import index_file
+from prefixbench.engines.custom_read import CustomPromptsError
+from prefixbench.engines.progress import Progress
+from prefixbench.engines.schedconfig import SERIAL, Serving
+from prefixbench.engines.tokenizer import Tokenizer, TokenizerError
+from prefixbench.engines.tokenizer import load as load_tokenizer
+from prefixbench.engines.workloads import Workload
 from prefixbench.predict.replay import (
     Prediction,
     replay_curve,
     replay_sent_curve,
     serving_note,
 )
-from prefixbench.predict.schedconfig import SERIAL, Serving
-from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
-from prefixbench.predict.tokenizer import load as load_tokenizer
 from prefixbench.predict.whatif import MAX_REPLAY_TOKENS, prefix_repetition_tokens
 
 __all__ = ["CapacityCurve", "CurveError", "parse_capacities", "predict_curve"]

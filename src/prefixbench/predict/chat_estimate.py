@@ -1,4 +1,4 @@
-"""The hit ratio a chat traffic's structure implies (:mod:`prefixbench.bench.chat_traffic`),
+"""The hit ratio a chat traffic's structure implies (:mod:`prefixbench.engines.chat_traffic`),
 without a cache model: the estimate the ``chat-traffic`` command shows next to the what-if
 replay (:mod:`prefixbench.predict.whatif`).
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prefixbench.bench.chat_traffic import ChatTraffic, ChatTrafficError
-from prefixbench.predict.tokenizer import Tokenizer
+from prefixbench.engines.chat_traffic import ChatTraffic, ChatTrafficError
+from prefixbench.engines.tokenizer import Tokenizer
 
 __all__ = ["Estimate", "structural_estimate", "token_counts"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from prefixbench.predict.schedconfig import Serving
+from prefixbench.engines.schedconfig import Serving
 
 if TYPE_CHECKING:
-    from prefixbench.bench.workloads import Workload
+    from prefixbench.engines.workloads import Workload
 
 __all__ = ["concurrency_note", "serving_note"]
 

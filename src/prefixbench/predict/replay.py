@@ -1,18 +1,18 @@
 """The replay engine of the what-if: requests, in send order, through a fresh
-:class:`prefixbench.predict.cachesim.PrefixCacheSim` (or, for a server running vLLM's hybrid
-KV-cache manager, :class:`prefixbench.predict.hybridsim.HybridCacheSim`: every function takes
+:class:`prefixbench.engines.cachesim.PrefixCacheSim` (or, for a server running vLLM's hybrid
+KV-cache manager, :class:`prefixbench.engines.hybridsim.HybridCacheSim`: every function takes
 a ``cache_model``, default full attention), counted as a :class:`Prediction`. Every function
-also takes a ``serving`` (:class:`prefixbench.predict.schedconfig.Serving`, default one request
+also takes a ``serving`` (:class:`prefixbench.engines.schedconfig.Serving`, default one request
 at a time); above concurrency 1 the requests go through the scheduler model,
-:class:`prefixbench.predict.schedsim.SchedulerSim` (or its hybrid-manager subclass,
-:class:`prefixbench.predict.schedhybrid.HybridSchedulerSim`).
+:class:`prefixbench.engines.schedsim.SchedulerSim` (or its hybrid-manager subclass,
+:class:`prefixbench.engines.schedhybrid.HybridSchedulerSim`).
 
 :func:`replay_requests` replays token id arrays already built (prefix_repetition, the
 served expectation). :func:`replay_sent` encodes custom prompts on worker threads and
 replays them on the calling thread, in send order:
 
 Custom prompts are read as a stream, twice:
-:func:`prefixbench.bench.custom_index.index_file` checks every line and keeps only where
+:func:`prefixbench.engines.custom_index.index_file` checks every line and keeps only where
 each prompt is (~25 bytes a line), then the prompts are read back in send order, a job of
 up to :data:`JOB_BYTES` / :data:`JOB_PROMPTS` at a time, encoded and replayed. At most
 ``2 * workers`` jobs are in flight, so memory is the index and the send order (about 65
@@ -20,7 +20,7 @@ bytes a line), those jobs' texts and encodings, and the cache model (bounded by
 ``capacity_blocks``, or growing with the distinct blocks when unbounded), not the file: a
 million-line, 190 MB file peaks at ~110 MB of RSS.
 ``workers`` threads encode (the tokenizers library releases the GIL;
-:func:`prefixbench.predict.tokenizer.serial_batches` keeps each batch on its thread)
+:func:`prefixbench.engines.tokenizer.serial_batches` keeps each batch on its thread)
 while the calling thread replays, in send order; the result does not depend on
 ``workers``. ``workers=1`` runs everything on the calling thread.
 
@@ -38,17 +38,17 @@ from dataclasses import asdict, dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.predict.cachesim import CapacityError
-from prefixbench.predict.engines import scheduler_model
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.cachesim import CapacityError
+from prefixbench.engines.platforms import scheduler_model
+from prefixbench.engines.progress import ENCODING, Progress
+from prefixbench.engines.schedconfig import SERIAL, Serving
+from prefixbench.engines.tokenizer import Tokenizer, serial_batches
 from prefixbench.predict.notes import concurrency_note, serving_note
-from prefixbench.predict.progress import ENCODING, Progress
-from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.segments import SegmentCount
-from prefixbench.predict.tokenizer import Tokenizer, serial_batches
 
 if TYPE_CHECKING:
-    from prefixbench.predict.schedsim import SchedulerSim
+    from prefixbench.engines.schedsim import SchedulerSim
 
 __all__ = [
     "JOB_BYTES",
@@ -163,13 +163,13 @@ class _Replay:
 def new_scheduler(block_size: int, capacity_blocks: int | None, cache_model: CacheModel,
                   serving: Serving) -> SchedulerSim:
     """A fresh scheduler model of the server ``cache_model`` and ``serving`` describe
-    (:func:`prefixbench.predict.engines.scheduler_model`)."""
+    (:func:`prefixbench.engines.platforms.scheduler_model`)."""
     return scheduler_model(block_size, capacity_blocks, cache_model, serving)
 
 
 class _SchedReplay(_Replay):
     """Requests sent by a client at ``serving.concurrency`` to a fresh server modelled
-    step by step (:class:`prefixbench.predict.schedsim.SchedulerSim`): the ready check
+    step by step (:class:`prefixbench.engines.schedsim.SchedulerSim`): the ready check
     one at a time, then the warmups, then the rest, each phase finished before the next.
     Hits are counted at first admission, as vLLM's counters count them."""
 

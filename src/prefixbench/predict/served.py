@@ -9,7 +9,7 @@ formula when the tokenizer round-trips exactly and is below it by the junction l
 otherwise, and says by how many blocks (:class:`ServedExpectation`).
 
 The replay uses the server's cache model (``cache_model``: full attention by default, the
-hybrid model of :mod:`prefixbench.predict.hybridsim` for a server running vLLM's hybrid
+hybrid model of :mod:`prefixbench.engines.hybridsim` for a server running vLLM's hybrid
 KV-cache manager). The junction counts always compare a full-attention replay with the
 (full-attention) formula: they measure what re-encoding costs, not what the hybrid
 manager's sliding-window group costs on top.
@@ -23,22 +23,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.prefix_repetition import align_to_server, generate_prompts
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.cachesim import PrefixCacheSim
+from prefixbench.engines.prefix_repetition import align_to_server, generate_prompts
+from prefixbench.engines.schedconfig import SERIAL, Serving, bench_phases
+from prefixbench.engines.tokenizer import Tokenizer
+from prefixbench.engines.tokenizer import load as load_tokenizer
+from prefixbench.engines.workloads import Workload
 from prefixbench.measure.ratios import block_aligned_expected, block_aligned_hit_tokens
 from prefixbench.predict.arrivals import ArrivalBand
 from prefixbench.predict.benchreplay import BenchReplay, replay_bench
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.predict.cachesim import PrefixCacheSim
 from prefixbench.predict.replay import (
     Prediction,
     concurrency_note,
     replay_curve,
     serving_note,
 )
-from prefixbench.predict.schedconfig import SERIAL, Serving, bench_phases
-from prefixbench.predict.tokenizer import Tokenizer
-from prefixbench.predict.tokenizer import load as load_tokenizer
 
 __all__ = ["ServedExpectation", "served_curve", "served_expectation"]
 
@@ -210,9 +210,9 @@ def served_expectation(
     ``tokenizer_dir`` is the tokenizer the bench client and the server use (the run's
     ``<run_dir>/tokenizer`` or the model directory), or a loaded :class:`Tokenizer`.
     Prompts are regenerated as vLLM does
-    (:func:`prefixbench.bench.prefix_repetition.generate_prompts` with the workload's
+    (:func:`prefixbench.engines.prefix_repetition.generate_prompts` with the workload's
     seed, 0 if unset, ``vocab_size`` = the tokenizer's
-    :attr:`~prefixbench.predict.tokenizer.Tokenizer.base_vocab_size` and its decode -> encode
+    :attr:`~prefixbench.engines.tokenizer.Tokenizer.base_vocab_size` and its decode -> encode
     round trip), shuffled unless ``disable_shuffle``, sent as ``decode(prefix + suffix)``,
     encoded by the server with ``add_special_tokens=True`` (so a BOS the tokenizer adds is
     counted), preceded by ``pre_requests`` copies of the first prompt (default the
@@ -224,11 +224,11 @@ def served_expectation(
     ``cache_model`` the server's cache model (:func:`prefixbench.predict.whatif
     .server_cache_model`). ``serving``: the bench's concurrency and the server's
     scheduler limits; above concurrency 1 the hits (bounded and unbounded) come from the
-    scheduler model (:mod:`prefixbench.predict.schedsim`), the junction counts stay the
+    scheduler model (:mod:`prefixbench.engines.schedsim`), the junction counts stay the
     one-at-a-time full-attention replay's.
 
     Raises :class:`ValueError` for a custom workload or bad sizes and
-    :class:`~prefixbench.predict.tokenizer.TokenizerError` for an unusable tokenizer.
+    :class:`~prefixbench.engines.tokenizer.TokenizerError` for an unusable tokenizer.
     """
     w = workload
     if block_size <= 0 or (capacity_blocks is not None and capacity_blocks <= 0):

@@ -4,9 +4,9 @@ The requests a ``vllm bench serve`` run sends are rebuilt in the order the serve
 them (ready check and warmups first: copies of the first prompt), encoded as the server
 encodes them, and replayed through the server's cache model with its block size and KV
 capacity (:func:`server_cache_model`: ``num_gpu_blocks - 1``, as block 0 is vLLM's null
-block). The cache model is :class:`prefixbench.predict.cachesim.PrefixCacheSim` for full
-attention and :class:`prefixbench.predict.hybridsim.HybridCacheSim` when the server runs
-vLLM's hybrid KV-cache manager (:func:`prefixbench.predict.kvcapacity.kv_cache_kind`; gpt-oss's
+block). The cache model is :class:`prefixbench.engines.cachesim.PrefixCacheSim` for full
+attention and :class:`prefixbench.engines.hybridsim.HybridCacheSim` when the server runs
+vLLM's hybrid KV-cache manager (:func:`prefixbench.engines.kvcapacity.kv_cache_kind`; gpt-oss's
 sliding-window + full-attention layers); when the kind cannot be told (Mamba layers, or a
 sliding window without group-aware capacity labels) full attention with an unbounded cache
 is replayed and the note says so. The prediction is
@@ -14,15 +14,15 @@ is replayed and the note says so. The prediction is
 ``prefix_cache_hits`` / ``prefix_cache_queries`` counters, whose deltas the bench records.
 
 * ``prefix_repetition``: the token ids are regenerated from the seed as vLLM draws them
-  (:mod:`prefixbench.bench.prefix_repetition`), from a 2**32-word vocabulary, so no tokenizer
+  (:mod:`prefixbench.engines.prefix_repetition`), from a 2**32-word vocabulary, so no tokenizer
   is needed: block hits depend only on which prompts share which tokens, and random
   blocks of a large vocabulary never collide. A tokenizer, when given, only adds the
   BOS (or other tokens) the server puts in front of every prompt. For an unbounded
   cache the result equals :func:`prefixbench.measure.ratios.block_aligned_expected`.
 * ``prefix_repetition`` as served: :mod:`prefixbench.predict.served` (the prompt texts vLLM
   sends, re-encoded by the server, junction losses counted).
-* ``custom``: the prepared file (:mod:`prefixbench.bench.custom`) in vLLM's send order,
-  encoded with the tokenizer (:mod:`prefixbench.predict.tokenizer`).
+* ``custom``: the prepared file (:mod:`prefixbench.engines.custom`) in vLLM's send order,
+  encoded with the tokenizer (:mod:`prefixbench.engines.tokenizer`).
 
 Custom prompts are read as a stream and encoded on worker threads
 (:func:`prefixbench.predict.replay.replay_sent`); the result does not depend on the
@@ -30,9 +30,9 @@ number of workers.
 
 Concurrency: by default requests are replayed one at a time (concurrency 1), and the
 :attr:`Prediction.note` says so when the workload runs at a higher one. Given a
-:class:`prefixbench.predict.schedconfig.Serving` above concurrency 1, they are
-replayed through the model of vLLM's scheduler (:mod:`prefixbench.predict.schedsim`;
-:mod:`prefixbench.predict.schedhybrid` for the hybrid cache model): the client keeps
+:class:`prefixbench.engines.schedconfig.Serving` above concurrency 1, they are
+replayed through the model of vLLM's scheduler (:mod:`prefixbench.engines.schedsim`;
+:mod:`prefixbench.engines.schedhybrid` for the hybrid cache model): the client keeps
 that many requests in flight and the server admits, chunks, decodes and preempts them
 step by step with its ``max_num_seqs`` and ``max_num_batched_tokens``. (vLLM caches a
 block when the step computing it is scheduled, so with full attention and an unbounded
@@ -53,26 +53,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from prefixbench.bench.custom import PreparedPrompts
-from prefixbench.bench.custom_index import PromptIndex, index_file
-from prefixbench.bench.custom_read import CustomPromptsError
-from prefixbench.bench.prefix_repetition import LegacyNumpyRandom, prefix_order
-from prefixbench.bench.workloads import Workload, WorkloadError
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
+from prefixbench.engines.custom import PreparedPrompts
+from prefixbench.engines.custom_index import PromptIndex, index_file
+from prefixbench.engines.custom_read import CustomPromptsError
+from prefixbench.engines.hybridsim import DEFAULT_SLIDING_WINDOW
+from prefixbench.engines.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
+from prefixbench.engines.prefix_repetition import LegacyNumpyRandom, prefix_order
+from prefixbench.engines.progress import Progress
+from prefixbench.engines.schedconfig import SERIAL, Serving, bench_phases
+from prefixbench.engines.tokenizer import Tokenizer, TokenizerError
+from prefixbench.engines.tokenizer import load as load_tokenizer
+from prefixbench.engines.workloads import Workload, WorkloadError
 from prefixbench.measure.ratios import block_aligned_expected
 from prefixbench.predict.benchreplay import bench_band, replay_bench
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel, from_model_dir
-from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW
-from prefixbench.predict.kvcapacity import capacity_note, kv_cache_kind, usable_blocks
-from prefixbench.predict.progress import Progress
 from prefixbench.predict.replay import (
     Kept,
     Prediction,
     replay_sent,
     serving_note,
 )
-from prefixbench.predict.schedconfig import SERIAL, Serving, bench_phases
-from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
-from prefixbench.predict.tokenizer import load as load_tokenizer
 
 if TYPE_CHECKING:
     from prefixbench.measure.metrics import CacheConfig
@@ -230,9 +230,9 @@ def predict_indexed(
     band: bool = True,
 ) -> Prediction:
     """:func:`predict_prepared` for an indexed file
-    (:func:`prefixbench.bench.custom_index.index_file`): the prompts are read back from the
+    (:func:`prefixbench.engines.custom_index.index_file`): the prompts are read back from the
     file as they are sent, never all held at once. Raises
-    :class:`~prefixbench.bench.custom_read.CustomPromptsError` if the file changed since."""
+    :class:`~prefixbench.engines.custom_read.CustomPromptsError` if the file changed since."""
     kept = Kept(BAND_MAX_TOKENS) if band and serving.scheduled else None
     with index.reader(tokenizer) as reader:
         pred = replay_sent(index.sent(seed, shuffle=shuffle), index.lengths,
@@ -251,7 +251,7 @@ def server_cache_model(cache_config: CacheConfig | None,
     ``vllm:cache_config_info``, and a note for the report unless the server is plain full
     attention.
 
-    * full attention (:func:`prefixbench.predict.kvcapacity.kv_cache_kind` ``"full"``):
+    * full attention (:func:`prefixbench.engines.kvcapacity.kv_cache_kind` ``"full"``):
       ``(num_gpu_blocks - 1, FULL_ATTENTION, None)`` (block 0 is vLLM's null block);
     * vLLM's hybrid KV-cache manager (``"hybrid"``): ``(num_gpu_blocks - 1``, the hybrid
       model, ``note)``. vLLM 0.32 reports ``sliding_window="None"`` for gpt-oss, so the
@@ -311,7 +311,7 @@ def predict(
 
     ``capacity_blocks`` is the usable capacity (``None``: unbounded) and ``cache_model``
     the cache model (default: the one the model's ``config.json`` beside the tokenizer
-    implies, :func:`prefixbench.predict.cachemodel.from_model_dir`, else full attention).
+    implies, :func:`prefixbench.engines.cachemodel.from_model_dir`, else full attention).
     Give the server's ``cache_config`` instead to take both from
     ``vllm:cache_config_info`` with :func:`server_cache_model` (``num_gpu_blocks - 1``;
     the hybrid model when the server runs vLLM's hybrid KV-cache manager; the note says
@@ -328,11 +328,11 @@ def predict(
     Custom prompts only: ``workers`` threads encode them (default
     :func:`prefixbench.predict.replay.default_workers`; the prediction is the same for any
     number), and ``progress`` (e.g. a
-    :class:`prefixbench.predict.progress.ProgressBar`) is told how far reading and encoding are.
+    :class:`prefixbench.engines.progress.ProgressBar`) is told how far reading and encoding are.
 
     ``serving``: the client's concurrency and the server's ``max_num_seqs`` /
     ``max_num_batched_tokens`` (default one request at a time). Above concurrency 1 the
-    requests go through the scheduler model (:mod:`prefixbench.predict.schedsim`): the
+    requests go through the scheduler model (:mod:`prefixbench.engines.schedsim`): the
     workload's ready check one at a time, its warmups, then its prompts, each phase
     finished before the next; with the full-attention or the hybrid cache model, and
     (unless not ``band``) the range over arrival timings

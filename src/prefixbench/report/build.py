@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from prefixbench.bench import criteria
+from prefixbench.engines.kvcapacity import kv_cache_line
 from prefixbench.measure.metrics import CacheConfig
 from prefixbench.measure.records import BenchmarkRecord
-from prefixbench.predict.kvcapacity import kv_cache_line
 from prefixbench.report import goodput, shortfall, verdicts
 from prefixbench.report.aggregate import HostView, bench_summary, step7_of, step9_of
 from prefixbench.report.economics import host_time
@@ -34,11 +34,11 @@ __all__ = ["ReportInputError", "build_summary"]
 
 
 def kv_cache_of(records: Sequence[BenchmarkRecord]) -> str | None:
-    """The KV-cache line of one host (:func:`prefixbench.predict.kvcapacity.kv_cache_line`)
+    """The KV-cache line of one host (:func:`prefixbench.engines.kvcapacity.kv_cache_line`)
     from its prefix-caching servers' ``vllm:cache_config_info``, as each record keeps it;
     distinct lines joined, then the engine model the expectations assumed (a record's
     ``expected_scheduler`` / ``expected_kv_manager``, from the hosts' platform:
-    :func:`prefixbench.predict.engines.engine_model`). ``None`` without a record of a
+    :func:`prefixbench.engines.platforms.engine_model`). ``None`` without a record of a
     prefix-caching server."""
     lines: list[str] = []
     assumed = [f"{e['expected_scheduler']} over {e.get('expected_kv_manager')}"

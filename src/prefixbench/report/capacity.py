@@ -32,14 +32,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.kvcapacity import usable_blocks
+from prefixbench.engines.schedconfig import SERIAL, Serving
+from prefixbench.engines.workloads import Workload
 from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.metrics import CacheConfig
 from prefixbench.measure.records import json_safe
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.predict.kvcapacity import usable_blocks
-from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.whatif import server_cache_model
 from prefixbench.report.build import build_summary
 from prefixbench.report.capacity_verdict import judge, predicted_at
@@ -245,9 +245,9 @@ def _curve(name: str, workload: Workload, block_size: int, layout: RunLayout,
     ``serving`` says (the workload's concurrency and the server's limits the record
     keeps; one at a time without them). The working set comes from a one-at-a-time
     replay, the distinct prompt blocks: concurrency changes no hit of an unbounded cache."""
+    from prefixbench.engines.tokenizer import TokenizerError  # noqa: PLC0415
     from prefixbench.predict import capacity_curve  # noqa: PLC0415 - tokenizer library
     from prefixbench.predict.served import served_curve  # noqa: PLC0415
-    from prefixbench.predict.tokenizer import TokenizerError  # noqa: PLC0415
 
     tok = tokenizer_dir(layout.run_dir)
     if tok is None:

@@ -5,7 +5,7 @@ made the way the bench sent its requests.
 At concurrency 1 the prediction is the one-at-a-time replay, which is how the bench
 sends. Above 1, requests in flight hold blocks at once, so what a bounded cache evicts
 depends on how they overlap: the record's served expectation is then made by the
-scheduler model (:mod:`prefixbench.predict.schedsim`) with the server's
+scheduler model (:mod:`prefixbench.engines.schedsim`) with the server's
 ``max_num_seqs`` and ``max_num_batched_tokens``, and the record says at which
 concurrency (``served_concurrency``); the report's what-if for your prompts runs at the
 workload's concurrency when the record keeps those limits. A record that does not say
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from prefixbench.bench.workloads import Workload
+from prefixbench.engines.workloads import Workload
 from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.report.records import as_float, concurrency_of, kept_serving
 from prefixbench.report.vocab import FAIL, INCONCLUSIVE, PASS, Status

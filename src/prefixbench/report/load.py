@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.workloads import Workload, WorkloadError
+from prefixbench.engines.workloads import Workload, WorkloadError
 from prefixbench.hosts.fingerprint import Fingerprint, FingerprintError
 from prefixbench.measure.bench_json import BenchResultError
 from prefixbench.measure.layout import FINGERPRINT, RunLayout

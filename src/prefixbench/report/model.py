@@ -117,7 +117,7 @@ class HostSummary:
     #: The goodput ladder's answer (prefixbench.report.goodput); ``None`` without a ladder.
     goodput: GoodputHost | None = None
     #: Which KV-cache manager the host's cached server ran and which cache model the
-    #: predictions use (prefixbench.predict.kvcapacity.kv_cache_line); ``None``: no record.
+    #: predictions use (prefixbench.engines.kvcapacity.kv_cache_line); ``None``: no record.
     kv_cache: str | None = None
 
     def bench(self, configuration: str, workload: str) -> BenchSummary | None:

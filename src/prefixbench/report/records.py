@@ -16,17 +16,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.prefix_repetition import prefix_repetition_cold_flags
-from prefixbench.bench.workloads import Workload, WorkloadError
-from prefixbench.measure.bench_json import BenchResultError
-from prefixbench.measure.layout import RunLayout
-from prefixbench.measure.metrics import SignalsDelta
-from prefixbench.measure.records import BenchmarkRecord
-from prefixbench.predict.schedconfig import (
+from prefixbench.engines.prefix_repetition import prefix_repetition_cold_flags
+from prefixbench.engines.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
     Serving,
 )
+from prefixbench.engines.workloads import Workload, WorkloadError
+from prefixbench.measure.bench_json import BenchResultError
+from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.metrics import SignalsDelta
+from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.predict.whatif import Prediction, predict
 from prefixbench.servers.sweep import tokenizer_dir
 

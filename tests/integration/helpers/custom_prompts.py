@@ -4,7 +4,7 @@ written in the tiny model's vocabulary (words ``t4`` .. ``t2047``).
 Three system prompts shared by many requests, each request adding its own question, and
 conversations that grow turn by turn as chat messages (rendered with the tiny model's
 chat template). Seeded, so the file is the same on every run. :func:`write_multi_turn_chat`
-writes the product's own chat traffic (:mod:`prefixbench.bench.chat_traffic`) instead.
+writes the product's own chat traffic (:mod:`prefixbench.engines.chat_traffic`) instead.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import random
 from pathlib import Path
 
-from prefixbench.bench import chat_traffic as ct
+from prefixbench.engines import chat_traffic as ct
 from prefixbench_sim import tinytokenizer
 
 

@@ -3,7 +3,7 @@ replays through, as one function (:func:`engine_model`) the served expectation, 
 and the what-if can call.
 
 * **neuron** (a Trn2/Trn3 host, this bundle's default): the vLLM Neuron plugin's
-  scheduler (:mod:`prefixbench.predict.schedneuron`), async as the tutorial's servers run
+  scheduler (:mod:`prefixbench.engines.schedneuron`), async as the tutorial's servers run
   it (``on_device_sampling_config`` set: ``NeuronAsyncScheduler``), its KV-concurrency cap
   computed at the server's ``max_model_len``, over one full-attention group whatever the
   model's layers (``NeuronModelRunner.get_kv_cache_spec`` builds a ``FullAttentionSpec``
@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final
 
-from prefixbench.predict.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.predict.schedconfig import SERIAL, Serving
-from prefixbench.predict.schedhybrid import scheduler_sim_for
-from prefixbench.predict.schedneuron import NEURON_BLOCK_SIZE, neuron_scheduler_sim
-from prefixbench.predict.schedsim import SchedulerSim
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.schedconfig import SERIAL, Serving
+from prefixbench.engines.schedhybrid import scheduler_sim_for
+from prefixbench.engines.schedneuron import NEURON_BLOCK_SIZE, neuron_scheduler_sim
+from prefixbench.engines.schedsim import SchedulerSim
 
 __all__ = ["PLATFORMS", "EngineModel", "default_block_size", "engine_model",
            "scheduler_model"]

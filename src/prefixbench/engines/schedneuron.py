@@ -39,8 +39,8 @@ behaviour at v2.32.0):
   full-attention group (``vllm-integration-kv-cache.md``, "Layer-specific cache
   specification": ``get_kv_cache_spec`` builds ``FullAttentionSpec`` for every layer):
   the hit at admission, the full-sequence admission gate, caching at scheduling, the
-  free queue, async placeholders: :mod:`prefixbench.predict.schedsim` and
-  :mod:`prefixbench.predict.schedasync`, reused as they are.
+  free queue, async placeholders: :mod:`prefixbench.engines.schedsim` and
+  :mod:`prefixbench.engines.schedasync`, reused as they are.
 
 Checked request by request against vLLM 0.32's own ``Scheduler`` / ``AsyncScheduler``
 running the bundle's executable reading of the same design
@@ -49,13 +49,13 @@ test_schedneuron_vs_vllm.py``): hits at first admission, admission order, steps 
 padding.
 
 Simplifications, stated so a reader can judge: those of
-:mod:`prefixbench.predict.schedsim` (FCFS, no speculative decoding, LoRA, multimodal
+:mod:`prefixbench.engines.schedsim` (FCFS, no speculative decoding, LoRA, multimodal
 inputs or KV connectors, ``ignore_eos``, ``max_model_len`` not enforced); the state
 machine of "Scheduling Decision Flow" only reports, so it is not modelled; decode batch
 padding (``num_seqs_buckets``) is the model runner's and changes nothing scheduled.
 Where the cap does not protect (requests longer than the ``max_model_len`` it was
 computed with), the design can deadlock: a step that schedules nothing with no batch in
-flight raises :class:`~prefixbench.predict.cachesim.CapacityError`, as does a prefill
+flight raises :class:`~prefixbench.engines.cachesim.CapacityError`, as does a prefill
 that cannot get its next chunk's blocks (the plugin would preempt it and then wait
 forever). Preemption among decodes is vLLM's (the cap makes it rare, not impossible: the
 null block is counted in the cap).
@@ -65,13 +65,13 @@ from __future__ import annotations
 
 from typing import Final, NoReturn
 
-from prefixbench.predict.cachesim import CapacityError
-from prefixbench.predict.schedasync import AsyncSchedulerSim
-from prefixbench.predict.schedconfig import (
+from prefixbench.engines.cachesim import CapacityError
+from prefixbench.engines.schedasync import AsyncSchedulerSim
+from prefixbench.engines.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
 )
-from prefixbench.predict.schedsim import SchedulerSim, _Request
+from prefixbench.engines.schedsim import SchedulerSim, _Request
 
 __all__ = [
     "NEURON_BLOCK_SIZE",
@@ -140,7 +140,7 @@ def _padded(count: int, buckets: list[int]) -> int:
 
 class NeuronSchedulerSim(SchedulerSim):
     """One vLLM server on Neuron (``NeuronScheduler`` + one full-attention group) and its
-    client; :class:`~prefixbench.predict.schedsim.SchedulerSim`'s interface.
+    client; :class:`~prefixbench.engines.schedsim.SchedulerSim`'s interface.
 
     ``kv_concurrency``: ``_max_kv_concurrent`` (:func:`max_kv_concurrent`; ``None``: no
     cap, as an unbounded cache has none). ``buckets``: the prefill buckets
@@ -249,7 +249,7 @@ class NeuronSchedulerSim(SchedulerSim):
 
 class NeuronAsyncSchedulerSim(NeuronSchedulerSim, AsyncSchedulerSim):
     """``NeuronAsyncScheduler``: the holdback queue over vLLM's ``AsyncScheduler``
-    (:mod:`prefixbench.predict.schedasync`), Neuron's default with on-device sampling
+    (:mod:`prefixbench.engines.schedasync`), Neuron's default with on-device sampling
     (``reference-configuration.md``: async scheduling on unless
     ``--no-async-scheduling``)."""
 

@@ -6,7 +6,7 @@ The user's file (on the controller) has one JSON object per line, blank lines ig
 * ``{"prompt": "text", "output_tokens": N}``: sent as is;
 * ``{"messages": [{"role": "user", "content": "text"}, ...], "output_tokens": N}``:
   rendered with the tokenizer's chat template (generation prompt appended;
-  :meth:`prefixbench.predict.tokenizer.Tokenizer.render_chat`), so it needs the tokenizer
+  :meth:`prefixbench.engines.tokenizer.Tokenizer.render_chat`), so it needs the tokenizer
   directory.
 
 ``output_tokens`` (an integer >= 1) is optional unless the workload's
@@ -30,14 +30,14 @@ ready check and warmups (if any) are copies of the first prompt sent. Custom pro
 not re-aligned to the server's tokenizer (vLLM does that for random and
 prefix_repetition only).
 
-Reading and checking the file is :mod:`prefixbench.bench.custom_read` (streamed: one
+Reading and checking the file is :mod:`prefixbench.engines.custom_read` (streamed: one
 line in memory at a time, split as text mode's universal newlines split; the errors are
-its :class:`~prefixbench.bench.custom_read.CustomPromptsError`). :func:`prepare_file`
+its :class:`~prefixbench.engines.custom_read.CustomPromptsError`). :func:`prepare_file`
 keeps every prompt's text (the prepared file is written from them);
-:func:`prefixbench.bench.custom_index.index_file` runs the same checks but keeps only
-where each prompt is (:class:`~prefixbench.bench.custom_index.PromptIndex`, ~25 bytes a
+:func:`prefixbench.engines.custom_index.index_file` runs the same checks but keeps only
+where each prompt is (:class:`~prefixbench.engines.custom_index.PromptIndex`, ~25 bytes a
 prompt) and reads prompts back by position
-(:class:`~prefixbench.bench.custom_index.PromptReader`), for counting a file's tokens
+(:class:`~prefixbench.engines.custom_index.PromptReader`), for counting a file's tokens
 (:mod:`prefixbench.predict.whatif`) without holding it.
 
 The hosts' vLLM needs ``pandas`` for this dataset (vLLM imports it lazily).
@@ -52,16 +52,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench.custom_read import (
+from prefixbench.engines.custom_read import (
     CustomPromptsError,
     open_prompts,
     scan_file,
     user_prompts,
 )
-from prefixbench.bench.workloads import Workload
-from prefixbench.measure.atomic import write_bytes_atomic
-from prefixbench.measure.layout import RunLayout
-from prefixbench.predict.tokenizer import Tokenizer
+from prefixbench.engines.tokenizer import Tokenizer
+from prefixbench.engines.workloads import Workload
 
 __all__ = [
     # Re-exported: the error every function here raises (defined in custom_read).
@@ -70,13 +68,9 @@ __all__ = [
     "check_file",
     "prepare",
     "prepare_file",
-    "prepared_path",
     "send_order",
     "texts_in_order",
-    "write_prepared",
 ]
-
-#: Where the bench keeps a workload's prepared prompts inside the run directory.
 
 
 def send_order(num_lines: int, num_prompts: int, seed: int, *, shuffle: bool = True
@@ -135,11 +129,11 @@ def prepare_file(
 ) -> PreparedPrompts:
     """Check and prepare a user file. Chat lines need ``tokenizer`` or ``tokenizer_dir``
     (loaded on first need). ``num_prompts`` 0 sends every prompt; more than the file holds
-    is refused. Raises :class:`~prefixbench.bench.custom_read.CustomPromptsError` (every
+    is refused. Raises :class:`~prefixbench.engines.custom_read.CustomPromptsError` (every
     message one line).
 
     Every prompt's text is kept (the prepared file is written from them); to count a big
-    file's tokens, :func:`prefixbench.bench.custom_index.index_file` keeps only where each
+    file's tokens, :func:`prefixbench.engines.custom_index.index_file` keeps only where each
     prompt is."""
     path = Path(path)
     scan = scan_file(path, num_prompts=num_prompts, custom_output_len=custom_output_len,
@@ -182,18 +176,6 @@ def check_file(workload: Workload) -> int:
         raise CustomPromptsError(
             f"{path}:{missing}: no output_tokens, and custom_output_len is -1")
     return workload.num_prompts or count
-
-
-def prepared_path(run_dir: Path, workload_name: str) -> Path:
-    """``<run_dir>/prompts/<workload>.jsonl`` (:meth:`RunLayout.prompts_path`)."""
-    return RunLayout.of(run_dir).prompts_path(workload_name)
-
-
-def write_prepared(run_dir: Path, workload_name: str, prepared: PreparedPrompts) -> Path:
-    """Write the prepared file atomically into the run directory; its path."""
-    path = prepared_path(run_dir, workload_name)
-    write_bytes_atomic(path, prepared.jsonl)
-    return path
 
 
 def texts_in_order(prepared: PreparedPrompts, seed: int, *, shuffle: bool = True,

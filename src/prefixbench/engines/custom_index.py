@@ -1,7 +1,7 @@
 """A checked prompts file without its texts: where each prompt is, and reading prompts
 back by position.
 
-:func:`index_file` runs :func:`prefixbench.bench.custom.prepare_file`'s checks (same
+:func:`index_file` runs :func:`prefixbench.engines.custom.prepare_file`'s checks (same
 errors, same order) as a stream but keeps only where each prompt is
 (:class:`PromptIndex`, ~25 bytes a prompt); :class:`PromptReader` reads prompts back by
 position. This is how a big file's tokens are counted
@@ -18,8 +18,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from prefixbench.bench.custom import send_order
-from prefixbench.bench.custom_read import (
+from prefixbench.engines.custom import send_order
+from prefixbench.engines.custom_read import (
     CustomPromptsError,
     chat_tokenizer,
     decode_line,
@@ -28,8 +28,8 @@ from prefixbench.bench.custom_read import (
     render_messages,
     scan_file,
 )
-from prefixbench.predict.progress import Progress
-from prefixbench.predict.tokenizer import Tokenizer
+from prefixbench.engines.progress import Progress
+from prefixbench.engines.tokenizer import Tokenizer
 
 __all__ = ["PromptIndex", "PromptReader", "index_file"]
 
@@ -63,7 +63,7 @@ class PromptIndex:
 
     def sent(self, seed: int, *, shuffle: bool = True) -> list[int]:
         """Indices of the prompts sent, in order
-        (:func:`prefixbench.bench.custom.send_order`)."""
+        (:func:`prefixbench.engines.custom.send_order`)."""
         return send_order(len(self), self.num_prompts, seed, shuffle=shuffle)
 
     def reader(self, tokenizer: Tokenizer | None = None) -> PromptReader:
@@ -144,7 +144,7 @@ def index_file(
     tokenizer_dir: Path | None = None,
     progress: Progress | None = None,
 ) -> PromptIndex:
-    """:func:`prefixbench.bench.custom.prepare_file`'s checks (same errors, same order),
+    """:func:`prefixbench.engines.custom.prepare_file`'s checks (same errors, same order),
     read as a stream, keeping
     where each prompt is instead of its text (:class:`PromptIndex`). ``progress`` is
     called with ``("reading", bytes done, file size)`` now and then."""

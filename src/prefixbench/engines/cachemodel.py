@@ -1,9 +1,9 @@
 """Which cache model a prediction replays through: :class:`CacheModel` names it
 (full attention, or vLLM's hybrid KV-cache manager with its sliding window) and builds a
-fresh cache of it (:func:`prefixbench.predict.hybridsim.cache_sim_for`).
+fresh cache of it (:func:`prefixbench.engines.hybridsim.cache_sim_for`).
 
 Callers take it from the server: :func:`prefixbench.predict.whatif.server_cache_model`
-reads ``vllm:cache_config_info`` (:func:`prefixbench.predict.kvcapacity.kv_cache_kind`).
+reads ``vllm:cache_config_info`` (:func:`prefixbench.engines.kvcapacity.kv_cache_kind`).
 
 Which model applies on Trn (vLLM with the Neuron plugin) is not confirmed from source:
 the 0.21 plugin's source is not at hand. What the sources say:
@@ -13,7 +13,7 @@ the 0.21 plugin's source is not at hand. What the sources say:
   allocation matching window size requirements", but its ``get_kv_cache_spec`` excerpt
   builds a ``FullAttentionSpec`` for every layer, with ``sliding_window`` as a field of it.
   vLLM puts layers that are all ``FullAttentionSpec`` in one full-attention group, which
-  is the case :class:`prefixbench.predict.cachesim.PrefixCacheSim` models.
+  is the case :class:`prefixbench.engines.cachesim.PrefixCacheSim` models.
   ``prefix-caching.md`` (same tag) does not mention sliding windows, the hybrid manager
   or gpt-oss.
 * The public vllm-project/vllm-neuron plugin (release 0.2.x, an older line) registers a
@@ -33,14 +33,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from prefixbench.predict.cachesim import PrefixCacheSim
-from prefixbench.predict.hybridsim import (
+from prefixbench.engines.cachesim import PrefixCacheSim
+from prefixbench.engines.hybridsim import (
     DEFAULT_SLIDING_WINDOW,
     CacheKind,
     HybridCacheSim,
     cache_sim_for,
 )
-from prefixbench.predict.tokenizer import model_directory
+from prefixbench.engines.tokenizer import model_directory
 
 __all__ = ["FULL_ATTENTION", "CacheModel", "from_model_config", "from_model_dir"]
 
@@ -111,7 +111,7 @@ def from_model_dir(tokenizer: Path | None) -> CacheModel | None:
     """:func:`from_model_config` of the ``config.json`` beside a tokenizer (the model's
     directory, or a run's copy of its tokenizer files), named as ``--tokenizer`` names it:
     the directory or its ``tokenizer.json``
-    (:func:`prefixbench.predict.tokenizer.model_directory`); ``None`` without a readable
+    (:func:`prefixbench.engines.tokenizer.model_directory`); ``None`` without a readable
     one."""
     directory = model_directory(tokenizer)
     if directory is None or not (directory / "config.json").is_file():

@@ -1,7 +1,7 @@
 """The KV capacity to model for a vLLM server, and which cache model applies to it.
 
-:class:`prefixbench.predict.cachesim.PrefixCacheSim` and
-:class:`prefixbench.predict.hybridsim.HybridCacheSim` take a number of usable KV blocks:
+:class:`prefixbench.engines.cachesim.PrefixCacheSim` and
+:class:`prefixbench.engines.hybridsim.HybridCacheSim` take a number of usable KV blocks:
 :func:`usable_blocks` turns the server's ``num_gpu_blocks`` (``vllm:cache_config_info``)
 into it. :func:`kv_cache_kind` tells from the same labels whether the server runs one
 full-attention group or vLLM's hybrid KV-cache manager (several groups on one pool, as
@@ -75,7 +75,7 @@ def _kind(labels: Mapping[str, str]) -> tuple[KvCacheKind, str | None]:
         f"all its cache groups where full attention alone takes {high} (num_gpu_blocks "
         f"{blocks:.0f}, kv_cache_max_concurrency {concurrency:g}); the hybrid cache model "
         f"applies (a sliding-window and a full-attention group on num_gpu_blocks - 1 "
-        f"shared blocks, prefixbench.predict.hybridsim), not the full-attention one")
+        f"shared blocks, prefixbench.engines.hybridsim), not the full-attention one")
 
 
 def kv_cache_kind(cache_config_labels: Mapping[str, str] | None) -> KvCacheKind:
@@ -99,7 +99,7 @@ def capacity_note(cache_config_labels: Mapping[str, str] | None) -> str | None:
     ``kv_cache_size_tokens`` = that times ``max_model_len``); when a request takes more
     blocks than full attention alone needs, the hybrid KV-cache manager runs several
     groups from one pool: for full + sliding-window layers (gpt-oss) the note names the
-    hybrid cache model (:class:`prefixbench.predict.hybridsim.HybridCacheSim`), which
+    hybrid cache model (:class:`prefixbench.engines.hybridsim.HybridCacheSim`), which
     applies; Mamba layers are not modelled. (With the hybrid manager disabled,
     sliding-window layers are allocated as full attention and the full-attention model
     applies.)

@@ -1,13 +1,13 @@
 """Reading a user's prompts file: its line format, checked line by line as a stream, and
 one checking pass over the whole file.
 
-The format is :mod:`prefixbench.bench.custom`'s (one JSON object a line: ``prompt`` text
+The format is :mod:`prefixbench.engines.custom`'s (one JSON object a line: ``prompt`` text
 or chat ``messages``, optional ``output_tokens``). Every reader here streams the file (one
 line in memory at a time, split as text mode's universal newlines split); every problem
 is a :class:`CustomPromptsError` of one line naming the file and the line number.
 
-:func:`scan_file` is the one pass that :func:`prefixbench.bench.custom.prepare_file` (which
-keeps every prompt's text) and :func:`prefixbench.bench.custom_index.index_file` (which keeps
+:func:`scan_file` is the one pass that :func:`prefixbench.engines.custom.prepare_file` (which
+keeps every prompt's text) and :func:`prefixbench.engines.custom_index.index_file` (which keeps
 only where each prompt is) share: the same checks, in the same order. Chat lines are
 rendered with the tokenizer's chat template (:func:`render_messages`).
 """
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from prefixbench.predict.progress import READING, Progress
-from prefixbench.predict.tokenizer import Tokenizer, TokenizerError
-from prefixbench.predict.tokenizer import load as load_tokenizer
+from prefixbench.engines.progress import READING, Progress
+from prefixbench.engines.tokenizer import Tokenizer, TokenizerError
+from prefixbench.engines.tokenizer import load as load_tokenizer
 
 __all__ = [
     "CustomPromptsError",
@@ -189,7 +189,7 @@ _TRIES: Final = 4
 @dataclass
 class Scan:
     """What one pass over a user file keeps (see
-    :class:`prefixbench.bench.custom_index.PromptIndex` for the places)."""
+    :class:`prefixbench.engines.custom_index.PromptIndex` for the places)."""
 
     offsets: array[int] = field(default_factory=lambda: array("q"))
     lengths: array[int] = field(default_factory=lambda: array("q"))

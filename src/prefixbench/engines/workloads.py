@@ -14,11 +14,11 @@ A custom workload replays a JSONL file of the user's prompts with vLLM's ``custo
 dataset. Its keys: ``dataset_path`` (the file on the *controller*; a relative path is
 resolved against the current directory when the workload is built, and kept absolute
 from then on), ``num_prompts`` (0, the default: every line; more than the file holds is
-refused by :func:`prefixbench.bench.custom.prepare`, since vLLM would oversample at random),
+refused by :func:`prefixbench.engines.custom.prepare`, since vLLM would oversample at random),
 ``custom_output_len`` (``--custom-output-len``, default 256 as in vLLM; -1 takes each
 line's ``output_tokens``), and the shared keys. The ``prefix_repetition_*`` keys are
 refused on a custom workload (and ``dataset_path`` / ``custom_output_len`` on a
-``prefix_repetition`` one). :mod:`prefixbench.bench.custom` turns the file into what the
+``prefix_repetition`` one). :mod:`prefixbench.engines.custom` turns the file into what the
 bench sends. The seed only orders the prompts, so a custom workload repeated on one
 caching server finds its own prompts cached: seed isolation cannot apply to it.
 """

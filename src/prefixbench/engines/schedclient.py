@@ -6,12 +6,12 @@ arrival process (all at once for ``request_rate: inf``), waits for one of
 ``max_concurrency`` slots, and is then sent; the API server tokenizes it and passes it
 to the engine core, which adds it to the scheduler's waiting queue between two steps.
 :func:`send_timed` plays that client against a
-:class:`prefixbench.predict.schedsim.SchedulerSim`, in steps: request ``i`` gets a slot
+:class:`prefixbench.engines.schedsim.SchedulerSim`, in steps: request ``i`` gets a slot
 once one is free and no earlier than step ``release[i]``, and reaches the engine
 ``lag[i]`` steps later; requests due at the same step join the queue in index order.
 With every release and lag 0 it is the model's own client (a finished request's
 successor waits before the next step), which
-:meth:`~prefixbench.predict.schedsim.SchedulerSim.replay` uses.
+:meth:`~prefixbench.engines.schedsim.SchedulerSim.replay` uses.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import heapq
 from collections.abc import Sequence
 from typing import Protocol
 
-from prefixbench.predict.cachesim import Tokens
+from prefixbench.engines.cachesim import Tokens
 
 __all__ = ["Engine", "send_timed"]
 
 
 class Engine(Protocol):
     """What the client needs of the server model
-    (:class:`prefixbench.predict.schedsim.SchedulerSim`)."""
+    (:class:`prefixbench.engines.schedsim.SchedulerSim`)."""
 
     steps: int
 
@@ -45,7 +45,7 @@ def send_timed(sim: Engine, prompts: Sequence[Tokens], outputs: Sequence[int], *
                concurrency: int, release: Sequence[int], lag: Sequence[int]) -> list[int]:
     """Send ``prompts`` (``outputs[i]`` tokens each) through ``sim`` as the client above
     with ``concurrency`` slots and run until all have finished; each request's index in
-    ``sim`` (:meth:`~prefixbench.predict.schedsim.SchedulerSim.hit_tokens`)."""
+    ``sim`` (:meth:`~prefixbench.engines.schedsim.SchedulerSim.hit_tokens`)."""
     n = len(prompts)
     if not len(release) == len(lag) == len(outputs) == n:
         raise ValueError(f"{n} prompts need as many outputs, releases and lags, got "

@@ -1,12 +1,12 @@
 """A step-by-step model of vLLM's scheduler and prefix cache, to predict hits at
 concurrency.
 
-:class:`prefixbench.predict.cachesim.PrefixCacheSim` replays requests one at a time.
+:class:`prefixbench.engines.cachesim.PrefixCacheSim` replays requests one at a time.
 :class:`SchedulerSim` replays them the way a client with a concurrency cap sends them
 to one vLLM server: the client keeps up to N requests in flight and sends the next one
 when one finishes, and the server's scheduler admits, chunks, decodes and preempts them
 step by step, sharing one block pool. It is the full-attention ``KVCacheManager`` of
-:mod:`prefixbench.predict.cachesim` (same keys, same LRU free queue, same copies) driven
+:mod:`prefixbench.engines.cachesim` (same keys, same LRU free queue, same copies) driven
 by a model of the synchronous v1 ``Scheduler``.
 
 What is modelled, read from vLLM 0.32's ``vllm/v1/core/sched/scheduler.py``
@@ -63,9 +63,9 @@ Concurrency 1 reduces to :meth:`PrefixCacheSim.replay`: the same hits and evicti
 Simplifications, stated so a reader can judge: this is the synchronous ``Scheduler``,
 what vLLM's CPU platform runs (it turns async scheduling off); vLLM's default elsewhere,
 ``AsyncScheduler``, is the subclass
-:class:`prefixbench.predict.schedasync.AsyncSchedulerSim`; a finished request's
+:class:`prefixbench.engines.schedasync.AsyncSchedulerSim`; a finished request's
 successor arrives before the next step (no client, network or tokenizer latency) unless
-the client is timed (:mod:`prefixbench.predict.schedclient`, in steps, not seconds;
+the client is timed (:mod:`prefixbench.engines.schedclient`, in steps, not seconds;
 :mod:`prefixbench.predict.arrivals` gives the range of hits over such timings); the
 FCFS policy (not ``priority``); no speculative decoding, LoRA, multimodal inputs, KV
 connectors, watermark, ``long_prefill_token_threshold`` or prompt logprobs; stop
@@ -73,11 +73,11 @@ strings and EOS are not modelled (every request generates ``output_len`` tokens,
 ``ignore_eos``);
 ``max_model_len`` is not enforced; keys are 64-bit Python hashes (vLLM: sha256). vLLM's
 hybrid KV-cache manager (gpt-oss's sliding-window + full attention) is the subclass
-:class:`prefixbench.predict.schedhybrid.HybridSchedulerSim`
-(:func:`prefixbench.predict.schedhybrid.scheduler_sim_for` picks one).
+:class:`prefixbench.engines.schedhybrid.HybridSchedulerSim`
+(:func:`prefixbench.engines.schedhybrid.scheduler_sim_for` picks one).
 
-The block pool is :class:`prefixbench.predict.schedpool.BlockPool`; the client's and
-server's settings a prediction uses, :class:`prefixbench.predict.schedconfig.Serving`.
+The block pool is :class:`prefixbench.engines.schedpool.BlockPool`; the client's and
+server's settings a prediction uses, :class:`prefixbench.engines.schedconfig.Serving`.
 
 Speed: steps in which every running request only decodes and no request can be admitted
 are skipped in bulk up to the next block boundary or finish; ``make bench-schedsim``
@@ -91,16 +91,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from prefixbench.predict.cachesim import (
+from prefixbench.engines.cachesim import (
     CapacityError,
     ReplayResult,
     Tokens,
     block_hashes,
     same_kind,
 )
-from prefixbench.predict.schedclient import send_timed
-from prefixbench.predict.schedconfig import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
-from prefixbench.predict.schedpool import BlockPool, BlockTable
+from prefixbench.engines.schedclient import send_timed
+from prefixbench.engines.schedconfig import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
+from prefixbench.engines.schedpool import BlockPool, BlockTable
 
 __all__ = [
     "SchedReplayResult",
@@ -152,7 +152,7 @@ class SchedulerSim(BlockPool):
     """One vLLM server (scheduler + full-attention prefix cache) and its client.
 
     ``capacity_blocks``: usable KV blocks, vLLM's ``num_gpu_blocks`` minus its null
-    block (:func:`prefixbench.predict.kvcapacity.usable_blocks`); ``None``: unbounded
+    block (:func:`prefixbench.engines.kvcapacity.usable_blocks`); ``None``: unbounded
     (nothing is evicted, nothing preempted). ``max_num_seqs`` and
     ``max_num_batched_tokens`` are the server's flags.
 
@@ -164,7 +164,7 @@ class SchedulerSim(BlockPool):
     #: vLLM's ``max_concurrent_batches``: steps scheduled and not yet processed.
     in_flight_batches = 1
     #: Whether vLLM's ``AsyncScheduler`` is modelled
-    #: (:class:`prefixbench.predict.schedasync.AsyncSchedulerSim`).
+    #: (:class:`prefixbench.engines.schedasync.AsyncSchedulerSim`).
     async_scheduling = False
 
     def __init__(
@@ -257,7 +257,7 @@ class SchedulerSim(BlockPool):
                lag: Sequence[int] | None = None) -> SchedReplayResult:
         """Send ``prompts`` in order with at most ``concurrency`` in flight, run until
         all finished; per-request hits, in ``prompts``' order. ``release`` and ``lag``
-        time the client (:func:`prefixbench.predict.schedclient.send_timed`; default:
+        time the client (:func:`prefixbench.engines.schedclient.send_timed`; default:
         each request waiting as soon as a slot is free)."""
         steps0, evicted0 = self.steps, self.evicted_blocks
         ph0, pq0 = self.preempted_hit_tokens, self.preempted_query_tokens

@@ -1,9 +1,9 @@
 """The scheduler model with vLLM's hybrid KV-cache manager (gpt-oss's sliding-window +
 full-attention layers): :class:`HybridSchedulerSim`.
 
-:class:`prefixbench.predict.schedsim.SchedulerSim` steps vLLM's scheduler over a
+:class:`prefixbench.engines.schedsim.SchedulerSim` steps vLLM's scheduler over a
 full-attention cache; this subclass swaps in the cache of
-:class:`prefixbench.predict.hybridsim.HybridCacheSim` (one pool, two KV cache groups:
+:class:`prefixbench.engines.hybridsim.HybridCacheSim` (one pool, two KV cache groups:
 group 0 the sliding-window layers, group 1 full attention; see that module for the
 rules) for many requests at once. What changes with several requests, read from vLLM
 0.32's ``vllm/v1/core/kv_cache_coordinator.py`` (``HybridKVCacheCoordinator``),
@@ -31,11 +31,11 @@ rules) for many requests at once. What changes with several requests, read from 
 
 Checked request by request against vLLM's own ``Scheduler`` with gpt-oss's two groups
 (``tests/integration/test_schedsim_vs_vllm.py``); at concurrency 1 it equals
-:class:`~prefixbench.predict.hybridsim.HybridCacheSim` given the same chunk size and
+:class:`~prefixbench.engines.hybridsim.HybridCacheSim` given the same chunk size and
 admission cap (``tests/unit/test_schedhybrid.py``).
 
-Simplifications: those of :mod:`prefixbench.predict.schedsim` and
-:mod:`prefixbench.predict.hybridsim` (exactly two groups of equal block size, sliding
+Simplifications: those of :mod:`prefixbench.engines.schedsim` and
+:mod:`prefixbench.engines.hybridsim` (exactly two groups of equal block size, sliding
 window first; retention interval 0; no EAGLE/MTP).
 """
 
@@ -43,15 +43,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prefixbench.predict.hybridsim import DEFAULT_SLIDING_WINDOW, admission_cap
-from prefixbench.predict.schedasync import AsyncSchedulerSim
-from prefixbench.predict.schedconfig import (
+from prefixbench.engines.hybridsim import DEFAULT_SLIDING_WINDOW, admission_cap
+from prefixbench.engines.schedasync import AsyncSchedulerSim
+from prefixbench.engines.schedconfig import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
     SchedModelError,
 )
-from prefixbench.predict.schedpool import BlockTable
-from prefixbench.predict.schedsim import SchedulerSim, _Request
+from prefixbench.engines.schedpool import BlockTable
+from prefixbench.engines.schedsim import SchedulerSim, _Request
 
 __all__ = ["AsyncHybridSchedulerSim", "HybridSchedulerSim", "scheduler_sim_for"]
 
@@ -79,7 +79,7 @@ class _HybridRequest(_Request):
 class HybridSchedulerSim(SchedulerSim):
     """One vLLM server running the hybrid KV-cache manager (a sliding-window group of
     ``sliding_window`` tokens and a full-attention group sharing one pool) and its
-    client; otherwise as :class:`~prefixbench.predict.schedsim.SchedulerSim`."""
+    client; otherwise as :class:`~prefixbench.engines.schedsim.SchedulerSim`."""
 
     def __init__(
         self,
@@ -289,7 +289,7 @@ class HybridSchedulerSim(SchedulerSim):
 
 class AsyncHybridSchedulerSim(AsyncSchedulerSim, HybridSchedulerSim):
     """The hybrid manager under vLLM's ``AsyncScheduler``
-    (:mod:`prefixbench.predict.schedasync`)."""
+    (:mod:`prefixbench.engines.schedasync`)."""
 
 
 def scheduler_sim_for(
@@ -303,7 +303,7 @@ def scheduler_sim_for(
     async_scheduling: bool = False,
 ) -> SchedulerSim:
     """The scheduler model of a server whose KV-cache manager is ``kind``
-    (``"full"`` or ``"hybrid"``, :class:`prefixbench.predict.cachemodel.CacheModel`),
+    (``"full"`` or ``"hybrid"``, :class:`prefixbench.engines.cachemodel.CacheModel`),
     with vLLM's ``AsyncScheduler`` if ``async_scheduling``."""
     if kind == "full":
         full = AsyncSchedulerSim if async_scheduling else SchedulerSim

@@ -15,7 +15,7 @@ Padding and truncation settings of ``tokenizer.json`` are switched off at load, 
 depends on its text only, never on the batch it is encoded in.
 
 :meth:`Tokenizer.encode_arrays` is the fast path for many prompts: token ids straight into
-``array("I")`` (the form :mod:`prefixbench.predict.cachesim` hashes fastest). The tokenizers
+``array("I")`` (the form :mod:`prefixbench.engines.cachesim` hashes fastest). The tokenizers
 library releases the GIL while it encodes a batch, so several Python threads encode in
 parallel; inside :func:`serial_batches` each batch stays on its calling thread (no rayon
 pool), so the number of threads is the number of cores used.
@@ -29,7 +29,7 @@ vocabulary without added tokens, as a Hugging Face fast tokenizer counts it).
 
 :meth:`Tokenizer.render_chat` renders a conversation as vLLM does: for gpt-oss (the model's
 ``config.json`` beside the tokenizer says ``model_type: gpt_oss``) in the harmony format
-(:mod:`prefixbench.predict.harmony`), as vLLM ignores the chat template there; else
+(:mod:`prefixbench.engines.harmony`), as vLLM ignores the chat template there; else
 with the tokenizer's chat template
 the way ``transformers`` ``apply_chat_template(..., add_generation_prompt=True,
 tokenize=False)`` does: jinja2's ``ImmutableSandboxedEnvironment(trim_blocks=True,
@@ -161,10 +161,10 @@ class Tokenizer:
 
     def render_chat(self, messages: Sequence[Message]) -> str:
         """The conversation as the prompt text, generation prompt appended: through
-        harmony for gpt-oss (:mod:`prefixbench.predict.harmony`; vLLM ignores the chat
+        harmony for gpt-oss (:mod:`prefixbench.engines.harmony`; vLLM ignores the chat
         template there), else through the chat template."""
         if self.harmony:
-            from prefixbench.predict import harmony  # noqa: PLC0415 - gpt-oss only
+            from prefixbench.engines import harmony  # noqa: PLC0415 - gpt-oss only
 
             try:
                 return harmony.render(messages)

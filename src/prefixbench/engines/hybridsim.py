@@ -7,7 +7,7 @@ the full-attention layers), one ``SlidingWindowManager`` and one
 ``FullAttentionManager``, drawing blocks of equal page size from **one** ``BlockPool``.
 A block holds one group's pages only, so a prompt of ``b`` blocks takes up to ``2 b``
 blocks of the pool. :class:`HybridCacheSim` replays prompts through a model of that
-machinery; :class:`prefixbench.predict.cachesim.PrefixCacheSim` stays the model of a
+machinery; :class:`prefixbench.engines.cachesim.PrefixCacheSim` stays the model of a
 full-attention-only server. :func:`cache_sim_for` picks one.
 
 What is modelled (read from ``vllm/v1/core/{kv_cache_coordinator,
@@ -57,7 +57,7 @@ Simplifications, stated so a reader can judge: requests run one at a time (concu
 ``--max-num-batched-tokens`` at concurrency 1); steps are synchronous (with async
 scheduling vLLM frees sliding-window blocks one step later and caps admission at two
 batches in flight, which can change which block a tight pool evicts: the replay then
-uses :class:`prefixbench.predict.schedhybrid.AsyncHybridSchedulerSim`); keys are 64-bit
+uses :class:`prefixbench.engines.schedhybrid.AsyncHybridSchedulerSim`); keys are 64-bit
 Python hashes (vLLM: sha256); LoRA, multimodal and cache-salt keys, EAGLE/MTP and KV
 connectors are not modelled; exactly two groups of equal block size (gpt-oss's layout).
 
@@ -74,7 +74,7 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from prefixbench.predict.cachesim import (
+from prefixbench.engines.cachesim import (
     _UNIQUE_BASE,
     CapacityError,
     PrefixCacheSim,
@@ -135,7 +135,7 @@ class HybridCacheSim:
     workloads to see carry-over.
 
     ``capacity_blocks``: the pool's usable blocks, vLLM's ``num_gpu_blocks`` minus its
-    null block (:func:`prefixbench.predict.kvcapacity.usable_blocks`), shared by both
+    null block (:func:`prefixbench.engines.kvcapacity.usable_blocks`), shared by both
     groups; ``None``: unbounded (nothing is evicted). ``sliding_window`` in tokens.
     ``group_order``: which group is vLLM's group 0 (gpt-oss: the sliding-window layers);
     it decides which group's blocks a finishing request frees first.

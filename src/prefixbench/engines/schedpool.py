@@ -1,11 +1,11 @@
-"""The block pool of :mod:`prefixbench.predict.schedsim`: vLLM's full-attention prefix
+"""The block pool of :mod:`prefixbench.engines.schedsim`: vLLM's full-attention prefix
 cache, block by block, for requests that take blocks a step at a time.
 
 What is modelled, read from vLLM 0.32's ``vllm/v1/core/block_pool.py`` (``BlockPool``:
 ``get_cached_block``, ``cache_full_blocks``, ``get_new_blocks``, ``touch``,
 ``free_blocks``) and ``single_type_kv_cache_manager.py`` (``FullAttentionManager``,
 ``SingleTypeKVCacheManager.free``), the same rules as
-:class:`prefixbench.predict.cachesim.PrefixCacheSim`:
+:class:`prefixbench.engines.cachesim.PrefixCacheSim`:
 
 * One free queue. Blocks freed without a key (a partial block) go to its front, cached
   blocks freed by their last holder to its back, and new blocks are taken from the
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Final
 
-from prefixbench.predict.cachesim import _UNIQUE_BASE
+from prefixbench.engines.cachesim import _UNIQUE_BASE
 
 __all__ = ["BlockPool", "BlockTable"]
 
