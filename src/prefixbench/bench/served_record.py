@@ -1,7 +1,7 @@
 """The record's served expectation: a prefix_repetition bench's expected counters from the
 tokens its server sees (:func:`prefixbench.predict.served.served_expectation`), replayed
 through the engine model of the hosts' platform
-(:func:`prefixbench.engines.platforms.engine_model`), as record keys."""
+(:func:`prefixbench.predict.engines.engine_model`), as record keys."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
                     ) -> dict[str, Any]:
     """The expected ratio from the tokens the server sees (prefixbench.predict.served
     .served_expectation), as record keys; a note instead when it cannot be made. The
-    engine model is the ``platform``'s (:func:`prefixbench.engines.platforms.engine_model`:
+    engine model is the ``platform``'s (:func:`prefixbench.predict.engines.engine_model`:
     on Neuron the plugin's scheduler over full attention, its cap at ``max_model_len``),
     and the record says which it assumed (``expected_scheduler``,
     ``expected_kv_manager``)."""
