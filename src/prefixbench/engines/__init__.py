@@ -18,4 +18,10 @@ workloads it is sent. Below both prediction (:mod:`prefixbench.predict`) and the
   dataset, regenerated), :mod:`.custom` (your own prompts; reading and checking their file,
   :mod:`.custom_read`; indexing a big one, :mod:`.custom_index`), :mod:`.chat_traffic`
   (multi-turn chat traffic written as such a file).
+
+Flat rather than one folder per platform: the platforms share all but one module. The
+Neuron plugin's scheduler is vLLM's with the plugin's rules
+(:mod:`.schedneuron` builds on :mod:`.schedsim`'s ``SchedulerSim``)
+over the same KV-cache manager, and :mod:`.platforms` is the one place a platform picks
+its model.
 """
