@@ -151,3 +151,22 @@ def test_a_bench_request_reads_the_command_line_first() -> None:
     fallback = req.scheduler("")
     assert fallback.kind == "neuron"
     assert fallback.source.startswith("the settings (the server's command line was not read)")
+
+
+def test_the_report_says_where_the_scheduler_was_read() -> None:
+    from types import SimpleNamespace  # noqa: PLC0415
+    from typing import cast  # noqa: PLC0415
+
+    from prefixbench.measure.records import BenchmarkRecord  # noqa: PLC0415
+    from prefixbench.report.build import kv_cache_of  # noqa: PLC0415
+
+    expected = {"expected_scheduler": "NeuronScheduler",
+                "expected_kv_manager": "full attention (one KV cache group)",
+                "expected_scheduler_source": f"the server's command line: --scheduler-cls "
+                                             f"{REFERENCE}"}
+    record = cast(BenchmarkRecord, SimpleNamespace(
+        metrics_delta={"cache_config": FULL_16}, expected=expected))
+    line = kv_cache_of([record]) or ""
+    assert line.endswith(
+        f"the expectation assumed NeuronScheduler over full attention (one KV cache group) "
+        f"(from the server's command line: --scheduler-cls {REFERENCE})"), line
