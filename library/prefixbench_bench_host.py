@@ -137,6 +137,12 @@ cpu:
     when the bench did not run.
   type: dict
   returned: always
+server_cmdline:
+  description: >-
+    The server's argv from C(/proc/<MainPID>/cmdline), NUL-separated; empty when
+    unreadable. The record's expectation models the scheduler it names.
+  type: str
+  returned: always
 """
 
 import json
@@ -178,6 +184,17 @@ def _read(path: str | Path) -> str:
     return Path(path).read_text(encoding="ascii", errors="replace")
 
 
+def _cmdline(pid: int) -> str:
+    """The server process's argv, NUL-separated as /proc keeps it ("" when unreadable):
+    the record's expectation models the scheduler the server was started with."""
+    if pid <= 0:
+        return ""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def tree_ticks(root: int) -> int | None:
     """CPU clock ticks of process ``root`` and every live descendant (utime, stime and
     the reaped children's cutime, cstime: proc(5)); None when ``root`` is gone."""
@@ -215,7 +232,7 @@ class _Bench:
             "changed": False, "step": "", "error": "", "service_before": {},
             "service_after": {}, "metrics_before": "", "metrics_after": "", "rc": None,
             "stdout_tail": "", "stderr_tail": "", "bench_json": "", "journal": "",
-            "workdir": "", "cpu": {}, "client": {}}
+            "workdir": "", "cpu": {}, "client": {}, "server_cmdline": ""}
 
     def _service(self) -> dict[str, str]:
         rc, out, err = self.module.run_command(
@@ -265,6 +282,8 @@ class _Bench:
         step = "service_before"
         try:
             self.out["service_before"] = self._service()
+            self.out["server_cmdline"] = _cmdline(
+                int(self.out["service_before"].get("MainPID") or 0))
             if self.p["health_url"] and not self._answers():
                 return self.out  # step "unhealthy": nothing ran
             step = "metrics_before"

@@ -227,7 +227,8 @@ class ActionModule(ActionBase):
                 extra={"argv": argv, "stdout_tail": str(ran.get("stdout_tail", "")),
                        "host_load": hostload.host_load(ran.get("cpu") or {}),
                        "client": ran.get("client") or {}},
-                prepared=prepared, run_dir=run_dir)
+                prepared=prepared, run_dir=run_dir,
+                server_cmdline=str(ran.get("server_cmdline") or ""))
         except (_HostError, ValueError) as exc:
             return self._failed(result, layout, req, started=started, error=str(exc),
                                 rc=None, stderr="", args=args, task_vars=task_vars)

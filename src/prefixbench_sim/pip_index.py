@@ -16,7 +16,7 @@ import html
 import re
 import urllib.parse
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -64,11 +64,12 @@ def _record_hash(data: bytes) -> str:
 
 
 def build_shim_wheel(dest: Path, name: str, version: str, requires: Sequence[str],
-                     summary: str) -> Path:
+                     summary: str, *, modules: Mapping[str, bytes] | None = None) -> Path:
     """Write a minimal, reproducible, code-free wheel ``<name>-<version>-py3-none-any.whl``.
 
     It holds ``METADATA``, ``WHEEL`` and ``RECORD`` in ``<name>-<version>.dist-info``
-    (the wheel spec's minimum); the zip entries carry a fixed date.
+    (the wheel spec's minimum); the zip entries carry a fixed date. ``modules`` (file name
+    in the wheel's root -> bytes) adds code: then it is no longer code-free.
     """
     dist = f"{name.replace('-', '_')}-{version}"
     info = f"{dist}.dist-info"
@@ -86,7 +87,8 @@ def build_shim_wheel(dest: Path, name: str, version: str, requires: Sequence[str
         "Wheel-Version: 1.0\nGenerator: prefixbench_sim.artifacts_pip\n"
         "Root-Is-Purelib: true\nTag: py3-none-any\n"
     )
-    files = {f"{info}/METADATA": metadata.encode(), f"{info}/WHEEL": wheel.encode()}
+    files = {**(modules or {}), f"{info}/METADATA": metadata.encode(),
+             f"{info}/WHEEL": wheel.encode()}
     record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items())
     record += f"{info}/RECORD,,\n"
     files[f"{info}/RECORD"] = record.encode()

@@ -84,7 +84,7 @@ def test_goodput_ladder_on_one_host(sim_fleet: SimFleetHandle, sim_artifacts: Pa
     assert g["break_even"] is not None and g["break_even"]["saving_ms"] > 0, g
     # The rungs serve none of the tutorial's criteria.
     assert h["roles"] == {"high_overlap": "high_overlap", "no_overlap": "no_overlap"}, h["roles"]
-    # A crafted cause, on the way: high_overlap's 1088-token prefix ends half a block in,
+    # A crafted cause, on the way: high_overlap's 1104-token prefix ends half a block in,
     # and the shared half block is never reused. The concurrency-1 run names it.
     causes = {c["code"]: c["points"] for c in h["shortfalls"]["high_overlap"]}
     assert causes.get("partial_block", 0) < 0, causes

@@ -123,6 +123,9 @@ def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, side_by_side: S
 
 
 CAPACITY_RUN_ID = "integration-capacity"
+#: vars/capacity.yml's KV sizes (blocks of 32, the sim's Neuron block size; the null block
+#: among them): 100, 168 and 252 usable blocks hold what 25, 42 and 63 blocks of 128 did.
+SMALL, MIDDLE, LARGE = 101, 169, 253
 
 
 def test_capacity_sweep_measures_the_predicted_curve(
@@ -140,15 +143,15 @@ def test_capacity_sweep_measures_the_predicted_curve(
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["kind"] == "capacity_sweep", summary.get("kind")
-    assert [p["kv_blocks"] for p in summary["points"]] == [26, 43, 64]
+    assert [p["kv_blocks"] for p in summary["points"]] == [SMALL, MIDDLE, LARGE]
     rows = {r["point_blocks"]: r for r in summary["rows"] if r["workload"] == "high_overlap"}
-    assert sorted(rows) == [26, 43, 64], summary["rows"]
+    assert sorted(rows) == [SMALL, MIDDLE, LARGE], summary["rows"]
     # The same prompts at concurrency 4, decided against the scheduler model's prediction.
     for row in (r for r in summary["rows"] if r["workload"] == "high_overlap_c4"):
         print(f"kv{row['point_blocks']} at concurrency 4: measured {row['measured']:.4f} "
               f"predicted {row['predicted']:.4f} ({row['diff_pp']:+.2f} pp): {row['detail']}")
     fours = {r["point_blocks"]: r for r in summary["rows"] if r["workload"] == "high_overlap_c4"}
-    assert sorted(fours) == [26, 43, 64], summary["rows"]
+    assert sorted(fours) == [SMALL, MIDDLE, LARGE], summary["rows"]
     # Where the model evicts, the server's hits move with when each request reaches the
     # engine (two identical runs measured 35.00% and 38.33% at 63 blocks against the
     # model's 31.66%; it was exact at 25 and 42): each record keeps the range over arrival
@@ -180,21 +183,21 @@ def test_capacity_sweep_measures_the_predicted_curve(
         point = run_dir / "sweep" / f"kv{blocks}" / host.name
         assert (point / "cached" / "high_overlap" / "rep1.json").is_file()
         assert not (point / "baseline").exists()
-    assert rows[26]["measured"] < rows[43]["measured"] < rows[64]["measured"], rows
+    assert rows[SMALL]["measured"] < rows[MIDDLE]["measured"] < rows[LARGE]["measured"], rows
     # The point's own report says why its hit ratio is below the formula: eviction, by
     # what the capacity costs against an unbounded cache; the junction only by its block.
-    small = json.loads((run_dir / "sweep" / "kv26" / "summary.json").read_text())
+    small = json.loads((run_dir / "sweep" / f"kv{SMALL}" / "summary.json").read_text())
     causes = {c["code"]: c["points"] for c in small["hosts"][0]["shortfalls"]["high_overlap"]}
     assert causes.get("eviction", 0) < -30, causes
     assert causes.get("junction", 0) > -5, causes
     overall = "PASS"
     assert summary["status"] == overall, summary["rows"]
     curve = next(c for c in summary["curves"] if c["workload"] == "high_overlap")
-    assert curve["block_size"] == 128
-    assert curve["working_set_blocks"] is not None and curve["working_set_blocks"] > 25
-    assert curve["unbounded_ratio"] == pytest.approx(rows[64]["predicted"], abs=1e-9)
+    assert curve["block_size"] == 32
+    assert curve["working_set_blocks"] is not None and curve["working_set_blocks"] > SMALL - 1
+    assert curve["unbounded_ratio"] == pytest.approx(rows[LARGE]["predicted"], abs=1e-9)
     # The unbounded ratio is reached between the middle point and the largest.
-    assert 42 < curve["fits_from"] <= 63, curve
+    assert MIDDLE - 1 < curve["fits_from"] <= LARGE - 1, curve
     html = (run_dir / "report.html").read_text()
     assert "Hit ratio against KV capacity: high_overlap" in html
     assert "working set (blocks)" in html

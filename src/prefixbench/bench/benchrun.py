@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from prefixbench import __version__
 from prefixbench.bench.bench_argv import bench_argv
@@ -39,7 +39,17 @@ from prefixbench.measure.bench_json import BenchResultError, parse_bench_result
 from prefixbench.measure.layout import TOKENIZER_DIR
 from prefixbench.measure.records import BenchmarkRecord, FailureRecord, ResultKey
 from prefixbench.servers import sweep
-from prefixbench.servers.server import CONFIGURATIONS, unit_name
+from prefixbench.servers.served_engine import ServerScheduler, parse_cmdline, scheduler_of
+from prefixbench.servers.server import CONFIGURATIONS, Configuration, serve_argv, unit_name
+
+
+def _settings_argv(settings: Mapping[str, Any], configuration: str) -> tuple[str, ...]:
+    """The server's argv as the settings render it; empty when they cannot (a partial
+    settings mapping: the platform's default scheduler is then assumed)."""
+    try:
+        return tuple(serve_argv(settings, cast(Configuration, configuration)))
+    except (KeyError, ValueError, TypeError):
+        return ()
 
 
 def now_iso() -> str:
@@ -75,6 +85,9 @@ class BenchRequest:
     #: assumes) and the server's ``--max-model-len`` (the Neuron KV-concurrency cap's).
     platform: str = "cpu"
     max_model_len: int | None = None
+    #: The server's argv as the settings render it: stands in for the server's own command
+    #: line when the host cannot read it (:meth:`scheduler`).
+    server_argv: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, host: str, settings: Mapping[str, Any], *, configuration: str,
@@ -103,7 +116,8 @@ class BenchRequest:
                        settings.get("vllm_service_max_num_batched_tokens")
                        or schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS),
                    platform=str(settings.get("prefixbench_platform") or "neuron"),
-                   max_model_len=settings.get("vllm_service_max_model_len"))
+                   max_model_len=settings.get("vllm_service_max_model_len"),
+                   server_argv=_settings_argv(settings, configuration))
 
     def serving(self) -> Serving:
         """The bench's concurrency cap (unset: all its prompts), its ready check and
@@ -111,6 +125,16 @@ class BenchRequest:
         .bench_serving`)."""
         return bench_serving(self.workload, max_num_seqs=self.max_num_seqs,
                              max_num_batched_tokens=self.max_num_batched_tokens)
+
+    def scheduler(self, server_cmdline: str = "") -> ServerScheduler:
+        """The scheduler the server runs: read from its command line (``server_cmdline``,
+        ``/proc/<MainPID>/cmdline``), else from the settings' argv, saying so
+        (:func:`prefixbench.servers.served_engine.scheduler_of`)."""
+        argv = parse_cmdline(server_cmdline)
+        if argv:
+            return scheduler_of(argv, self.platform, source="the server's command line")
+        return scheduler_of(self.server_argv, self.platform,
+                            source="the settings (the server's command line was not read)")
 
     @property
     def unit(self) -> str:
@@ -232,12 +256,14 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
                  bench_json: str, started_at: str, ended_at: str,
                  extra: Mapping[str, Any] | None = None,
                  prepared: PreparedBench | None = None,
-                 run_dir: Path | None = None) -> BenchmarkRecord:
+                 run_dir: Path | None = None, server_cmdline: str = "") -> BenchmarkRecord:
     """A complete record from the raw material of one bench.
 
     A custom workload passes ``prepared`` (from :func:`prepare_prompts`) and the
     ``run_dir`` (for its tokenizer): the record keeps the prompts' sha256 and count, and
-    ``expected`` is :func:`custom_expected`.
+    ``expected`` is :func:`custom_expected`. ``server_cmdline`` is the server's argv as
+    ``/proc/<MainPID>/cmdline`` keeps it: the expectation models the scheduler it names
+    (:meth:`BenchRequest.scheduler`).
 
     Raises ``ValueError`` (including :class:`prefixbench.measure.metrics.CounterReset` when the
     server restarted during the bench, which makes the deltas meaningless).
@@ -265,7 +291,8 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
         if config is not None and config.enable_prefix_caching:
             expected.update(served_expected(req.workload, run_dir, block_size, config,
                                             serving=req.serving(), platform=req.platform,
-                                            max_model_len=req.max_model_len))
+                                            max_model_len=req.max_model_len,
+                                            scheduler=req.scheduler(server_cmdline)))
     else:
         expected = {"tutorial_ratio": req.workload.tutorial_ratio()}
     measured = dict(delta.measured())

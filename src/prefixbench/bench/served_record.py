@@ -1,32 +1,40 @@
 """The record's served expectation: a prefix_repetition bench's expected counters from the
 tokens its server sees (:func:`prefixbench.predict.served.served_expectation`), replayed
-through the engine model of the hosts' platform
-(:func:`prefixbench.predict.engines.engine_model`), as record keys."""
+through the engine model of the server that served it, as record keys: its scheduler as
+its command line names it (:mod:`prefixbench.servers.served_engine`), its KV-cache manager
+as its ``vllm:cache_config_info`` says; without the command line, the hosts' platform's
+(:func:`prefixbench.engines.platforms.engine_model`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from prefixbench.engines.platforms import engine_model
+from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
+from prefixbench.engines.platforms import EngineModel, engine_model
 from prefixbench.engines.schedconfig import SERIAL, Serving
 from prefixbench.engines.workloads import Workload
 from prefixbench.measure import metrics
 from prefixbench.servers import sweep
+from prefixbench.servers.served_engine import ServerScheduler
 
-__all__ = ["served_expected"]
+__all__ = ["served_engine", "served_expected"]
 
 
 def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
                     config: metrics.CacheConfig, *, serving: Serving = SERIAL,
-                    platform: str = "cpu", max_model_len: int | None = None
-                    ) -> dict[str, Any]:
+                    platform: str = "cpu", max_model_len: int | None = None,
+                    scheduler: ServerScheduler | None = None) -> dict[str, Any]:
     """The expected ratio from the tokens the server sees (prefixbench.predict.served
     .served_expectation), as record keys; a note instead when it cannot be made. The
-    engine model is the ``platform``'s (:func:`prefixbench.predict.engines.engine_model`:
+    engine model is the ``platform``'s (:func:`prefixbench.engines.platforms.engine_model`:
     on Neuron the plugin's scheduler over full attention, its cap at ``max_model_len``),
     and the record says which it assumed (``expected_scheduler``,
-    ``expected_kv_manager``)."""
+    ``expected_kv_manager``). ``scheduler``, when given, is what the server runs
+    (:meth:`prefixbench.bench.benchrun.BenchRequest.scheduler`): it decides the scheduler
+    model (the Neuron plugin's over full attention, or vLLM's over the server's manager),
+    and the record says where it was read (``expected_scheduler_source``)."""
     from prefixbench.engines.tokenizer import TokenizerError  # noqa: PLC0415
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
     from prefixbench.predict.served import served_expectation  # noqa: PLC0415
@@ -35,8 +43,20 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
     if tok is None:
         return {"served_note": "no tokenizer copy in the run directory"}
     capacity, model, note = whatif.server_cache_model(config)
-    engine = engine_model(platform, cache_model=model.chunked(serving.max_num_batched_tokens),
-                          serving=serving, max_model_len=max_model_len)
+    chunked = model.chunked(serving.max_num_batched_tokens)
+    if scheduler is None:
+        engine = engine_model(platform, cache_model=chunked, serving=serving,
+                              max_model_len=max_model_len)
+    else:
+        engine = served_engine(platform, scheduler, chunked, serving, max_model_len)
+        if engine.serving.scheduler == "neuron" and model.kind != "full":
+            # The Neuron scheduler model runs over full attention (its plugin allocates
+            # every layer as full attention); a server that runs it over vLLM's hybrid
+            # manager (the simulated fleet without --disable-hybrid-kv-cache-manager) is
+            # not what it models.
+            note = (f"{note}; " if note else "") + (
+                "the server runs the Neuron scheduler over a hybrid KV-cache manager: "
+                "modelled over full attention, as on Neuron")
     if engine.platform == "neuron":
         note = None  # one full-attention group on Neuron, whatever the model's layers
     try:
@@ -62,8 +82,23 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         "junction_gained_blocks": served.gained_blocks,
         "max_num_batched_tokens": serving.max_num_batched_tokens,  # the hybrid model's chunk
         "max_num_seqs": serving.max_num_seqs, "served_concurrency": serving.concurrency,
-        **engine.record()}
+        **engine.record(),
+        **({"expected_scheduler_source": scheduler.source} if scheduler is not None else {})}
     out.update(served.band.record("served_band") if served.band is not None else {})
     if notes := [n for n in (served.note, note) if n]:
         out["served_note"] = "; ".join(notes)
     return out
+
+
+def served_engine(platform: str, scheduler: ServerScheduler, cache_model: CacheModel,
+                  serving: Serving, max_model_len: int | None) -> EngineModel:
+    """The engine model of a server on ``platform`` that runs ``scheduler`` over
+    ``cache_model`` (the manager its ``cache_config_info`` reports): the Neuron plugin's
+    scheduler model over full attention, its KV-concurrency cap at ``max_model_len``; or
+    vLLM's scheduler model over ``cache_model``."""
+    if scheduler.kind == "neuron":
+        return EngineModel(platform, FULL_ATTENTION, replace(
+            serving, scheduler="neuron", async_scheduling=scheduler.async_scheduling,
+            max_model_len=max_model_len))
+    return EngineModel(platform, cache_model, replace(
+        serving, async_scheduling=scheduler.async_scheduling))

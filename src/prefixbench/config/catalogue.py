@@ -356,6 +356,16 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("vllm_service_cache_root", "str", "VLLM_CACHE_ROOT: compile cache on local "
             "disk shared by both units.", "/var/cache/vllm-prefixbench",
             pattern=r"^/[\w./-]*$"),
+    Setting("vllm_service_scheduler_cls", "str", "--scheduler-cls: a scheduler class by "
+            "dotted name in place of the platform's. Leave it empty on Neuron (the plugin "
+            "installs its own); the simulated fleet sets the bundle's reference of the "
+            "Neuron plugin's scheduler, so its servers schedule as Neuron does. The record's "
+            "expectation models the scheduler the server's command line names.", "",
+            pattern=r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+)?$"),
+    Setting("vllm_service_disable_hybrid_kv_cache_manager", "bool",
+            "--disable-hybrid-kv-cache-manager: every layer in one full-attention KV cache "
+            "group (sliding-window layers allocated as full attention), as the Neuron plugin "
+            "allocates them; cpu platform only.", False),
     Setting("vllm_service_enforce_eager", "bool", "--enforce-eager (no graph compilation; "
             "for CPU hosts without a compiler).", False),
     Setting("vllm_service_host", "str", "--host the server binds to. Anything but "

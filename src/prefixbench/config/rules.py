@@ -360,6 +360,23 @@ def kv_blocks_hold_a_request(s: Mapping[str, Any]) -> Iterator[str]:
 
 
 @catalogue.rule
+def engine_overrides_off_neuron(s: Mapping[str, Any]) -> Iterator[str]:
+    """The scheduler class and the hybrid manager's switch are the simulated fleet's: on
+    Neuron the plugin installs its own scheduler and allocates every layer as full
+    attention (aws-neuron-sdk v2.32.0 vllm-neuron/docs/design/vllm/neuron-scheduler.md,
+    vllm-integration-kv-cache.md), so either would replace or repeat what it does."""
+    if s.get("prefixbench_platform") != "neuron":
+        return
+    if s.get("vllm_service_scheduler_cls"):
+        yield (f"vllm_service_scheduler_cls {s['vllm_service_scheduler_cls']} would replace "
+               f"the Neuron plugin's own scheduler: leave it empty on prefixbench_platform "
+               f"neuron")
+    if s.get("vllm_service_disable_hybrid_kv_cache_manager"):
+        yield ("vllm_service_disable_hybrid_kv_cache_manager is for the cpu platform: the "
+               "Neuron plugin already allocates every layer as full attention; set it false")
+
+
+@catalogue.rule
 def sweep_points_valid(s: Mapping[str, Any]) -> Iterator[str]:
     """Every point of a sweep passes the rules above with its own settings."""
     try:

@@ -3,7 +3,7 @@ replays through, as one function (:func:`engine_model`) the served expectation, 
 and the what-if can call.
 
 * **neuron** (a Trn2/Trn3 host, this bundle's default): the vLLM Neuron plugin's
-  scheduler (:mod:`prefixbench.predict.schedneuron`), async as the tutorial's servers run
+  scheduler (:mod:`prefixbench.engines.schedneuron`), async as the tutorial's servers run
   it (``on_device_sampling_config`` set: ``NeuronAsyncScheduler``), its KV-concurrency cap
   computed at the server's ``max_model_len``, over one full-attention group whatever the
   model's layers (``NeuronModelRunner.get_kv_cache_spec`` builds a ``FullAttentionSpec``

@@ -11,7 +11,7 @@ so a cache can need a little more than the working set).
 Capacities are usable blocks, as :func:`prefixbench.predict.whatif.server_capacity` counts them
 (``num_gpu_blocks - 1``). The replay is one request at a time unless ``serving`` sends
 the requests at a higher concurrency through the scheduler model
-(:class:`prefixbench.predict.schedconfig.Serving`); the working set is the one-at-a-time
+(:class:`prefixbench.engines.schedconfig.Serving`); the working set is the one-at-a-time
 replay's (through the scheduler model the unbounded cache's blocks include generated
 tokens' and copies, so :attr:`CapacityCurve.working_set_blocks` is 0 there: take it from
 a one-at-a-time curve, as the capacity report does).

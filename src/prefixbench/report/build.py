@@ -37,11 +37,14 @@ def kv_cache_of(records: Sequence[BenchmarkRecord]) -> str | None:
     """The KV-cache line of one host (:func:`prefixbench.engines.kvcapacity.kv_cache_line`)
     from its prefix-caching servers' ``vllm:cache_config_info``, as each record keeps it;
     distinct lines joined, then the engine model the expectations assumed (a record's
-    ``expected_scheduler`` / ``expected_kv_manager``, from the hosts' platform:
-    :func:`prefixbench.engines.platforms.engine_model`). ``None`` without a record of a
-    prefix-caching server."""
+    ``expected_scheduler`` / ``expected_kv_manager``, and where the scheduler was read:
+    ``expected_scheduler_source``, the server's command line; records made before it say
+    the hosts' platform's, :func:`prefixbench.engines.platforms.engine_model`). ``None``
+    without a record of a prefix-caching server."""
     lines: list[str] = []
     assumed = [f"{e['expected_scheduler']} over {e.get('expected_kv_manager')}"
+               + (f" (from {e['expected_scheduler_source']})"
+                  if e.get("expected_scheduler_source") else "")
                for r in records if (e := getattr(r, "expected", None) or {})
                and e.get("expected_scheduler")]
     if assumed:

@@ -119,6 +119,12 @@ def serve_argv(settings: Mapping[str, Any], configuration: Configuration,
     if s.get("prefixbench_platform", "neuron") == "neuron":
         argv += ["--additional-config",
                  _json({"neuron_config": s["vllm_service_neuron_config"]})]
+    if s.get("vllm_service_scheduler_cls"):
+        # vLLM builds this class instead of its own scheduler (vLLM 0.32
+        # SchedulerConfig.get_scheduler_cls); preflight keeps it off Neuron.
+        argv += ["--scheduler-cls", str(s["vllm_service_scheduler_cls"])]
+    if s.get("vllm_service_disable_hybrid_kv_cache_manager"):
+        argv.append("--disable-hybrid-kv-cache-manager")
     if s.get("vllm_service_enforce_eager"):
         argv.append("--enforce-eager")
     argv += ["--host", str(s["vllm_service_host"]), "--port", str(s["vllm_service_port"])]
