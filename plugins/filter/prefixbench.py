@@ -78,10 +78,10 @@ def prefixbench_host_release(settings: Mapping[str, Any], host: str,
     """The host's Neuron release read from its debs and DLAMI venvs:
     ``{release, how, venv, refusal, note, settings}`` (``settings``: what to merge into
     ``prefixbench_settings``; empty when refused)."""
-    found = release_match.resolve(
+    found = release_match.checked(host, release_match.resolve(
         host, str(settings["prefixbench_neuron_release"]),
         provision.installed_versions(packages), release_match.venvs_from_probe(venv_probe),
-        allow_upgrade=bool(settings.get("neuron_sdk_allow_upgrade")))
+        allow_upgrade=bool(settings.get("neuron_sdk_allow_upgrade"))), settings)
     return {**found.as_dict(), "settings": release_match.settings_update(settings, found)}
 
 

@@ -66,7 +66,7 @@ def test_the_library_path_is_the_one_awss_image_of_the_hosts_release_sets() -> N
     assert "LD_LIBRARY_PATH=/opt/aws/neuron/lib," in named and "efa" not in named
     auto = plan.host_plan("h", valid(prefixbench_neuron_release="auto")).sandbox
     assert "LD_LIBRARY_PATH of the host's release" in auto
-    with pytest.raises(ValueError, match="names no server.library_path"):
+    with pytest.raises(ValueError, match=r"names no server\.library_path"):
         sandbox.library_path("neuron", ())
 
 

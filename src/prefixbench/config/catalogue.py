@@ -16,11 +16,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-#: Segment sizes the segmented-attention kernel is compiled for (the tutorial: "Supported
-#: values: [512], [1024], [2048], [4096]"); the rules, the sweep's choices and the
-#: report's advice all read them from here.
-SEGMENT_SIZES: Final = (512, 1024, 2048, 4096)
-
 Kind = Literal["str", "int", "bool", "float", "list_int", "list_float", "list_str", "dict",
                "list_dict"]
 
@@ -158,7 +153,8 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("prefixbench_sweep_segment_sizes", "list_int", "Segment-size sweep: one "
             "baseline/cached server pair per kv_segment_size_buckets value, each with the "
             "matching num_batched_tokens_buckets and max-num-batched-tokens. Empty: no "
-            "sweep, the inventory's server settings.", [], choices=SEGMENT_SIZES),
+            "sweep, the inventory's server settings. Each a segment size the host's Neuron "
+            "release supports (its manifest's prefix_caching.segment_sizes).", []),
     Setting("prefixbench_sweep_kv_blocks", "list_int", "KV-capacity sweep: one cached "
             "server per value, started with --num-gpu-blocks-override set to it, to "
             "measure the hit ratio against KV capacity next to the prediction (the "

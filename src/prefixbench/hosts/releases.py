@@ -347,6 +347,18 @@ def _segment_sizes(part: Mapping[str, Any], origin: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def segment_refusal(setting: str, sizes: Sequence[int], allowed: Sequence[int],
+                    whose: str) -> str:
+    """One line when a configured segment size is not in ``allowed`` (``whose`` list:
+    "Neuron 2.32.0"); "" when every one is."""
+    bad = [v for v in sizes if v not in allowed]
+    if not bad:
+        return ""
+    return (f"{setting} {bad} not supported on {whose}: use one of "
+            f"{', '.join(f'[{v}]' for v in allowed)} (prefix_caching.segment_sizes in "
+            "prefixbench/data/neuron_releases/)")
+
+
 def segment_sizes(rels: Sequence[Release] | None = None) -> tuple[int, ...]:
     """Every segment size some known release supports, ascending (what a setting may be
     before a host's release is read)."""
