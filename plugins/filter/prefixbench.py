@@ -286,6 +286,12 @@ def prefixbench_compile_key(fingerprint: Mapping[str, Any], venv_versions: str,
             "dir": directory}
 
 
+def prefixbench_fingerprint_distributions(settings: Mapping[str, Any]) -> list[str]:
+    """The venv distributions the fingerprint task reads: the compile key's on the
+    host's release, and the fingerprint's own (compile_cache.read_distributions)."""
+    return compile_cache.read_distributions(settings)
+
+
 def prefixbench_compile_role(key: str | None, stored: bool, local: bool, won: bool, *,
                              cold: str = "wait") -> str:
     """A host's part in sharing one configuration's graphs: restore, leader, follower,
@@ -313,6 +319,7 @@ class FilterModule:
         return {
             "prefixbench_plan": prefixbench_plan,
             "prefixbench_unit_spec": prefixbench_unit_spec,
+            "prefixbench_fingerprint_distributions": prefixbench_fingerprint_distributions,
             "prefixbench_env_file": prefixbench_env_file,
             "prefixbench_sandbox_proof_problem": prefixbench_sandbox_proof_problem,
             "prefixbench_api_key_ok": prefixbench_api_key_ok,
