@@ -11,7 +11,7 @@ from prefixbench.bench import client_launch, experiment
 from prefixbench.config import plan
 from prefixbench.hosts import collect, doctor, provision, release_match, releases
 from prefixbench.measure.layout import RunLayout
-from prefixbench.servers import compile_cache, sandbox, server, sweep
+from prefixbench.servers import compile_cache, sandbox, server, sweep, teardown
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
@@ -212,7 +212,11 @@ def prefixbench_gate(shown: Mapping[str, Any], fail_on: Sequence[str]) -> str:
 
 
 def prefixbench_teardown_paths(settings: Mapping[str, Any], role: str) -> list[str]:
-    """The directories teardown removes for ``role`` (never a system directory)."""
+    """The directories teardown removes for ``role`` (never a system directory): the
+    vllm_service role's from prefixbench.servers.teardown, the others' from
+    prefixbench.hosts.provision."""
+    if role == "vllm_service":
+        return teardown.paths(settings)
     return provision.teardown_paths(settings)[role]
 
 

@@ -164,3 +164,34 @@ def test_the_whatif_accepts_a_size_some_release_supports(
                                          r"known release supports: use one of 512, 1024, "
                                          r"2048, 4096, 8192"):
         whatif_setup._segment(Serving(), 32)  # type: ignore[arg-type]
+
+
+def test_teardown_removes_the_doctors_proof_without_reading_the_release() -> None:
+    from prefixbench.bench.client_launch import HOST_SCRIPT  # noqa: PLC0415
+    from prefixbench.servers import sandbox, server, teardown  # noqa: PLC0415
+
+    # A Neuron host whose release was never read (teardown does not read it).
+    removed = teardown.paths({"prefixbench_platform": "neuron",
+                              "prefixbench_neuron_release": "auto",
+                              "vllm_service_cache_root": "/srv/vllm-cache/"})
+    assert sandbox.PROOF_FILE in removed  # by name: a strict deploy trusts it otherwise
+    assert removed == ["/var/lib/vllm-prefixbench", "/srv/vllm-cache", sandbox.PROOF_FILE,
+                       "/var/lib/prefixbench", "/etc/vllm-prefixbench"]
+    # Every file the server's roles leave on a host is under something removed.
+    for left in (sandbox.PROOF_FILE, HOST_SCRIPT, server.ENV_FILE, server.STATE_DIR):
+        assert any(left == p or left.startswith(p + "/") for p in removed), left
+    # A cache root on a system directory is not taken with it.
+    assert "/var/cache" not in teardown.paths({"vllm_service_cache_root": "/var/cache/"})
+
+
+def test_the_teardown_role_removes_what_the_package_lists() -> None:
+    tasks = yaml.safe_load((ROOT / "roles" / "vllm_service" / "tasks" /
+                            "teardown.yml").read_text())
+    removal = next(t for t in tasks if t["name"].startswith("Remove the service's state"))
+    assert removal["ansible.builtin.file"] == {"path": "{{ item }}", "state": "absent"}
+    assert removal["loop"] == ("{{ vllm_service_settings | default(prefixbench_settings, "
+                               "true) | prefixbench_teardown_paths('vllm_service') }}")
+    assert _filters()["prefixbench_teardown_paths"]({}, "vllm_service") == [
+        "/var/lib/vllm-prefixbench", "/var/cache/vllm-prefixbench",
+        "/var/lib/prefixbench/sandbox-proof.json", "/var/lib/prefixbench",
+        "/etc/vllm-prefixbench"]
