@@ -364,9 +364,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("vllm_service_port", "int", "--port.", 8000, minimum=1, maximum=65535),
     Setting("vllm_service_sandbox", "str", "The server unit's systemd sandbox. aws (the "
             "level for a first start): the Neuron runtime runs as AWS's container runs it "
-            "(CAP_IPC_LOCK and CAP_SYS_ADMIN, LimitMEMLOCK=infinity, LD_LIBRARY_PATH="
-            "/opt/aws/neuron/lib) with a container's confinement; strict: adds device, "
-            "system-call, namespace and address confinement, deployed only on a host where "
+            "(CAP_IPC_LOCK and CAP_SYS_ADMIN, LimitMEMLOCK=infinity, the LD_LIBRARY_PATH "
+            "of the host's release's image) with a container's confinement; strict: adds "
+            "device, system-call, namespace and address confinement, deployed only on a host "
+            "where "
             "`prefixbench doctor -e vllm_service_sandbox=strict` has proven it; off: no "
             "confinement (the grants stay).", "aws", choices=("aws", "strict", "off")),
     Setting("vllm_service_user", "str", "Unprivileged system user that runs both servers.",
