@@ -11,7 +11,7 @@ from prefixbench.bench import client_launch, experiment
 from prefixbench.config import plan
 from prefixbench.hosts import collect, doctor, provision, release_match, releases
 from prefixbench.measure.layout import RunLayout
-from prefixbench.servers import compile_cache, sandbox, server, sweep
+from prefixbench.servers import compile_cache, sandbox, server, sweep, teardown
 
 
 def prefixbench_plan(preflight_results: Sequence[Mapping[str, Any]],
@@ -78,10 +78,10 @@ def prefixbench_host_release(settings: Mapping[str, Any], host: str,
     """The host's Neuron release read from its debs and DLAMI venvs:
     ``{release, how, venv, refusal, note, settings}`` (``settings``: what to merge into
     ``prefixbench_settings``; empty when refused)."""
-    found = release_match.resolve(
+    found = release_match.checked(host, release_match.resolve(
         host, str(settings["prefixbench_neuron_release"]),
         provision.installed_versions(packages), release_match.venvs_from_probe(venv_probe),
-        allow_upgrade=bool(settings.get("neuron_sdk_allow_upgrade")))
+        allow_upgrade=bool(settings.get("neuron_sdk_allow_upgrade"))), settings)
     return {**found.as_dict(), "settings": release_match.settings_update(settings, found)}
 
 
@@ -212,7 +212,11 @@ def prefixbench_gate(shown: Mapping[str, Any], fail_on: Sequence[str]) -> str:
 
 
 def prefixbench_teardown_paths(settings: Mapping[str, Any], role: str) -> list[str]:
-    """The directories teardown removes for ``role`` (never a system directory)."""
+    """The directories teardown removes for ``role`` (never a system directory): the
+    vllm_service role's from prefixbench.servers.teardown, the others' from
+    prefixbench.hosts.provision."""
+    if role == "vllm_service":
+        return teardown.paths(settings)
     return provision.teardown_paths(settings)[role]
 
 
@@ -286,6 +290,12 @@ def prefixbench_compile_key(fingerprint: Mapping[str, Any], venv_versions: str,
             "dir": directory}
 
 
+def prefixbench_fingerprint_distributions(settings: Mapping[str, Any]) -> list[str]:
+    """The venv distributions the fingerprint task reads: the compile key's on the
+    host's release, and the fingerprint's own (compile_cache.read_distributions)."""
+    return compile_cache.read_distributions(settings)
+
+
 def prefixbench_compile_role(key: str | None, stored: bool, local: bool, won: bool, *,
                              cold: str = "wait") -> str:
     """A host's part in sharing one configuration's graphs: restore, leader, follower,
@@ -313,6 +323,7 @@ class FilterModule:
         return {
             "prefixbench_plan": prefixbench_plan,
             "prefixbench_unit_spec": prefixbench_unit_spec,
+            "prefixbench_fingerprint_distributions": prefixbench_fingerprint_distributions,
             "prefixbench_env_file": prefixbench_env_file,
             "prefixbench_sandbox_proof_problem": prefixbench_sandbox_proof_problem,
             "prefixbench_api_key_ok": prefixbench_api_key_ok,

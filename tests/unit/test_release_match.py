@@ -206,5 +206,8 @@ def test_every_releases_compile_key_distributions_are_read_into_the_key() -> Non
     from prefixbench.servers import compile_cache  # noqa: PLC0415
 
     for rel in RELS:
-        assert set(rel.compile_distributions) <= set(compile_cache.COMPILER_DISTRIBUTIONS), \
-            rel.release
+        read = compile_cache.read_distributions(
+            {"prefixbench_platform": "neuron", "prefixbench_neuron_release": rel.release})
+        assert set(rel.compile_distributions) <= set(read), rel.release
+        assert compile_cache.distributions("neuron", rel.release) == \
+            rel.compile_distributions, rel.release

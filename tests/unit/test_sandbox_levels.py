@@ -12,9 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "module_utils"))
 
 import prefixbench_doctor as search  # noqa: E402
+import pytest  # noqa: E402
 
 from prefixbench.config import plan, settings  # noqa: E402
-from prefixbench.hosts import doctor  # noqa: E402
+from prefixbench.hosts import doctor, releases  # noqa: E402
 from prefixbench.servers import sandbox, server  # noqa: E402
 
 EXE = "/opt/venv/bin/vllm"
@@ -43,8 +44,30 @@ def test_a_neuron_unit_is_granted_what_awss_container_is_at_every_level() -> Non
     # Each grant says why and where AWS does it, at a tag.
     for grant in sandbox.NEURON_GRANTS:
         assert grant.reason and "@v2.31.1" in grant.source and "@v2.32.0" in grant.source
-    assert "@2.31.1" in sandbox.LIBRARY_PATH_SOURCE and "@2.32.0" in sandbox.LIBRARY_PATH_SOURCE
     assert server.unit_spec(valid(), "cached", EXE).sandbox_level == "aws"
+
+
+def test_the_library_path_is_the_one_awss_image_of_the_hosts_release_sets() -> None:
+    # aws-neuron/deep-learning-containers: the 0.21 image at 2.31.x sets no EFA directory,
+    # the 0.24 image at 2.32.0 adds /opt/amazon/efa/lib and lib64 after libnrt's.
+    def path(release: str) -> str:
+        spec = server.unit_spec(valid(prefixbench_neuron_release=release), "cached", EXE)
+        return next(e for e in spec.environment if e.startswith("LD_LIBRARY_PATH="))
+
+    for release in ("2.31.0", "2.31.0-vllm-beta", "2.31.1"):
+        assert path(release) == "LD_LIBRARY_PATH=/opt/aws/neuron/lib", release
+    assert path("2.32.0") == \
+        "LD_LIBRARY_PATH=/opt/aws/neuron/lib:/opt/amazon/efa/lib:/opt/amazon/efa/lib64"
+    for rel in releases.load_all():
+        assert rel.library_path[0] == "/opt/aws/neuron/lib", rel.release  # libnrt's
+        assert "deep-learning-containers" in rel.library_path_source, rel.release
+    # The plan names the host's release's path once it is known, and no path before.
+    named = plan.host_plan("h", valid(prefixbench_neuron_release="2.31.1")).sandbox
+    assert "LD_LIBRARY_PATH=/opt/aws/neuron/lib," in named and "efa" not in named
+    auto = plan.host_plan("h", valid(prefixbench_neuron_release="auto")).sandbox
+    assert "LD_LIBRARY_PATH of the host's release" in auto
+    with pytest.raises(ValueError, match=r"names no server\.library_path"):
+        sandbox.library_path("neuron", ())
 
 
 def test_a_cpu_unit_is_granted_nothing() -> None:

@@ -16,11 +16,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-#: Segment sizes the segmented-attention kernel is compiled for (the tutorial: "Supported
-#: values: [512], [1024], [2048], [4096]"); the rules, the sweep's choices and the
-#: report's advice all read them from here.
-SEGMENT_SIZES: Final = (512, 1024, 2048, 4096)
-
 Kind = Literal["str", "int", "bool", "float", "list_int", "list_float", "list_str", "dict",
                "list_dict"]
 
@@ -158,7 +153,8 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("prefixbench_sweep_segment_sizes", "list_int", "Segment-size sweep: one "
             "baseline/cached server pair per kv_segment_size_buckets value, each with the "
             "matching num_batched_tokens_buckets and max-num-batched-tokens. Empty: no "
-            "sweep, the inventory's server settings.", [], choices=SEGMENT_SIZES),
+            "sweep, the inventory's server settings. Each a segment size the host's Neuron "
+            "release supports (its manifest's prefix_caching.segment_sizes).", []),
     Setting("prefixbench_sweep_kv_blocks", "list_int", "KV-capacity sweep: one cached "
             "server per value, started with --num-gpu-blocks-override set to it, to "
             "measure the hit ratio against KV capacity next to the prediction (the "
@@ -378,9 +374,10 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
     Setting("vllm_service_port", "int", "--port.", 8000, minimum=1, maximum=65535),
     Setting("vllm_service_sandbox", "str", "The server unit's systemd sandbox. aws (the "
             "level for a first start): the Neuron runtime runs as AWS's container runs it "
-            "(CAP_IPC_LOCK and CAP_SYS_ADMIN, LimitMEMLOCK=infinity, LD_LIBRARY_PATH="
-            "/opt/aws/neuron/lib) with a container's confinement; strict: adds device, "
-            "system-call, namespace and address confinement, deployed only on a host where "
+            "(CAP_IPC_LOCK and CAP_SYS_ADMIN, LimitMEMLOCK=infinity, the LD_LIBRARY_PATH "
+            "of the host's release's image) with a container's confinement; strict: adds "
+            "device, system-call, namespace and address confinement, deployed only on a host "
+            "where "
             "`prefixbench doctor -e vllm_service_sandbox=strict` has proven it; off: no "
             "confinement (the grants stay).", "aws", choices=("aws", "strict", "off")),
     Setting("vllm_service_user", "str", "Unprivileged system user that runs both servers.",

@@ -78,7 +78,14 @@ def _sandbox_line(settings: Mapping[str, Any]) -> str:
     level = str(settings.get("vllm_service_sandbox") or sandbox.FIRST_START_LEVEL)
     if level not in sandbox.SANDBOX_LEVELS:
         return ""
-    return sandbox.level_line(level, str(settings.get("prefixbench_platform", "neuron")))
+    platform = str(settings.get("prefixbench_platform", "neuron"))
+    name = str(settings.get("prefixbench_neuron_release", releases.AUTO))
+    try:
+        path = ("" if name == releases.AUTO or platform != "neuron" else
+                sandbox.library_path(platform, releases.load_release(name).library_path))
+    except (releases.ReleaseError, ValueError):
+        path = ""  # the release line says what is wrong with the release
+    return sandbox.level_line(level, platform, path)
 
 
 def release_line(settings: Mapping[str, Any]) -> str:

@@ -14,7 +14,6 @@ from typing import Any, Final
 from prefixbench.bench import experiment
 from prefixbench.bench.goodput import LadderError
 from prefixbench.config import catalogue
-from prefixbench.config.catalogue import SEGMENT_SIZES
 from prefixbench.engines import tokenizer_vocab
 from prefixbench.engines.workloads import WorkloadError
 from prefixbench.hosts import instances, releases
@@ -62,6 +61,23 @@ SEGMENT_SOURCE: Final = ("aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/gui
                          "reference-configuration.md, \"Prefix caching constraints\"")
 
 
+def segment_sizes_allowed(s: Mapping[str, Any]) -> tuple[tuple[int, ...], str]:
+    """The segment sizes a host may use, and whose list that is: its named release's
+    (``prefix_caching.segment_sizes`` in its manifest), or with ``auto`` any known
+    release's (each host is held to its own once its release is read:
+    prefixbench.hosts.release_match.segment_refusal)."""
+    name = str(s.get("prefixbench_neuron_release", releases.AUTO))
+    try:
+        if name != releases.AUTO:
+            rel = releases.load_release(name)
+            return rel.segment_sizes, f"Neuron {rel.release}"
+        rels = releases.load_all()
+    except releases.ReleaseError:
+        rels = releases.load_all()  # rule neuron_release says what is wrong with it
+    return (releases.segment_sizes(rels),
+            f"any Neuron release this bundle knows ({', '.join(r.release for r in rels)})")
+
+
 @catalogue.rule
 def segment_buckets(s: Mapping[str, Any]) -> Iterator[str]:
     """kv_segment_size_buckets is one supported size, equal to num_batched_tokens_buckets
@@ -84,10 +100,10 @@ def segment_buckets(s: Mapping[str, Any]) -> Iterator[str]:
     if segments != batched:
         yield (f"kv_segment_size_buckets {segments} must equal num_batched_tokens_buckets "
                f"{batched} (the tutorial's constraint for segmented attention)")
-    bad = [v for v in segments if v not in SEGMENT_SIZES]
-    if bad:
-        yield (f"kv_segment_size_buckets {bad} not supported: use one of "
-               f"{', '.join(f'[{v}]' for v in SEGMENT_SIZES)}")
+    unsupported = releases.segment_refusal("kv_segment_size_buckets", segments,
+                                           *segment_sizes_allowed(s))
+    if unsupported:
+        yield unsupported
     block = int(s.get("vllm_service_block_size") or 0)
     if block and s.get("prefixbench_platform") == "neuron":
         uneven = [v for v in segments if v % block]
@@ -378,11 +394,18 @@ def engine_overrides_off_neuron(s: Mapping[str, Any]) -> Iterator[str]:
 
 @catalogue.rule
 def sweep_points_valid(s: Mapping[str, Any]) -> Iterator[str]:
-    """Every point of a sweep passes the rules above with its own settings."""
+    """Every point of a sweep passes the rules above with its own settings; a segment
+    size the release does not support is said once, for the setting."""
     try:
         points = sweep.points(s)
     except ValueError as exc:
         yield str(exc)
+        return
+    unsupported = releases.segment_refusal(
+        "prefixbench_sweep_segment_sizes",
+        [p.value for p in points if p.dial == sweep.SEG], *segment_sizes_allowed(s))
+    if unsupported:
+        yield unsupported
         return
     for point in points:
         for check in catalogue.RULES:

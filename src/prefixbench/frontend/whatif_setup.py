@@ -233,14 +233,18 @@ def _scheduler(args: argparse.Namespace, workload: Workload, platform: str
 
 
 def _segment(serving: Serving, block_size: int) -> tuple[int, Assumed]:
-    from prefixbench.config.catalogue import SEGMENT_SIZES  # noqa: PLC0415
     from prefixbench.config.rules import SEGMENT_SOURCE  # noqa: PLC0415 - neuron only
+    from prefixbench.hosts import releases  # noqa: PLC0415 - neuron only
 
+    # No host here, so no release: any size some known release supports (the union of
+    # the manifests' prefix_caching.segment_sizes); preflight holds a host to its own.
+    sizes = releases.segment_sizes()
     segment = serving.max_num_batched_tokens
-    if segment not in SEGMENT_SIZES:
+    if segment not in sizes:
         raise UsageError(f"--max-num-batched-tokens {segment} is not a Neuron prefill "
-                         f"segment size: use one of {', '.join(map(str, SEGMENT_SIZES))} "
-                         f"({SEGMENT_SOURCE})")
+                         f"segment size any known release supports: use one of "
+                         f"{', '.join(map(str, sizes))} ({SEGMENT_SOURCE}; each release's "
+                         "manifest, prefix_caching.segment_sizes)")
     if segment % block_size:
         raise UsageError(f"--block-size {block_size} does not divide the {segment}-token "
                          f"prefill segment (block size must divide the segment size, "

@@ -20,7 +20,7 @@ in the facts they read (``roles/neuron_sdk/tasks/release.yml``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prefixbench.hosts.releases import (
@@ -32,6 +32,7 @@ from prefixbench.hosts.releases import (
     upstream_version,
     version_tuple,
 )
+from prefixbench.hosts.releases import segment_refusal as releases_segment_refusal
 
 
 def _public(version: str | None) -> str:
@@ -213,6 +214,37 @@ def _named(requested: str, rels: Sequence[Release]) -> Release:
     if series:
         return newest(series)
     return load_release(requested)  # raises the loader's one-line error
+
+
+def configured_segment_sizes(settings: Mapping[str, Any]) -> dict[str, list[int]]:
+    """``{setting: sizes}``: the segment sizes a host's settings compile (the servers'
+    ``kv_segment_size_buckets`` and a segment-size sweep's points)."""
+    cfg = settings.get("vllm_service_neuron_config") or {}
+    out = {"kv_segment_size_buckets":
+           list(cfg.get("kv_segment_size_buckets") or []) if isinstance(cfg, Mapping) else [],
+           "prefixbench_sweep_segment_sizes":
+           list(settings.get("prefixbench_sweep_segment_sizes") or [])}
+    return {k: [int(v) for v in vs] for k, vs in out.items() if vs}
+
+
+def segment_refusal(host: str, rel: Release, settings: Mapping[str, Any]) -> str:
+    """One line when the host's settings use a segment size its release's plugin does
+    not support (preflight checked them against every known release's; this is the
+    host's own, once read); "" otherwise."""
+    for setting, sizes in configured_segment_sizes(settings).items():
+        line = releases_segment_refusal(setting, sizes, rel.segment_sizes,
+                                        f"Neuron {rel.release}")
+        if line:
+            return f"{host}: {line}; nothing was changed"
+    return ""
+
+
+def checked(host: str, found: HostRelease, settings: Mapping[str, Any]) -> HostRelease:
+    """``found``, refused when the settings do not fit its release (:func:`segment_refusal`)."""
+    if found.release is None:
+        return found
+    refusal = segment_refusal(host, found.release, settings)
+    return replace(found, release=None, venv="", refusal=refusal) if refusal else found
 
 
 def settings_update(settings: Mapping[str, Any], found: HostRelease) -> dict[str, Any]:

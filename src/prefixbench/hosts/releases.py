@@ -33,7 +33,8 @@ _PIP_NAME_RE: Final = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _VERSION_RE: Final = re.compile(r"^\d+(\.\d+)*$")
 _KNOWN_KEYS: Final = frozenset({"schema", "release", "version", "date", "title", "sources",
                                 "apt", "pip", "os", "notes", "python", "dlami", "server",
-                                "bench_client", "compile_key", "gpu_only"})
+                                "bench_client", "compile_key", "gpu_only",
+                                "prefix_caching"})
 _ENV_NAME_RE: Final = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _PY_RE: Final = re.compile(r"^3\.\d+$")
 _SOURCE_RE: Final = re.compile(r"^(git\+)?https://\S+@[0-9a-f]{7,40}$")
@@ -80,6 +81,13 @@ class Release:
     #: their download size in MB (what an own venv installs, as AWS's image does).
     gpu_only: Mapping[str, str] = field(default_factory=dict)
     gpu_only_mb: int = 0
+    #: The ``vllm serve`` unit's LD_LIBRARY_PATH directories on Neuron, in order, as
+    #: AWS's vLLM image of the release sets them (``server.library_path``).
+    library_path: tuple[str, ...] = ()
+    library_path_source: str = ""
+    #: The ``kv_segment_size_buckets`` values the release's plugin supports
+    #: (``prefix_caching.segment_sizes``).
+    segment_sizes: tuple[int, ...] = ()
 
     @property
     def series(self) -> str:
@@ -289,7 +297,7 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
     if not isinstance(date, str) or not _DATE_RE.match(date):
         raise ReleaseError(f"{origin}: date must be AWS's release date as \"YYYY-MM-DD\"")
     sections = {}
-    for key in ("server", "bench_client", "compile_key", "gpu_only"):
+    for key in ("server", "bench_client", "compile_key", "gpu_only", "prefix_caching"):
         part = data.get(key) or {}
         if not isinstance(part, Mapping):
             raise ReleaseError(f"{origin}: {key} must be a mapping")
@@ -307,7 +315,55 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
         "compile_distributions": _str_list(sections["compile_key"].get("distributions"),
                                            f"{origin}: compile_key.distributions"),
         **_gpu_only(sections["gpu_only"], origin),
+        "library_path": _library_path(sections["server"], origin),
+        "library_path_source": str(sections["server"].get("library_path_source") or ""),
+        "segment_sizes": _segment_sizes(sections["prefix_caching"], origin),
     }
+
+
+def _library_path(server: Mapping[str, Any], origin: str) -> tuple[str, ...]:
+    """``server.library_path``: absolute directories, each once, and their source."""
+    dirs = server.get("library_path")
+    if not isinstance(dirs, list) or not dirs or not all(
+            isinstance(d, str) and d.startswith("/") and ":" not in d and d.strip() == d
+            for d in dirs) or len(set(dirs)) != len(dirs):
+        raise ReleaseError(f"{origin}: server.library_path must list the absolute "
+                           "directories of the unit's LD_LIBRARY_PATH (as AWS's vLLM "
+                           "image of the release sets them), each once")
+    if not str(server.get("library_path_source") or "").strip():
+        raise ReleaseError(f"{origin}: server.library_path_source names no public source")
+    return tuple(dirs)
+
+
+def _segment_sizes(part: Mapping[str, Any], origin: str) -> tuple[int, ...]:
+    """``prefix_caching.segment_sizes``: the plugin's supported segment sizes."""
+    sizes = part.get("segment_sizes")
+    if not isinstance(sizes, list) or not sizes or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes) \
+            or sorted(set(sizes)) != sizes:
+        raise ReleaseError(f"{origin}: prefix_caching.segment_sizes must list the "
+                           "kv_segment_size_buckets values the release's plugin supports, "
+                           "ascending, each once")
+    return tuple(sizes)
+
+
+def segment_refusal(setting: str, sizes: Sequence[int], allowed: Sequence[int],
+                    whose: str) -> str:
+    """One line when a configured segment size is not in ``allowed`` (``whose`` list:
+    "Neuron 2.32.0"); "" when every one is."""
+    bad = [v for v in sizes if v not in allowed]
+    if not bad:
+        return ""
+    return (f"{setting} {bad} not supported on {whose}: use one of "
+            f"{', '.join(f'[{v}]' for v in allowed)} (prefix_caching.segment_sizes in "
+            "prefixbench/data/neuron_releases/)")
+
+
+def segment_sizes(rels: Sequence[Release] | None = None) -> tuple[int, ...]:
+    """Every segment size some known release supports, ascending (what a setting may be
+    before a host's release is read)."""
+    return tuple(sorted({v for r in (rels if rels is not None else load_all())
+                         for v in r.segment_sizes}))
 
 
 def _gpu_only(part: Mapping[str, Any], origin: str) -> dict[str, Any]:

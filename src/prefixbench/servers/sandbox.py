@@ -7,9 +7,10 @@ directive with its reason, by level; the unit's PATH, library path and limits.
   runs it. AWS starts this very ``vllm serve`` in its container with ``--cap-add
   SYS_ADMIN --cap-add IPC_LOCK`` (aws-neuron/aws-neuron-sdk at v2.31.1 and v2.32.0,
   deploy/environments/quickstart-deploy-dlc.rst, "Step 2"), and the image sets
-  ``LD_LIBRARY_PATH=/opt/aws/neuron/lib`` (aws/deep-learning-containers at 2.31.1,
-  vllm/inference/0.21.0.1.0.0/Dockerfile.neuronx, and at 2.32.0,
-  vllm/inference/0.24.0.1.1.0/Dockerfile.neuronx): the unit grants both capabilities
+  ``LD_LIBRARY_PATH``, ``/opt/aws/neuron/lib`` first, and at 2.32 the EFA libraries
+  after it (aws-neuron/deep-learning-containers at each release's tag,
+  vllm/inference/<plugin version>/Dockerfile.neuronx; the directories are the host's
+  release manifest's ``server.library_path``): the unit grants both capabilities
   (:data:`NEURON_GRANTS`), ``LimitMEMLOCK=infinity`` and that library path, and keeps only
   the confinement a container has too (read-only kernel tunables, cgroups, ...).
 * ``strict``: adds what reaches into the runtime's own needs (its devices, system calls,
@@ -59,9 +60,6 @@ PROVEN_LEVELS: Final = ("strict",)
 _QUICKSTART: Final = ("aws-neuron/aws-neuron-sdk@v2.31.1 and @v2.32.0 "
                       "deploy/environments/quickstart-deploy-dlc.rst (docker run ... "
                       "--cap-add SYS_ADMIN --cap-add IPC_LOCK)")
-_DOCKERFILES: Final = ("aws/deep-learning-containers@2.31.1 and @2.32.0, each release's "
-                       "vLLM image: vllm/inference/<plugin version>/Dockerfile.neuronx "
-                       "(ENV LD_LIBRARY_PATH=/opt/aws/neuron/lib...)")
 #: The capabilities AWS's container adds for the Neuron runtime (:data:`_QUICKSTART`).
 NEURON_CAPABILITIES: Final = ("CAP_IPC_LOCK", "CAP_SYS_ADMIN")
 
@@ -81,23 +79,23 @@ NEURON_GRANTS: Final = (
               "it (mlock(2)), this keeps the limit out of the way at a level without it",
               source=_QUICKSTART),
 )
-#: Where libnrt lives (``/opt/aws/neuron/lib``, aws-neuron/aws-neuron-sdk@v2.32.0
-#: neuron-runtime/guides/nrt-developer-guide.rst) and, at 2.32.0, the EFA libraries the
-#: image adds after it (:data:`_DOCKERFILES`; an absent directory costs nothing). The
-#: image's /lib/x86_64-linux-gnu is the loader's default and /opt/conda/lib is the
-#: image's own conda, so neither is here.
-NEURON_LIBRARY_PATH: Final = "/opt/aws/neuron/lib:/opt/amazon/efa/lib:/opt/amazon/efa/lib64"
-LIBRARY_PATH_SOURCE: Final = _DOCKERFILES
-
-
 def grants(platform: str) -> list[Directive]:
     """The unit's grants on ``platform`` (every level): none for a CPU server."""
     return list(NEURON_GRANTS) if platform == "neuron" else []
 
 
-def library_path(platform: str) -> str:
-    """The unit's LD_LIBRARY_PATH on ``platform`` ("" for none)."""
-    return NEURON_LIBRARY_PATH if platform == "neuron" else ""
+def library_path(platform: str, directories: Sequence[str]) -> str:
+    """The unit's LD_LIBRARY_PATH on ``platform`` ("" for none): on Neuron, the host's
+    release's ``server.library_path`` (``directories``) joined, where libnrt is
+    (``/opt/aws/neuron/lib``, aws-neuron/aws-neuron-sdk@v2.32.0
+    neuron-runtime/guides/nrt-developer-guide.rst) and what else AWS's vLLM image of that
+    release puts on it. A CPU server gets none."""
+    if platform != "neuron":
+        return ""
+    if not directories:
+        raise ValueError("the host's Neuron release names no server.library_path: the "
+                         "unit cannot say where libnrt is (fix the release's manifest)")
+    return ":".join(directories)
 
 
 #: Measured to work for vLLM on CPU under systemd (REFERENCE.md: exposure 1.1 with
@@ -199,10 +197,14 @@ def levels_without(line: str) -> list[str]:
                        for d in sandbox(platform, level=level))]
 
 
-def level_line(level: str, platform: str) -> str:
-    """Which sandbox level a host's units use, and why (the plan's line)."""
+def level_line(level: str, platform: str, ld_library_path: str = "") -> str:
+    """Which sandbox level a host's units use, and why (the plan's line);
+    ``ld_library_path`` is the unit's (:func:`library_path`), "" while the host's release
+    is not read yet."""
+    path = (f"LD_LIBRARY_PATH={ld_library_path}" if ld_library_path else
+            "the LD_LIBRARY_PATH of the host's release (read from the host)")
     granted = ("; grants " + ", ".join(d.line for d in NEURON_GRANTS)
-               + f" and LD_LIBRARY_PATH={NEURON_LIBRARY_PATH}, as AWS's container"
+               + f" and {path}, as AWS's container"
                if platform == "neuron" else "")
     if level == FIRST_START_LEVEL:
         why = "the level for a first start: the runtime as AWS runs it" + granted

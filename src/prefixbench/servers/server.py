@@ -372,9 +372,11 @@ def unit_spec(settings: Mapping[str, Any], configuration: Configuration,
     level = check_level(str(settings.get("vllm_service_sandbox") or FIRST_START_LEVEL))
     env = {**environment(settings, configuration, f"/run/{runtime}"),
            "PATH": unit_path(vllm_executable)}
-    if library_path(platform):
-        # Where libnrt is, as AWS's image sets it (prefixbench.servers.sandbox).
-        env["LD_LIBRARY_PATH"] = library_path(platform)
+    if platform == "neuron":
+        # Where libnrt is, as AWS's image of the host's release sets it
+        # (the manifest's server.library_path; prefixbench.servers.sandbox).
+        env["LD_LIBRARY_PATH"] = library_path(
+            platform, releases.for_settings(settings).library_path)
     return UnitSpec(
         configuration=configuration,
         name=unit_name(configuration),
