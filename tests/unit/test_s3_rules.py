@@ -1,4 +1,4 @@
-"""Preflight rules of the model's S3 mirror (prefixbench.config.rules.model_s3_mirror)."""
+"""Preflight rules of the model's S3 mirror (prefixbench.config.rules_s3.model_s3_mirror)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from prefixbench.config import settings
-from prefixbench.config.rules import s3_bucket_problem
+from prefixbench.config.rules_s3 import s3_bucket_problem
 
 BASE: dict[str, Any] = {"prefixbench_instance_type": "trn2.48xlarge",
                         "vllm_service_model": "/opt/models/m"}

@@ -7,14 +7,14 @@ import posixpath
 from pathlib import Path
 from typing import Final
 
-from prefixbench.servers.server import CONFIGURATIONS
+from prefixbench.servers.server import BENCH_CLIENT_SCRIPT, CONFIGURATIONS
 
 __all__ = ["HOST_SCRIPT", "SCRIPT_SOURCE", "launcher", "plan", "socket_path", "unit"]
 
 #: The script on the controller (copied to the host by the prefix_bench role).
 SCRIPT_SOURCE: Final = Path(__file__).with_name("warm_client.py")
 #: Where it is put on the host.
-HOST_SCRIPT: Final = "/var/lib/prefixbench/warm_client.py"
+HOST_SCRIPT: Final = BENCH_CLIENT_SCRIPT
 
 
 def _check(configuration: str) -> str:

@@ -62,6 +62,10 @@ TIKTOKEN_BASE_VAR: Final = "TIKTOKEN_ENCODINGS_BASE"
 DEFAULT_CACHE_ROOT: Final = "/var/cache/vllm-prefixbench"
 #: The service user's home and working directory (systemd StateDirectory).
 STATE_DIR: Final = "/var/lib/vllm-prefixbench"
+#: Where the role puts the preloaded bench client on a host
+#: (:mod:`prefixbench.bench.client_launch`): here, below the bench, so that teardown
+#: (:mod:`prefixbench.servers.teardown`) can name its directory.
+BENCH_CLIENT_SCRIPT: Final = "/var/lib/prefixbench/warm_client.py"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

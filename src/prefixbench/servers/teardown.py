@@ -9,10 +9,14 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from prefixbench.bench.client_launch import HOST_SCRIPT
 from prefixbench.hosts.provision import removable
 from prefixbench.servers.sandbox import PROOF_FILE
-from prefixbench.servers.server import DEFAULT_CACHE_ROOT, ENV_FILE, STATE_DIR
+from prefixbench.servers.server import (
+    BENCH_CLIENT_SCRIPT,
+    DEFAULT_CACHE_ROOT,
+    ENV_FILE,
+    STATE_DIR,
+)
 
 
 def paths(settings: Mapping[str, Any]) -> list[str]:
@@ -22,7 +26,7 @@ def paths(settings: Mapping[str, Any]) -> list[str]:
     deploy would trust it on the next run otherwise) and the preloaded bench client's
     directory, which holds it, and the root-only environment file's directory."""
     cache_root = str(settings.get("vllm_service_cache_root") or DEFAULT_CACHE_ROOT)
-    out = [STATE_DIR, cache_root, PROOF_FILE, posixpath.dirname(HOST_SCRIPT),
+    out = [STATE_DIR, cache_root, PROOF_FILE, posixpath.dirname(BENCH_CLIENT_SCRIPT),
            posixpath.dirname(ENV_FILE)]
     # Never a system directory (a cache root set to /var/cache stays).
     return [p for p in dict.fromkeys(posixpath.normpath(p) for p in out) if removable(p)]
