@@ -19,14 +19,17 @@ __all__ = ["served_expected"]
 
 def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
                     config: metrics.CacheConfig, *, serving: Serving = SERIAL,
-                    platform: str = "cpu", max_model_len: int | None = None
-                    ) -> dict[str, Any]:
+                    platform: str = "cpu", max_model_len: int | None = None,
+                    async_scheduling: bool = True) -> dict[str, Any]:
     """The expected ratio from the tokens the server sees (prefixbench.predict.served
     .served_expectation), as record keys; a note instead when it cannot be made. The
     engine model is the ``platform``'s (:func:`prefixbench.predict.engines.engine_model`:
-    on Neuron the plugin's scheduler over full attention, its cap at ``max_model_len``),
+    on Neuron the plugin's scheduler over full attention, its cap at ``max_model_len``,
+    ``NeuronAsyncScheduler`` unless ``async_scheduling`` is False: the sync
+    ``NeuronScheduler`` a CPU server runs from ``prefixbench_sim/neuron_scheduler.py``),
     and the record says which it assumed (``expected_scheduler``,
-    ``expected_kv_manager``)."""
+    ``expected_kv_manager``). The range over arrival timings (``served_band_*``) is
+    replayed through the same engine model."""
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
     from prefixbench.predict.served import served_expectation  # noqa: PLC0415
     from prefixbench.predict.tokenizer import TokenizerError  # noqa: PLC0415
@@ -36,7 +39,8 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         return {"served_note": "no tokenizer copy in the run directory"}
     capacity, model, note = whatif.server_cache_model(config)
     engine = engine_model(platform, cache_model=model.chunked(serving.max_num_batched_tokens),
-                          serving=serving, max_model_len=max_model_len)
+                          serving=serving, max_model_len=max_model_len,
+                          async_scheduling=async_scheduling)
     if engine.platform == "neuron":
         note = None  # one full-attention group on Neuron, whatever the model's layers
     try:
