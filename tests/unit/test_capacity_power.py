@@ -24,7 +24,7 @@ from prefixbench.predict.served import _sent
 from prefixbench.report.capacity import build_capacity, capacity_lines, report_capacity
 from prefixbench.report.capacity_verdict import accepted_interval, decide
 
-AT4 = {"concurrency": 4, "note": None, "predicted_at": 4, "evicted_blocks": 47}
+AT4: dict[str, Any] = {"concurrency": 4, "note": None, "predicted_at": 4, "evicted_blocks": 47}
 
 
 def test_the_reason_says_what_the_verdict_accepted_and_how_wide() -> None:

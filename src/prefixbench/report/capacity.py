@@ -11,15 +11,15 @@ for your prompts the what-if replay (:func:`prefixbench.report.records.record_pr
 Per point, host and workload this report sets the measured hit ratio beside that
 prediction, and judges it (:func:`prefixbench.report.capacity_verdict.decide`):
 ``capacity_curve`` PASS when they are within :attr:`CapacityThresholds.max_diff` (2
-points), FAIL otherwise, INCONCLUSIVE when there is no prediction, or, above
-concurrency 1, when the record does not say the prediction was made at the workload's
-concurrency by the scheduler model. Each decided row says the interval of measured
-ratios its verdict accepted and how many points wide it is (the table's "Accepted"
-column, ``accepted`` / ``accepted_width_pp`` in the JSON and the CSV). It also draws, per workload, the predicted curve
-over a range of capacities with the measured points on it, at the workload's
-concurrency through the scheduler model when the record keeps the server's limits (one
-request at a time otherwise, and the curve's note says which), and marks the working
-set: the distinct full blocks the workload caches, from where it fits.
+points), FAIL otherwise, INCONCLUSIVE when there is no prediction, or, above concurrency
+1, when the record does not say the prediction was made at the workload's concurrency by
+the scheduler model. Each decided row says the interval of measured ratios its verdict
+accepted and how many points wide it is (the table's "Accepted" column, ``accepted`` /
+``accepted_width_pp`` in the JSON and the CSV). It also draws, per workload, the
+predicted curve over a range of capacities with the measured points on it, at the
+workload's concurrency through the scheduler model when the record keeps the server's
+limits (one request at a time otherwise, and the curve's note says which), and marks the
+working set: the distinct full blocks the workload caches, from where it fits.
 """
 
 from __future__ import annotations
