@@ -26,15 +26,14 @@ record without the range (made before it) keeps the older rule: PASS when it agr
 with the point, INCONCLUSIVE otherwise where the model evicts or the rate is finite.
 
 The range is the engine model's the record names (``expected_scheduler``,
-:func:`prefixbench.predict.engines.engine_model`): on Neuron the plugin's scheduler,
-one prefill at a time and never beside a decode, over one full-attention group, whose
-range is far narrower than vLLM's over the hybrid manager (the tiny gpt-oss's 12
-prompts at concurrency 4: 20.00 points wide at 63 blocks on cpu; 0 to 9.17 points on
+:func:`prefixbench.predict.engines.engine_model`): on Neuron the plugin's scheduler, one
+prefill at a time and never beside a decode, over one full-attention group, whose range
+is far narrower than vLLM's over the hybrid manager (the tiny gpt-oss's 12 prompts at
+concurrency 4: 20.00 points wide at 63 blocks on cpu; 0 to 8.33 points at block 32 on
 the Neuron model, docs/capacity-and-goodput.md). So that a reader sees how much a
 verdict could fail, every decided verdict says what it accepted: the interval of
-measured hit ratios it passes (the point +- the threshold, joined with the range
-widened by it; within 0-100%) and its width in points
-(:attr:`CapacityVerdict.accepted`).
+measured hit ratios it passes (the point +- the threshold, joined with the range widened
+by it; within 0-100%) and its width in points (:attr:`CapacityVerdict.accepted`).
 """
 
 from __future__ import annotations
