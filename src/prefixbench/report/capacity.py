@@ -44,7 +44,13 @@ from prefixbench.predict.kvcapacity import usable_blocks
 from prefixbench.predict.schedconfig import SERIAL, Serving
 from prefixbench.predict.whatif import server_cache_model
 from prefixbench.report.build import build_summary
-from prefixbench.report.capacity_verdict import decide, judge, predicted_at
+from prefixbench.report.capacity_verdict import (
+    accepted_text,
+    decide,
+    judge,
+    predicted_at,
+    scheduler_of,
+)
 from prefixbench.report.doclinks import docs_base, verdict_link
 from prefixbench.report.document import Block, Bullets, Heading, Para, Plot, html_of, markdown_of
 from prefixbench.report.load import ReportInputError, load_run
@@ -226,7 +232,7 @@ def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityR
             evicted_blocks=None if evicted is None else int(evicted),
             band=view.expected_served_band if method == "served" else
             view.predicted.band if view.predicted is not None else None,
-            scheduler=_scheduler(record) if method == "served" else None)
+            scheduler=scheduler_of(record) if method == "served" else None)
         rows.append(CapacityRow(
             point_blocks=blocks, host=record.key.host, workload=record.key.workload,
             repetition=record.key.repetition, capacity_blocks=capacity,
@@ -241,12 +247,6 @@ def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityR
                 view.workload, view.block_size, RunLayout.of(point_dir), model,
                 kept_serving(record, view.workload) or SERIAL))
     return rows, shapes
-
-
-def _scheduler(record: Any) -> str | None:
-    """The scheduler the record's served expectation assumed (``None``: not said)."""
-    value = (record.expected or {}).get("expected_scheduler")
-    return value if isinstance(value, str) else None
 
 
 def _grid(measured: Sequence[int], working_set: int | None) -> list[int]:
@@ -353,19 +353,12 @@ def _pct(x: float | None) -> str:
     return fmt(None if x is None else x * 100, ".2f", "%")
 
 
-def accepted_cell(r: CapacityRow) -> str:
-    """The interval the verdict accepted and its width, or "-" when none decided it."""
-    if r.accepted is None or r.accepted_width_pp is None:
-        return "-"
-    lo, hi = r.accepted
-    return f"{lo:.2%}-{hi:.2%} ({r.accepted_width_pp:.2f} points wide)"
-
-
 def rows_table(s: CapacitySummary) -> Table:
     rows = tuple(
         (r.workload, r.host, str(r.point_blocks), fmt(r.capacity_blocks, ".0f"),
          _pct(r.measured), _pct(r.predicted), fmt(r.diff_pp, "+.2f"),
-         fmt(r.evictions, ".0f"), accepted_cell(r), r.status)
+         fmt(r.evictions, ".0f"),
+         accepted_text(r.accepted) if r.accepted is not None else "-", r.status)
         for r in s.rows)
     return Table(("Workload", "Host", "--num-gpu-blocks-override", "Usable blocks",
                   "Measured hit ratio", "Predicted", "Diff (pp)", "Evictions (server)",

@@ -46,7 +46,8 @@ from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.report.records import as_float, concurrency_of, kept_serving
 from prefixbench.report.vocab import FAIL, INCONCLUSIVE, PASS, Status
 
-__all__ = ["CapacityVerdict", "accepted_interval", "decide", "judge", "predicted_at"]
+__all__ = ["CapacityVerdict", "accepted_interval", "accepted_text", "decide", "judge",
+           "predicted_at", "scheduler_of"]
 
 
 def predicted_at(record: BenchmarkRecord, workload: Workload, method: str | None
@@ -113,9 +114,21 @@ def accepted_interval(predicted: float, max_diff: float,
     return max(0.0, lo - max_diff), min(1.0, hi + max_diff)
 
 
-def _accepted(interval: tuple[float, float]) -> str:
+def accepted_text(interval: tuple[float, float]) -> str:
+    """An accepted interval and its width in points, as the reports show it."""
     lo, hi = interval
-    return f"accepted {lo:.2%}-{hi:.2%} ({(hi - lo) * 100:.2f} points wide)"
+    return f"{lo:.2%}-{hi:.2%} ({(hi - lo) * 100:.2f} points wide)"
+
+
+def _accepted(interval: tuple[float, float]) -> str:
+    return f"accepted {accepted_text(interval)}"
+
+
+def scheduler_of(record: BenchmarkRecord) -> str | None:
+    """The scheduler the record's served expectation assumed (``expected_scheduler``;
+    ``None``: a record made before it said)."""
+    value = (record.expected or {}).get("expected_scheduler")
+    return value if isinstance(value, str) else None
 
 
 def _basis(concurrency: int, scheduler: str | None) -> str:
