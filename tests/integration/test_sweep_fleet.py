@@ -167,6 +167,11 @@ def test_capacity_sweep_measures_the_predicted_curve(
         assert row["method"] == "served" and row["status"] == "PASS", row
         assert "scheduler model at concurrency 4" in row["detail"], row
         assert "by arrival timing: yes" in row["detail"], row
+        # ... and says how wide a range it accepted: the range widened by the threshold.
+        accepted = (max(0.0, min(lo, expected["served_ratio"]) - summary["max_diff"]),
+                    min(1.0, max(hi, expected["served_ratio"]) + summary["max_diff"]))
+        assert row["accepted"] == pytest.approx(list(accepted)), row
+        assert f"({(accepted[1] - accepted[0]) * 100:.2f} points wide)" in row["detail"], row
     for blocks, row in rows.items():
         # The measured ratio from the point's raw counters, not the summary's.
         hits, queries = raw_counters(run_dir / "sweep" / f"kv{blocks}" / host.name / "cached"

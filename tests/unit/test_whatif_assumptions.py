@@ -289,14 +289,20 @@ def test_the_replayed_line_names_the_model_the_replay_went_through() -> None:
 
 def test_chat_traffic_says_where_its_cache_assumptions_come_from(gptoss_dir: Path,
                                                                  tmp_path: Path) -> None:
+    """chat-traffic resolves its server as whatif does (tests/unit/test_chat_assumptions.py):
+    on cpu the model's files name the hybrid manager, and the ``assumed:`` block says so."""
     out = io.StringIO()
-    argv = ["chat-traffic", str(tmp_path / "c.jsonl"), "--users", "3",
+    argv = ["chat-traffic", str(tmp_path / "c.jsonl"), "--users", "3", "--platform", "cpu",
             "--tokenizer", str(gptoss_dir / "tokenizer.json")]
     assert cli.main(argv, out=out, err=io.StringIO()) == 0
-    line = next(x for x in out.getvalue().splitlines() if x.startswith("cache:"))
-    assert line.startswith("cache:           block 128 [default: vLLM's cpu platform's], "
-                           "capacity unbounded [default], hybrid (sliding window 16")
-    assert f"[read from the model's files: {gptoss_dir}/config.json]" in line
+    lines = out.getvalue().splitlines()
+    line = next(x for x in lines if x.startswith("cache:"))
+    assert line.startswith("cache:           block 128, capacity unbounded, hybrid (sliding "
+                           "window 16")
+    kv = next(x for x in lines if x.startswith("  KV-cache manager:"))
+    assert kv.endswith(f"[read from the model's files: {gptoss_dir}/config.json]")
+    assert any(x.startswith("  block size:             128 tokens [cpu platform's default")
+               for x in lines)
 
 
 def test_on_neuron_the_replay_goes_through_the_plugins_scheduler_model() -> None:

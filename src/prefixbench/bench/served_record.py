@@ -25,16 +25,21 @@ __all__ = ["served_engine", "served_expected"]
 def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
                     config: metrics.CacheConfig, *, serving: Serving = SERIAL,
                     platform: str = "cpu", max_model_len: int | None = None,
-                    scheduler: ServerScheduler | None = None) -> dict[str, Any]:
+                    scheduler: ServerScheduler | None = None,
+                    async_scheduling: bool = True) -> dict[str, Any]:
     """The expected ratio from the tokens the server sees (prefixbench.predict.served
-    .served_expectation), as record keys; a note instead when it cannot be made. The
-    engine model is the ``platform``'s (:func:`prefixbench.engines.platforms.engine_model`:
-    on Neuron the plugin's scheduler over full attention, its cap at ``max_model_len``),
-    and the record says which it assumed (``expected_scheduler``,
-    ``expected_kv_manager``). ``scheduler``, when given, is what the server runs
-    (:meth:`prefixbench.bench.benchrun.BenchRequest.scheduler`): it decides the scheduler
-    model (the Neuron plugin's over full attention, or vLLM's over the server's manager),
-    and the record says where it was read (``expected_scheduler_source``)."""
+    .served_expectation), as record keys; a note instead when it cannot be made.
+
+    ``scheduler``, when given, is what the server runs
+    (:meth:`prefixbench.bench.benchrun.BenchRequest.scheduler`, read from its command
+    line): it decides the scheduler model (the Neuron plugin's over full attention, its
+    cap at ``max_model_len``, or vLLM's over the server's manager), and the record says
+    where it was read (``expected_scheduler_source``). Without it the engine model is the
+    ``platform``'s (:func:`prefixbench.engines.platforms.engine_model`: on Neuron the
+    plugin's scheduler over full attention, ``NeuronAsyncScheduler`` unless
+    ``async_scheduling`` is False). The record says which it assumed
+    (``expected_scheduler``, ``expected_kv_manager``); the range over arrival timings
+    (``served_band_*``) is replayed through the same engine model."""
     from prefixbench.engines.tokenizer import TokenizerError  # noqa: PLC0415
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
     from prefixbench.predict.served import served_expectation  # noqa: PLC0415
@@ -46,7 +51,8 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
     chunked = model.chunked(serving.max_num_batched_tokens)
     if scheduler is None:
         engine = engine_model(platform, cache_model=chunked, serving=serving,
-                              max_model_len=max_model_len)
+                              max_model_len=max_model_len,
+                              async_scheduling=async_scheduling)
     else:
         engine = served_engine(platform, scheduler, chunked, serving, max_model_len)
         if engine.serving.scheduler == "neuron" and model.kind != "full":

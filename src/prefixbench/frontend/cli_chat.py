@@ -7,6 +7,11 @@ the measured ratio) and shown next to the structural estimate
 (:mod:`prefixbench.predict.chat_estimate`), counted in the tokenizer's tokens; words come
 from the tokenizer's vocabulary. Without it, the estimate counts words as tokens and the
 words come from a built-in list.
+
+The server it assumes is resolved as ``prefixbench whatif`` resolves it
+(:func:`prefixbench.frontend.whatif_setup.resolve`: ``--platform``, neuron by default,
+gives the block size, the KV-cache manager and the scheduler), and the command prints
+the same ``assumed:`` block, every value with where it comes from.
 """
 
 from __future__ import annotations
@@ -14,22 +19,23 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from prefixbench.engines import chat_traffic as ct
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
+from prefixbench.frontend.whatif_setup import DEFAULTS, PLATFORMS, Assumed, Setup, resolve
 
 if TYPE_CHECKING:
     from prefixbench.engines.tokenizer import Tokenizer
+    from prefixbench.engines.workloads import Workload
     from prefixbench.predict.chat_estimate import Estimate
     from prefixbench.predict.replay import Prediction
 
 __all__ = ["add_parser", "run_chat_traffic", "tokenizer_words"]
 
-#: vLLM's KV block size on its cpu platform (the bundle's servers) when none is given.
-CPU_BLOCK: Final = 128
 #: A tokenizer's word usable in a message: letters, then letters or digits.
 _PLAIN: Final = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 #: Fewer plain words than this in a tokenizer's vocabulary: the built-in list instead.
@@ -67,12 +73,28 @@ def add_parser(sub: Any, epilog: str) -> None:
     p.add_argument("--tokenizer", type=Path, metavar="DIR",
                    help="the server's tokenizer directory (tokenizer.json and its chat "
                    "template): words from its vocabulary, and the what-if replay")
+    p.add_argument("--platform", choices=PLATFORMS,
+                   help=f"the server's platform; default: {DEFAULTS['--platform']}")
     p.add_argument("--block-size", type=int, metavar="B",
-                   help=f"KV block size of the server (default {CPU_BLOCK}, vLLM's cpu "
-                   f"platform's)")
+                   help=f"KV block size of the server; default: {DEFAULTS['--block-size']}")
     p.add_argument("--capacity-blocks", type=int, metavar="N",
                    help="usable KV capacity for the replay (num_gpu_blocks - 1); default "
                    "unbounded")
+    p.add_argument("--kv-cache", choices=("full", "hybrid"),
+                   help="the server's KV-cache manager, as whatif's; default: "
+                   f"{DEFAULTS['--kv-cache']}")
+    p.add_argument("--sliding-window", type=int, metavar="N",
+                   help="with --kv-cache hybrid: the sliding window in tokens; default: "
+                   f"{DEFAULTS['--sliding-window']}")
+    p.add_argument("--max-num-batched-tokens", type=int, metavar="N",
+                   help="the server's --max-num-batched-tokens (on neuron the prefill "
+                   f"segment); default: {DEFAULTS['--max-num-batched-tokens']}")
+    p.add_argument("--max-model-len", type=int, metavar="N",
+                   help=f"with --platform neuron: the server's --max-model-len; default: "
+                   f"{DEFAULTS['--max-model-len']}")
+    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
+                   help=f"the server runs the async scheduler; default: "
+                   f"{DEFAULTS['--async-scheduling']}")
 
 
 def tokenizer_words(tokenizer: Tokenizer) -> list[str]:
@@ -118,28 +140,35 @@ def _tokenizer(args: argparse.Namespace) -> Tokenizer | None:
     return tokenizer
 
 
-def _predict(args: argparse.Namespace, err: TextIO) -> Prediction:
+def _setup(args: argparse.Namespace, workload: Workload) -> Setup:
+    """The server the estimate and the replay assume, resolved as ``whatif`` resolves it
+    (the file sent one request at a time, as its workload says)."""
+    setup = resolve(argparse.Namespace(
+        platform=args.platform, block_size=args.block_size,
+        capacity_blocks=args.capacity_blocks, kv_cache=args.kv_cache,
+        sliding_window=args.sliding_window, tokenizer=args.tokenizer, prompts=None,
+        concurrency=None, max_num_seqs=None,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len, async_scheduling=args.async_scheduling,
+        custom_output_len=None), workload)
+    if args.tokenizer is not None:
+        return setup
+    none = Assumed("tokenizer", "none", "words counted as tokens; --tokenizer DIR (the "
+                   "server's) counts them and replays the file")
+    return replace(setup, assumed=tuple(none if a.name == "tokenizer" else a
+                                        for a in setup.assumed))
+
+
+def _predict(args: argparse.Namespace, workload: Workload, setup: Setup, err: TextIO
+             ) -> Prediction:
     from prefixbench.engines.progress import ProgressBar  # noqa: PLC0415
-    from prefixbench.engines.workloads import Workload  # noqa: PLC0415
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
 
-    workload = Workload.from_dict(_workload(args.out))
     with ProgressBar(err) as bar:
-        return whatif.predict(workload, block_size=args.block_size,
+        return whatif.predict(workload, block_size=setup.block_size,
                               capacity_blocks=args.capacity_blocks,
-                              tokenizer_dir=args.tokenizer, progress=bar)
-
-
-def _kv_model(tokenizer: Path) -> str:
-    """The cache model the replay takes from the model's files, and where from."""
-    from prefixbench.engines.cachemodel import FULL_ATTENTION, from_model_dir  # noqa: PLC0415
-    from prefixbench.engines.tokenizer import model_directory  # noqa: PLC0415
-
-    read = from_model_dir(tokenizer)
-    if read is None:
-        return f"{FULL_ATTENTION.describe()} [default: no usable config.json beside {tokenizer}]"
-    return (f"{read.describe()} [read from the model's files: "
-            f"{model_directory(tokenizer)}/config.json]")
+                              tokenizer_dir=args.tokenizer, progress=bar,
+                              cache_model=setup.cache_model, serving=setup.serving)
 
 
 def _workload(path: Path) -> dict[str, Any]:
@@ -152,15 +181,17 @@ def _workload(path: Path) -> dict[str, Any]:
 def run_chat_traffic(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Write the file and print what to expect; the exit code (a
     :class:`~prefixbench.frontend.cli_shared.UsageError` on a bad argument)."""
+    from prefixbench.engines.workloads import Workload  # noqa: PLC0415
     from prefixbench.measure.atomic import write_bytes_atomic  # noqa: PLC0415
     from prefixbench.predict import chat_estimate as ce  # noqa: PLC0415
 
     spec = _spec(args)
-    block_said = "given: --block-size"
-    if args.block_size is None:
-        args.block_size, block_said = CPU_BLOCK, "default: vLLM's cpu platform's"
-    if args.block_size < 1 or (args.capacity_blocks is not None and args.capacity_blocks < 1):
+    if (args.block_size is not None and args.block_size < 1) or (
+            args.capacity_blocks is not None and args.capacity_blocks < 1):
         raise UsageError("--block-size and --capacity-blocks must be >= 1")
+    workload = Workload.from_dict(_workload(args.out))
+    setup = _setup(args, workload)
+    block = setup.block_size
     tokenizer = _tokenizer(args)
     words = tokenizer_words(tokenizer) if tokenizer is not None else []
     source = f"{len(words):,} words of the tokenizer {args.tokenizer}"
@@ -182,8 +213,11 @@ def run_chat_traffic(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for label, text in traffic.summary().lines():
         show(label, text)
     show("vocabulary", source)
+    show("assumed", "[where each value comes from]")
+    for assumed in setup.assumed:
+        print(assumed.line(), file=out)
     if tokenizer is None:
-        est = ce.structural_estimate(traffic, args.block_size)
+        est = ce.structural_estimate(traffic, block)
         show("structural", _estimate(est) + "; words counted as tokens, template not "
              "counted")
         _assumes(show)
@@ -191,16 +225,14 @@ def run_chat_traffic(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
              "file through the what-if")
     else:
         lengths, shared = ce.token_counts(traffic, tokenizer)
-        est = ce.structural_estimate(traffic, args.block_size, prompt_tokens=lengths,
+        est = ce.structural_estimate(traffic, block, prompt_tokens=lengths,
                                      shared_tokens=shared)
-        pred = _predict(args, err)
+        pred = _predict(args, workload, setup, err)
         if pred.ratio is None:
             raise UsageError(f"{args.out} written, but no prediction: "
                              f"{pred.note or 'the replay gave none'}")
         cap = "unbounded" if args.capacity_blocks is None else f"{args.capacity_blocks} blocks"
-        show("cache", f"block {args.block_size} [{block_said}], capacity {cap} "
-                      f"[{'given: --capacity-blocks' if args.capacity_blocks else 'default'}]"
-                      f", {_kv_model(args.tokenizer)}")
+        show("cache", f"block {block}, capacity {cap}, {setup.cache_model.describe()}")
         show("predicted ratio", f"{pred.ratio:.2%} (what-if replay of the file: "
              f"{pred.hit_tokens:,} of {pred.query_tokens:,} tokens hit, "
              f"{pred.evicted_blocks:,} blocks evicted)")

@@ -9,15 +9,17 @@ really sees, replayed with eviction (:func:`prefixbench.predict.served.served_ex
 for your prompts the what-if replay (:func:`prefixbench.report.records.record_prediction`).
 
 Per point, host and workload this report sets the measured hit ratio beside that
-prediction, and judges it (:func:`prefixbench.report.capacity_verdict.judge`):
+prediction, and judges it (:func:`prefixbench.report.capacity_verdict.decide`):
 ``capacity_curve`` PASS when they are within :attr:`CapacityThresholds.max_diff` (2
-points), FAIL otherwise, INCONCLUSIVE when there is no prediction, or, above
-concurrency 1, when the record does not say the prediction was made at the workload's
-concurrency by the scheduler model. It also draws, per workload, the predicted curve
-over a range of capacities with the measured points on it, at the workload's
-concurrency through the scheduler model when the record keeps the server's limits (one
-request at a time otherwise, and the curve's note says which), and marks the working
-set: the distinct full blocks the workload caches, from where it fits.
+points), FAIL otherwise, INCONCLUSIVE when there is no prediction, or, above concurrency
+1, when the record does not say the prediction was made at the workload's concurrency by
+the scheduler model. Each decided row says the interval of measured ratios its verdict
+accepted and how many points wide it is (the table's "Accepted" column, ``accepted`` /
+``accepted_width_pp`` in the JSON and the CSV). It also draws, per workload, the
+predicted curve over a range of capacities with the measured points on it, at the
+workload's concurrency through the scheduler model when the record keeps the server's
+limits (one request at a time otherwise, and the curve's note says which), and marks the
+working set: the distinct full blocks the workload caches, from where it fits.
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ from prefixbench.measure.metrics import CacheConfig
 from prefixbench.measure.records import json_safe
 from prefixbench.predict.whatif import server_cache_model
 from prefixbench.report.build import build_summary
-from prefixbench.report.capacity_verdict import judge, predicted_at
+from prefixbench.report.capacity_verdict import (
+    accepted_text,
+    decide,
+    judge,
+    predicted_at,
+    scheduler_of,
+)
 from prefixbench.report.doclinks import docs_base, verdict_link
 from prefixbench.report.document import Block, Bullets, Heading, Para, Plot, html_of, markdown_of
 from prefixbench.report.load import ReportInputError, load_run
@@ -94,6 +102,8 @@ class CapacityRow:
     evictions: float | None
     status: Status
     detail: str
+    #: The measured hit ratios the verdict passes (``None``: no interval decided it).
+    accepted: tuple[float, float] | None = None
 
     @property
     def diff_pp(self) -> float | None:
@@ -101,13 +111,20 @@ class CapacityRow:
             return None
         return (self.measured - self.predicted) * 100
 
+    @property
+    def accepted_width_pp(self) -> float | None:
+        """How wide the accepted interval is, in points: the verdict's power."""
+        return None if self.accepted is None else (self.accepted[1] - self.accepted[0]) * 100
+
     def to_dict(self) -> dict[str, Any]:
         return {"point_blocks": self.point_blocks, "host": self.host,
                 "workload": self.workload, "repetition": self.repetition,
                 "capacity_blocks": self.capacity_blocks, "measured": self.measured,
                 "predicted": self.predicted, "method": self.method,
                 "diff_pp": self.diff_pp, "evictions": self.evictions,
-                "status": self.status, "detail": self.detail}
+                "status": self.status, "detail": self.detail,
+                "accepted": list(self.accepted) if self.accepted is not None else None,
+                "accepted_width_pp": self.accepted_width_pp}
 
 
 @dataclass(frozen=True)
@@ -207,19 +224,21 @@ def _rows(blocks: int, point_dir: Path, max_diff: float) -> tuple[list[CapacityR
         evicted = (as_float((record.expected or {}).get("served_evicted_blocks"))
                    if method == "served" else
                    view.predicted.evicted_blocks if view.predicted is not None else None)
-        status, detail = judge(
+        verdict = decide(
             view.hit_ratio_queries, predicted, max_diff=max_diff, note=note,
             concurrency=concurrency_of(w) if w is not None else None,
             predicted_at=predicted_at(record, w, method) if w is not None else None,
             request_rate=w.request_rate if w is not None else math.inf,
             evicted_blocks=None if evicted is None else int(evicted),
             band=view.expected_served_band if method == "served" else
-            view.predicted.band if view.predicted is not None else None)
+            view.predicted.band if view.predicted is not None else None,
+            scheduler=scheduler_of(record) if method == "served" else None)
         rows.append(CapacityRow(
             point_blocks=blocks, host=record.key.host, workload=record.key.workload,
             repetition=record.key.repetition, capacity_blocks=capacity,
             measured=view.hit_ratio_queries, predicted=predicted, method=method,
-            evictions=view.evictions_sampled, status=status, detail=detail))
+            evictions=view.evictions_sampled, status=verdict.status, detail=verdict.detail,
+            accepted=verdict.accepted))
         if view.workload is not None and view.block_size:
             chunk = (record.expected or {}).get("max_num_batched_tokens")
             model = (server_cache_model(CacheConfig.from_labels(labels))[1] if labels
@@ -338,11 +357,13 @@ def rows_table(s: CapacitySummary) -> Table:
     rows = tuple(
         (r.workload, r.host, str(r.point_blocks), fmt(r.capacity_blocks, ".0f"),
          _pct(r.measured), _pct(r.predicted), fmt(r.diff_pp, "+.2f"),
-         fmt(r.evictions, ".0f"), r.status)
+         fmt(r.evictions, ".0f"),
+         accepted_text(r.accepted) if r.accepted is not None else "-", r.status)
         for r in s.rows)
     return Table(("Workload", "Host", "--num-gpu-blocks-override", "Usable blocks",
                   "Measured hit ratio", "Predicted", "Diff (pp)", "Evictions (server)",
-                  "Verdict"), rows, numeric=(2, 3, 4, 5, 6, 7))
+                  "Accepted (the verdict's PASS interval)", "Verdict"), rows,
+                 numeric=(2, 3, 4, 5, 6, 7))
 
 
 def curve_plot(s: CapacitySummary, curve: CapacityCurveView) -> str:
@@ -402,10 +423,13 @@ def _csv(s: CapacitySummary) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["workload", "host", "point_blocks", "repetition", "capacity_blocks",
-                "measured", "predicted", "diff_pp", "evictions", "status"])
+                "measured", "predicted", "diff_pp", "evictions", "status", "accepted_lo",
+                "accepted_hi", "accepted_width_pp"])
     for r in s.rows:
+        lo, hi = r.accepted if r.accepted is not None else (None, None)
         w.writerow([r.workload, r.host, r.point_blocks, r.repetition, r.capacity_blocks,
-                    r.measured, r.predicted, r.diff_pp, r.evictions, r.status])
+                    r.measured, r.predicted, r.diff_pp, r.evictions, r.status, lo, hi,
+                    r.accepted_width_pp])
     return buf.getvalue()
 
 
