@@ -22,7 +22,9 @@ from typing import Final
 from prefixbench_sim.fleet import Fleet
 from prefixbench_sim.layout import FleetPaths, SimHost
 
-FLEET_SIZE: Final = 3
+#: trn2-sim-1 (bare), trn2-sim-2 (the 2026-07-20 vLLM 0.21 DLAMI), trn2-sim-3 (today's 2.32
+#: DLAMI) and trn3-sim-1 (bare): every host flavour, two bare hosts sharing compile keys.
+FLEET_SIZE: Final = 4
 
 
 @dataclass

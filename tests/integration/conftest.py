@@ -1,7 +1,7 @@
 """Integration fixtures: one simulated fleet per test session, always torn down.
 
-``sim_fleet`` brings 3 hosts up once (``Fleet.up(3)``, the same code as
-``scripts/simfleet up 3``) and tears the fleet down at the end of the session whatever
+``sim_fleet`` brings 4 hosts up once (``Fleet.up(4)``, the same code as
+``scripts/simfleet up 4``) and tears the fleet down at the end of the session whatever
 happens: failures, errors while bringing it up, Ctrl-C (pytest tears session fixtures
 down on KeyboardInterrupt), SIGTERM (turned into KeyboardInterrupt), and as a last resort
 at interpreter exit (see :func:`prefixbench_sim.testing.fleet_session`). It needs root;
@@ -55,10 +55,12 @@ def sim_fleet() -> Iterator[SimFleetHandle]:
         yield handle
 
 
-#: The host that the fixture below sets up the way the Neuron DLAMI and AWS's guide leave
-#: one (prefixbench_sim.flavours); the others stay bare. Every later test (provision,
-#: units, benchmark) therefore runs on both flavours.
+#: The hosts that the fixtures below set up the way a Neuron DLAMI and AWS's guide leave
+#: one (prefixbench_sim.flavours): last quarter's image (the vLLM 0.21 DLAMI of
+#: 2026-07-20) and today's (2.32, vLLM 0.24); the other two stay bare. Every later test
+#: (provision, units, the side-by-side runs, faults) therefore runs on every flavour.
 DLAMI_HOST: Final = "trn2-sim-2"
+TODAY_DLAMI_HOST: Final = "trn2-sim-3"
 
 
 @pytest.fixture(scope="session")
@@ -73,12 +75,24 @@ def dlami_host(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> SimHost:
 
 
 @pytest.fixture(scope="session")
+def today_dlami_host(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> SimHost:
+    """``trn2-sim-3`` dressed as a host from today's DLAMI (Neuron 2.32.0, vLLM 0.24; its
+    venv at the 0.24 DLAMI's path). The KV-capacity sweep runs on it (side_by_side)."""
+    from prefixbench_sim import flavours  # noqa: PLC0415 - integration only
+
+    host = sim_fleet.host(TODAY_DLAMI_HOST)
+    flavours.dress(sim_fleet.fleet, host, "dlami", "2.32.0")
+    return host
+
+
+@pytest.fixture(scope="session")
 def side_by_side(request: pytest.FixtureRequest, sim_fleet: SimFleetHandle, *,
                  sim_artifacts: Path, repo_root: Path, ansible_env: dict[str, str],
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide]:
+                 tmp_path_factory: pytest.TempPathFactory, dlami_host: SimHost,
+                 today_dlami_host: SimHost) -> Iterator[SideBySide]:
     """The single-host scenarios of this session (helpers/side_by_side.py), each on its
     own host, all started at once by the first test that asks (deselected ones are not)."""
-    del sim_artifacts  # built: the hosts' package sources and the model
+    del sim_artifacts, dlami_host, today_dlami_host  # built and dressed before they start
     selected = {item.name.split("[", 1)[0] for item in request.session.items}
     wanted = [name for name, s in SCENARIOS.items() if s.test in selected]
     yield from started(sim_fleet, repo_root, ansible_env,

@@ -55,8 +55,9 @@ def ansible(
     )
 
 
-def test_fleet_has_three_hosts_in_trn2_and_trn3(sim_fleet: SimFleetHandle) -> None:
-    assert [h.name for h in sim_fleet.hosts] == ["trn2-sim-1", "trn2-sim-2", "trn3-sim-1"]
+def test_fleet_has_four_hosts_in_trn2_and_trn3(sim_fleet: SimFleetHandle) -> None:
+    assert [h.name for h in sim_fleet.hosts] == ["trn2-sim-1", "trn2-sim-2", "trn2-sim-3",
+                                                 "trn3-sim-1"]
     rows = {r.name: r for r in sim_fleet.fleet.status()}
     assert set(rows) == {h.name for h in sim_fleet.hosts}
     assert all(r.running and r.system == "running" for r in rows.values())

@@ -123,6 +123,9 @@ def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, side_by_side: S
 
 
 CAPACITY_RUN_ID = "integration-capacity"
+#: The host the KV-capacity sweep runs on (helpers/side_by_side.py): today's DLAMI.
+TODAY_DLAMI_HOST = "trn2-sim-3"
+TODAY_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_24_0_1_1_0"
 #: vars/capacity.yml's KV sizes (blocks of 32, the sim's Neuron block size; the null block
 #: among them): 100, 168 and 252 usable blocks hold what 25, 42 and 63 blocks of 128 did.
 SMALL, MIDDLE, LARGE = 101, 169, 253
@@ -211,3 +214,11 @@ def test_capacity_sweep_measures_the_predicted_curve(
     # Afterwards the host runs the inventory's units again, without the override.
     unit = sim_fleet.sh(host, "cat /etc/systemd/system/vllm-cached.service")
     assert "--num-gpu-blocks-override" not in unit
+    # The whole run was on today's DLAMI (2.32.0, vLLM 0.24): its release read from the
+    # host, its venv adopted and serving, scheduled as Neuron does.
+    assert host.name == TODAY_DLAMI_HOST
+    fp = json.loads((run_dir / "sweep" / f"kv{SMALL}" / host.name / "fingerprint.json")
+                    .read_text())
+    assert fp["neuron_release"] == "2.32.0", fp
+    assert f"{TODAY_VENV}/bin/vllm serve " in unit, unit
+    assert "--scheduler-cls prefixbench_neuron_scheduler.NeuronScheduler" in unit, unit
