@@ -126,9 +126,10 @@ CAPACITY_RUN_ID = "integration-capacity"
 #: The host the KV-capacity sweep runs on (helpers/side_by_side.py): today's DLAMI.
 TODAY_DLAMI_HOST = "trn2-sim-3"
 TODAY_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_24_0_1_1_0"
-#: vars/capacity.yml's KV sizes (blocks of 32, the sim's Neuron block size; the null block
-#: among them): 100, 168 and 252 usable blocks hold what 25, 42 and 63 blocks of 128 did.
-SMALL, MIDDLE, LARGE = 101, 169, 253
+#: vars/capacity.yml's KV sizes (blocks of 32, the simulated fleet's Neuron block size;
+#: the null block among them): 48 usable blocks hold one request at max_model_len 1536
+#: (the least vLLM starts with), 88 part of the working set, 144 all of it.
+SMALL, MIDDLE, LARGE = 49, 89, 145
 
 
 def test_capacity_sweep_measures_the_predicted_curve(
@@ -196,7 +197,7 @@ def test_capacity_sweep_measures_the_predicted_curve(
     # what the capacity costs against an unbounded cache; the junction only by its block.
     small = json.loads((run_dir / "sweep" / f"kv{SMALL}" / "summary.json").read_text())
     causes = {c["code"]: c["points"] for c in small["hosts"][0]["shortfalls"]["high_overlap"]}
-    assert causes.get("eviction", 0) < -30, causes
+    assert causes.get("eviction", 0) < -25, causes
     assert causes.get("junction", 0) > -5, causes
     overall = "PASS"
     assert summary["status"] == overall, summary["rows"]
