@@ -170,3 +170,29 @@ def test_the_report_says_where_the_scheduler_was_read() -> None:
     assert line.endswith(
         f"the expectation assumed NeuronScheduler over full attention (one KV cache group) "
         f"(from the server's command line: --scheduler-cls {REFERENCE})"), line
+
+
+def test_the_plan_predicts_with_the_scheduler_the_settings_start() -> None:
+    """The plan reads the scheduler from the same rendered argv the unit runs: the
+    simulated fleet's settings (reference NeuronScheduler, hybrid manager off) give the
+    sync Neuron model over full attention; without them, vLLM's over the hybrid manager;
+    the tutorial's Neuron servers (on-device sampling), the plugin's async scheduler."""
+    from prefixbench.config.workload_estimate import serving_of, sizing_of  # noqa: PLC0415
+    from prefixbench.engines.workloads import tutorial_workloads  # noqa: PLC0415
+
+    w = next(w for w in tutorial_workloads() if w.name == "sustained_c4")
+    gptoss = {"vllm_service_model": "/opt/models/tiny-gptoss"}
+    sim = sizing_of(_settings(**gptoss, vllm_service_scheduler_cls=REFERENCE,
+                              vllm_service_disable_hybrid_kv_cache_manager=True))
+    assert sim.model.kind == "full" and "--disable-hybrid" in sim.model_source
+    served = serving_of(w, sim)
+    assert (served.scheduler, served.async_scheduling) == ("neuron", False)
+    own = sizing_of(_settings(**gptoss))
+    assert own.model.kind == "hybrid"
+    assert serving_of(w, own).scheduler == "vllm"
+    tutorial = settings.validate({
+        "prefixbench_instance_type": "trn2.48xlarge", "prefixbench_neuron_release": "2.32.0",
+        "vllm_service_model": "openai/gpt-oss-120b"}, host="h")
+    assert tutorial.ok, tutorial.problems
+    on_neuron = serving_of(w, sizing_of(tutorial.settings))
+    assert (on_neuron.scheduler, on_neuron.async_scheduling) == ("neuron", True)

@@ -49,6 +49,7 @@ from prefixbench.engines.schedconfig import (
     bench_serving,
 )
 from prefixbench.engines.workloads import Workload
+from prefixbench.servers.served_engine import ServerScheduler
 
 __all__ = ["PLAN_MAX_TOKENS", "Estimate", "Sizing", "estimate", "expected_lines",
            "sends_line", "serving_of", "sizing_of"]
@@ -86,6 +87,10 @@ class Sizing:
     #: cap at ``max_model_len``; on "cpu" by vLLM's.
     platform: str = "neuron"
     max_model_len: int | None = None
+    #: The scheduler the servers' command line names (the settings' rendered argv:
+    #: :func:`prefixbench.servers.served_engine.scheduler_of`), as the record reads it from
+    #: the running server; ``None`` when the settings cannot render one (the platform's).
+    scheduler: ServerScheduler | None = None
 
     def describe(self) -> str:
         kind = ("full attention" if self.model.kind == "full" else
@@ -107,7 +112,10 @@ def sizing_of(settings: Mapping[str, Any]) -> Sizing:
         "vllm_service_model", "vllm_service_served_model_name", "model_cache_repo_id"))
     gpt_oss = bool(_GPT_OSS.search(names))
     model, why = FULL_ATTENTION, ""
-    if gpt_oss and platform == "cpu":
+    if gpt_oss and platform == "cpu" and settings.get(
+            "vllm_service_disable_hybrid_kv_cache_manager"):
+        why = "gpt-oss with --disable-hybrid-kv-cache-manager: one full-attention group"
+    elif gpt_oss and platform == "cpu":
         model, why = CacheModel("hybrid").chunked(batched), "gpt-oss on vLLM's hybrid manager"
     elif gpt_oss:
         why = "gpt-oss on vllm-neuron: one full-attention group"
@@ -119,7 +127,21 @@ def sizing_of(settings: Mapping[str, Any]) -> Sizing:
                   max_num_seqs=int(settings.get("vllm_service_max_num_seqs")
                                    or DEFAULT_MAX_NUM_SEQS),
                   max_num_batched_tokens=batched, gpt_oss=gpt_oss, platform=platform,
-                  max_model_len=int(settings.get("vllm_service_max_model_len") or 0) or None)
+                  max_model_len=int(settings.get("vllm_service_max_model_len") or 0) or None,
+                  scheduler=_scheduler(settings, platform))
+
+
+def _scheduler(settings: Mapping[str, Any], platform: str) -> ServerScheduler | None:
+    """The scheduler the cached server's rendered argv names; ``None`` when the settings
+    do not render one (a partial mapping)."""
+    from prefixbench.servers.served_engine import scheduler_of  # noqa: PLC0415
+    from prefixbench.servers.server import serve_argv  # noqa: PLC0415
+
+    try:
+        argv = serve_argv(settings, "cached")
+    except (KeyError, ValueError, TypeError):
+        return None
+    return scheduler_of(argv, platform, source="the settings' vllm serve command")
 
 
 def serving_of(w: Workload, sizing: Sizing) -> Serving:
@@ -131,6 +153,11 @@ def serving_of(w: Workload, sizing: Sizing) -> Serving:
 
     serving = bench_serving(w, max_num_seqs=sizing.max_num_seqs,
                             max_num_batched_tokens=sizing.max_num_batched_tokens)
+    if sizing.scheduler is not None:
+        from prefixbench.bench.served_record import served_engine  # noqa: PLC0415
+
+        return served_engine(sizing.platform, sizing.scheduler, sizing.model, serving,
+                             sizing.max_model_len).serving
     return engine_model(sizing.platform, cache_model=sizing.model, serving=serving,
                         max_model_len=sizing.max_model_len).serving
 
