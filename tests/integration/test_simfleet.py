@@ -83,7 +83,7 @@ def test_inventory_parses_with_groups_and_instance_types(
     )
     inv = json.loads(proc.stdout)
     assert sorted(inv["neuron_fleet"]["children"]) == ["trn2", "trn3"]
-    assert inv["trn2"]["hosts"] == ["trn2-sim-1", "trn2-sim-2"]
+    assert inv["trn2"]["hosts"] == ["trn2-sim-1", "trn2-sim-2", "trn2-sim-3"]
     assert inv["trn3"]["hosts"] == ["trn3-sim-1"]
     hv = inv["_meta"]["hostvars"]
     assert hv["trn2-sim-2"]["prefixbench_instance_type"] == "trn2.48xlarge"
@@ -225,17 +225,18 @@ def test_resizing_adds_and_removes_only_the_difference(sim_fleet: SimFleetHandle
     fleet = sim_fleet.fleet
     before = fleet.state().hosts
     grown = fleet.up(FLEET_SIZE + 1)
-    assert [h.name for h in grown] == ["trn2-sim-1", "trn2-sim-2", "trn2-sim-3", "trn3-sim-1"]
+    assert [h.name for h in grown] == ["trn2-sim-1", "trn2-sim-2", "trn2-sim-3", "trn2-sim-4",
+                                       "trn3-sim-1"]
     state = fleet.state().hosts
-    assert {n: state[n] for n in before} == before  # the first three were left alone
+    assert {n: state[n] for n in before} == before  # the first four were left alone
     inv = yaml.safe_load(sim_fleet.inventory.read_text(encoding="utf-8"))
     trn2 = inv["all"]["children"]["neuron_fleet"]["children"]["trn2"]["hosts"]
-    assert "trn2-sim-3" in trn2
-    assert sim_fleet.ssh(grown[2], ["hostname"]).strip() == "trn2-sim-3"
+    assert "trn2-sim-4" in trn2
+    assert sim_fleet.ssh(grown[3], ["hostname"]).strip() == "trn2-sim-4"
     fleet.up(FLEET_SIZE)
     assert fleet.state().hosts == before
-    assert "pbsim-trn2-sim-3" not in list_netns()
-    assert not fleet.paths.host_dir("trn2-sim-3").exists()
+    assert "pbsim-trn2-sim-4" not in list_netns()
+    assert not fleet.paths.host_dir("trn2-sim-4").exists()
 
 
 def _build_artifacts(www: Path) -> None:
