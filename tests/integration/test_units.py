@@ -131,12 +131,16 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
                             "vllm-cached.service || true").split()
     assert states == ["inactive", "active"]
 
-    # gpt-oss as the fleet serves it: vLLM runs its hybrid KV-cache manager (a
-    # sliding-window and a full-attention group), and renders chat with harmony exactly
-    # as the bundle renders a chat line (engines.harmony through the run's tokenizer): the
+    # gpt-oss as the fleet serves it: scheduled as Neuron schedules it (the reference
+    # NeuronScheduler, every layer in one full-attention group, as the plugin allocates
+    # them: vLLM says both in its journal), and chat rendered with harmony exactly as the
+    # bundle renders a chat line (engines.harmony through the run's tokenizer): the
     # server's prompt ids equal ours, id for id.
     journal = fleet.sh(host, "journalctl -u vllm-cached.service --no-pager -o cat")
-    assert "kv cache group sizes (128, 128)" in journal, journal[-3000:]
+    assert "Using custom scheduler class prefixbench_neuron_scheduler.NeuronScheduler" \
+        in journal, journal[-3000:]
+    assert "Hybrid KV cache manager is disabled for this hybrid model" in journal, \
+        journal[-3000:]
     chat = [{"role": "system", "content": "You answer in one word. Be kind."},
             {"role": "user", "content": "What colour is the sky?"},
             {"role": "assistant", "content": "Blue.", "reasoning": "Easy one."},
