@@ -64,25 +64,36 @@ TODAY_DLAMI_HOST: Final = "trn2-sim-3"
 
 
 @pytest.fixture(scope="session")
-def dlami_host(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> SimHost:
-    """``trn2-sim-2`` dressed as a host from the vLLM 0.21 DLAMI of 2026-07-20 (2.31.0's
-    packages; idempotent: a dressed host is left as is)."""
+def dlami_hosts(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> dict[str, SimHost]:
+    """Both DLAMI hosts dressed (idempotent: a dressed host is left as is), side by side:
+    each DLAMI's venv is built by a pip install of the whole lock the first time (80-95 s
+    of one core each; then unpacked from the cache), so the two share the two cores."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
     from prefixbench_sim import flavours  # noqa: PLC0415 - integration only
 
-    host = sim_fleet.host(DLAMI_HOST)
-    flavours.dress(sim_fleet.fleet, host, "dlami", "2.31.0-vllm-beta")
-    return host
+    releases = {DLAMI_HOST: "2.31.0-vllm-beta", TODAY_DLAMI_HOST: "2.32.0"}
+    hosts = {name: sim_fleet.host(name) for name in releases}
+    with ThreadPoolExecutor(max_workers=len(releases)) as pool:
+        dressing = [pool.submit(flavours.dress, sim_fleet.fleet, hosts[name], "dlami", release)
+                    for name, release in releases.items()]
+        for done in dressing:
+            done.result()
+    return hosts
 
 
 @pytest.fixture(scope="session")
-def today_dlami_host(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> SimHost:
+def dlami_host(dlami_hosts: dict[str, SimHost]) -> SimHost:
+    """``trn2-sim-2`` dressed as a host from the vLLM 0.21 DLAMI of 2026-07-20 (2.31.0's
+    packages)."""
+    return dlami_hosts[DLAMI_HOST]
+
+
+@pytest.fixture(scope="session")
+def today_dlami_host(dlami_hosts: dict[str, SimHost]) -> SimHost:
     """``trn2-sim-3`` dressed as a host from today's DLAMI (Neuron 2.32.0, vLLM 0.24; its
     venv at the 0.24 DLAMI's path). The KV-capacity sweep runs on it (side_by_side)."""
-    from prefixbench_sim import flavours  # noqa: PLC0415 - integration only
-
-    host = sim_fleet.host(TODAY_DLAMI_HOST)
-    flavours.dress(sim_fleet.fleet, host, "dlami", "2.32.0")
-    return host
+    return dlami_hosts[TODAY_DLAMI_HOST]
 
 
 @pytest.fixture(scope="session")
