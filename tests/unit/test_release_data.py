@@ -69,7 +69,7 @@ def test_each_release_carries_its_own_library_path_and_segment_sizes() -> None:
 
 
 @pytest.fixture
-def releases_with_8192(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def double_releases_with_8192(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The manifests, with 2.32.0 allowing 8192 (a test double of a release whose
     plugin supports it): the rules read whatever the manifests say."""
     for path in releases.RELEASES_DIR.glob("*.yml"):
@@ -96,7 +96,7 @@ def _segment_problems(**extra: Any) -> list[str]:
 
 
 def test_preflight_holds_a_named_release_to_its_own_segment_sizes(
-        releases_with_8192: Path) -> None:
+        double_releases_with_8192: Path) -> None:
     assert _segment_problems(prefixbench_neuron_release="2.32.0") == []
     assert _segment_problems(prefixbench_neuron_release="2.31.1") == [
         "h1: kv_segment_size_buckets [8192] not supported on Neuron 2.31.1: use one of "
@@ -119,7 +119,7 @@ def test_preflight_refuses_a_size_no_release_supports() -> None:
 
 
 def test_a_host_read_on_a_release_without_the_size_is_refused_before_any_change(
-        releases_with_8192: Path) -> None:
+        double_releases_with_8192: Path) -> None:
     host_settings = {"vllm_service_neuron_config": {"kv_segment_size_buckets": [8192]}}
     by_id = {r.release: r for r in releases.load_all()}
     on_2_31 = release_match.HostRelease(by_id["2.31.1"], "matched", venv="/opt/v")
@@ -151,7 +151,7 @@ def test_the_host_release_filter_applies_the_segment_check() -> None:
 
 
 def test_the_whatif_accepts_a_size_some_release_supports(
-        releases_with_8192: Path) -> None:
+        double_releases_with_8192: Path) -> None:
     from prefixbench.frontend import whatif_setup  # noqa: PLC0415
     from prefixbench.frontend.cli_shared import UsageError  # noqa: PLC0415
 
