@@ -379,8 +379,9 @@ def kv_blocks_hold_a_request(s: Mapping[str, Any]) -> Iterator[str]:
 def engine_overrides_off_neuron(s: Mapping[str, Any]) -> Iterator[str]:
     """The scheduler class and the hybrid manager's switch are the simulated fleet's: on
     Neuron the plugin installs its own scheduler and allocates every layer as full
-    attention (aws-neuron-sdk v2.32.0 vllm-neuron/docs/design/vllm/neuron-scheduler.md,
-    vllm-integration-kv-cache.md), so either would replace or repeat what it does."""
+    attention (aws-neuron-sdk v2.31.1 vllm-neuron/docs/design/vllm/neuron-scheduler.md and
+    vllm-integration-kv-cache.md, the same behaviour at v2.32.0), so either would replace or
+    repeat what it does."""
     if s.get("prefixbench_platform") != "neuron":
         return
     if s.get("vllm_service_scheduler_cls"):

@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from prefixbench.engines import chat_traffic as ct
 from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
-from prefixbench.frontend.whatif_setup import DEFAULTS, PLATFORMS, Assumed, Setup, resolve
+from prefixbench.frontend.whatif_setup import (
+    DEFAULTS,
+    Assumed,
+    Setup,
+    add_server_arguments,
+    resolve,
+)
 
 if TYPE_CHECKING:
     from prefixbench.engines.tokenizer import Tokenizer
@@ -73,28 +79,13 @@ def add_parser(sub: Any, epilog: str) -> None:
     p.add_argument("--tokenizer", type=Path, metavar="DIR",
                    help="the server's tokenizer directory (tokenizer.json and its chat "
                    "template): words from its vocabulary, and the what-if replay")
-    p.add_argument("--platform", choices=PLATFORMS,
-                   help=f"the server's platform; default: {DEFAULTS['--platform']}")
-    p.add_argument("--block-size", type=int, metavar="B",
-                   help=f"KV block size of the server; default: {DEFAULTS['--block-size']}")
+    add_server_arguments(p)
     p.add_argument("--capacity-blocks", type=int, metavar="N",
                    help="usable KV capacity for the replay (num_gpu_blocks - 1); default "
                    "unbounded")
-    p.add_argument("--kv-cache", choices=("full", "hybrid"),
-                   help="the server's KV-cache manager, as whatif's; default: "
-                   f"{DEFAULTS['--kv-cache']}")
-    p.add_argument("--sliding-window", type=int, metavar="N",
-                   help="with --kv-cache hybrid: the sliding window in tokens; default: "
-                   f"{DEFAULTS['--sliding-window']}")
     p.add_argument("--max-num-batched-tokens", type=int, metavar="N",
                    help="the server's --max-num-batched-tokens (on neuron the prefill "
                    f"segment); default: {DEFAULTS['--max-num-batched-tokens']}")
-    p.add_argument("--max-model-len", type=int, metavar="N",
-                   help=f"with --platform neuron: the server's --max-model-len; default: "
-                   f"{DEFAULTS['--max-model-len']}")
-    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
-                   help=f"the server runs the async scheduler; default: "
-                   f"{DEFAULTS['--async-scheduling']}")
 
 
 def tokenizer_words(tokenizer: Tokenizer) -> list[str]:

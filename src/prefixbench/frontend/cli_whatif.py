@@ -24,9 +24,9 @@ from prefixbench.frontend.cli_shared import UsageError
 from prefixbench.frontend.runview import EXIT_OK
 from prefixbench.frontend.whatif_setup import (
     DEFAULTS,
-    PLATFORMS,
     SEGMENT_RULE,
     Setup,
+    add_server_arguments,
     resolve,
 )
 
@@ -60,21 +60,10 @@ def add_parser(sub: Any, epilog: str) -> None:
     w.add_argument("--tokenizer", type=Path, metavar="DIR",
                    help="the server's tokenizer: its directory or its tokenizer.json (with "
                    "tokenizer_config.json for chat lines, config.json for the model)")
-    w.add_argument("--platform", choices=PLATFORMS,
-                   help=f"the server's platform; {_default('--platform')}")
-    w.add_argument("--block-size", type=int, metavar="N",
-                   help=f"KV block size of the server; {_default('--block-size')}")
+    add_server_arguments(w)
     w.add_argument("--capacity-blocks", type=int, metavar="N",
                    help="usable KV capacity in blocks: the server's num_gpu_blocks - 1 "
                    f"(block 0 is vLLM's null block); {_default('--capacity-blocks')}")
-    w.add_argument("--kv-cache", choices=("full", "hybrid"),
-                   help="the server's KV-cache manager: full (full attention in every "
-                   "layer) or hybrid (vLLM's hybrid manager: sliding-window and "
-                   "full-attention layers sharing one block pool, as gpt-oss on cpu); "
-                   f"{_default('--kv-cache')}")
-    w.add_argument("--sliding-window", type=int, metavar="N",
-                   help="with --kv-cache hybrid: the sliding window in tokens; "
-                   f"{_default('--sliding-window')}")
     w.add_argument("--seed", type=int, help="vllm bench serve --seed (default 0, or "
                    "the workload's)")
     w.add_argument("--no-shuffle", action="store_true",
@@ -112,13 +101,6 @@ def add_parser(sub: Any, epilog: str) -> None:
     w.add_argument("--burstiness", type=float, metavar="B",
                    help="with --request-rate: the gamma shape of the arrivals (vllm bench "
                    "serve --burstiness; default: the workload's, 1: Poisson)")
-    w.add_argument("--max-model-len", type=int, metavar="N",
-                   help="with --platform neuron: the server's --max-model-len, at which "
-                   "the plugin's scheduler computes how many requests the KV cache holds; "
-                   f"{_default('--max-model-len')}")
-    w.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
-                   help="the server runs vLLM's AsyncScheduler; "
-                   f"{_default('--async-scheduling')}")
 
 
 def whatif_workload(args: argparse.Namespace) -> Any:

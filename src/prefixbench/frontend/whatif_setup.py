@@ -47,7 +47,8 @@ from prefixbench.frontend.cli_shared import UsageError
 if TYPE_CHECKING:
     from prefixbench.engines.workloads import Workload
 
-__all__ = ["DEFAULTS", "PLATFORMS", "SEGMENT_RULE", "Assumed", "Setup", "resolve"]
+__all__ = ["DEFAULTS", "PLATFORMS", "SEGMENT_RULE", "Assumed", "Setup", "add_server_arguments",
+           "resolve"]
 
 #: The platforms, the default first: Neuron, the hardware this bundle's users run (what
 #: ``prefixbench_platform`` defaults to); cpu is the simulated fleet's vLLM.
@@ -124,6 +125,35 @@ class Setup:
     #: Neuron only: the prefill segment in tokens (``--max-num-batched-tokens``).
     segment: int | None
     assumed: tuple[Assumed, ...]
+
+
+def add_server_arguments(group: argparse._ActionsContainer) -> None:
+    """The flags describing the server, the same for ``whatif`` and ``chat-traffic`` (both
+    resolve them with :func:`resolve`): platform, block size, KV-cache manager, sliding
+    window, ``--max-model-len``, async scheduling. Each help line ends with its default."""
+    def default(flag: str) -> str:
+        return f"default: {DEFAULTS[flag]}"
+
+    group.add_argument("--platform", choices=PLATFORMS,
+                       help=f"the server's platform; {default('--platform')}")
+    group.add_argument("--block-size", type=int, metavar="N",
+                       help=f"KV block size of the server; {default('--block-size')}")
+    group.add_argument("--kv-cache", choices=("full", "hybrid"),
+                       help="the server's KV-cache manager: full (full attention in every "
+                       "layer) or hybrid (vLLM's hybrid manager: sliding-window and "
+                       "full-attention layers sharing one block pool, as gpt-oss on cpu); "
+                       f"{default('--kv-cache')}")
+    group.add_argument("--sliding-window", type=int, metavar="N",
+                       help="with --kv-cache hybrid: the sliding window in tokens; "
+                       f"{default('--sliding-window')}")
+    group.add_argument("--max-model-len", type=int, metavar="N",
+                       help="with --platform neuron: the server's --max-model-len, at "
+                       "which the plugin's scheduler computes how many requests the KV "
+                       f"cache holds; {default('--max-model-len')}")
+    group.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
+                       help="the server runs the async scheduler (vLLM's AsyncScheduler, "
+                       f"or the plugin's NeuronAsyncScheduler); "
+                       f"{default('--async-scheduling')}")
 
 
 def _given(flag: str) -> str:
