@@ -129,7 +129,7 @@ def test_what_a_neuron_server_refuses_is_refused_before_the_file_is_written(
     path = tmp_path / "c.jsonl"
     for argv, message in (
             (["--block-size", "48"], "--block-size 48 does not divide the 1024-token"),
-            (["--max-num-batched-tokens", "1000"], "is not a Neuron prefill segment size"),
+            (["--max-num-batched-tokens", "1000"], "is not a supported segment size"),
             (["--platform", "cpu", "--max-model-len", "4096"],
              "--max-model-len applies with --platform neuron only"),
             (["--sliding-window", "64"], "--sliding-window applies with --kv-cache hybrid")):

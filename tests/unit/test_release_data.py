@@ -152,18 +152,17 @@ def test_the_host_release_filter_applies_the_segment_check() -> None:
 
 def test_the_whatif_accepts_a_size_some_release_supports(
         double_releases_with_8192: Path) -> None:
+    from prefixbench.engines.schedconfig import Serving  # noqa: PLC0415
     from prefixbench.frontend import whatif_setup  # noqa: PLC0415
     from prefixbench.frontend.cli_shared import UsageError  # noqa: PLC0415
 
-    class Serving:  # a test double of whatif_setup's serving settings
-        max_num_batched_tokens = 8192
-
-    assert whatif_setup._segment(Serving(), 32)[0] == 8192  # type: ignore[arg-type]
-    Serving.max_num_batched_tokens = 768
-    with pytest.raises(UsageError, match=r"768 is not a Neuron prefill segment size any "
-                                         r"known release supports: use one of 512, 1024, "
-                                         r"2048, 4096, 8192"):
-        whatif_setup._segment(Serving(), 32)  # type: ignore[arg-type]
+    serving = Serving(max_num_batched_tokens=8192, max_model_len=16384)
+    assert whatif_setup._segment(serving, 32)[0].prefill_segment == 8192
+    with pytest.raises(UsageError, match=r"768 is below --max-model-len 16384, so the Neuron "
+                                         r"plugin turns segmented prefill on with it as the "
+                                         r"segment, and it is not a supported segment size: "
+                                         r"use one of 512, 1024, 2048, 4096, 8192"):
+        whatif_setup._segment(Serving(max_num_batched_tokens=768, max_model_len=16384), 32)
 
 
 def test_teardown_removes_the_doctors_proof_without_reading_the_release() -> None:

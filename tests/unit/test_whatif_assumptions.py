@@ -113,51 +113,97 @@ def short_prefix(prefix_len: int, **extra: object) -> Workload:
                                "prefix_repetition_prefix_len": prefix_len, **extra})
 
 
-def test_on_neuron_only_hits_in_whole_prefill_segments_are_savings() -> None:
-    """The tutorial's 3072-token prefix is three whole 1024-token segments: every hit is a
-    skipped segment. A 1000-token prefix hits 992 tokens a warm request (block 32) and
-    skips no segment: a hit ratio with nothing saved."""
-    segment = Serving(prefill_segment=1024)
-    tutorial = whatif.predict(short_prefix(3072), block_size=32, serving=segment)
-    assert tutorial.segment_saved_tokens == tutorial.hit_tokens == 45 * 3072
-    assert tutorial.segment_requests == 45
-    short = whatif.predict(short_prefix(1000), block_size=32, serving=segment)
-    assert short.hit_tokens == 45 * 992 and short.ratio is not None and short.ratio > 0.4
-    assert (short.segment_saved_tokens, short.segment_requests) == (0, 0)
-    mixed = whatif.predict(short_prefix(2500), block_size=32, serving=segment)
-    assert (mixed.segment_saved_tokens, mixed.segment_requests) == (45 * 2048, 45)
-    assert whatif.predict(short_prefix(2500), block_size=32).segment_saved_tokens is None
+def test_on_neuron_a_warm_request_runs_the_chunks_its_uncached_tokens_need() -> None:
+    """AWS's design (prefix-caching.md, "Block Alignment", "Scheduler Integration",
+    "Partial KV Segment Handling"): a warm request of P tokens with h hit tokens runs
+    ceil((P - h) / S) chunks instead of ceil(P / S). Expected values by hand, 50 requests
+    over 5 prefixes (45 warm), block 32, S = 1024, every chunk padded to 1024."""
+    serving = Serving(prefill_segment=1024, prefill_buckets=(1024,))
+    # The tutorial's 3072 + 1024: cold 4 chunks, warm ceil(1024/1024) = 1: 3 skipped.
+    tutorial = whatif.predict(short_prefix(3072), block_size=32, serving=serving).prefill
+    assert tutorial is not None
+    assert (tutorial.cold_chunks, tutorial.run_chunks, tutorial.skipped_chunks) == (
+        50 * 4, 5 * 4 + 45 * 1, 45 * 3)
+    assert (tutorial.cold_padded, tutorial.run_padded) == (50 * 4096, 5 * 4096 + 45 * 1024)
+    assert tutorial.skipping_requests == 45
+    # The spec's example: an 800-token prefix (25 blocks) and a 600-token suffix, shorter
+    # than a segment, saves one chunk a warm request: ceil(1400/1024) = 2 vs
+    # ceil(600/1024) = 1 (the old whole-segment rule said none).
+    short = whatif.predict(short_prefix(800, prefix_repetition_suffix_len=600),
+                           block_size=32, serving=serving).prefill
+    assert short is not None
+    assert (short.cold_chunks, short.run_chunks, short.skipping_requests) == (100, 55, 45)
+    assert (short.cold_padded, short.saved_padded) == (100 * 1024, 45 * 1024)
+    # Powers-of-two buckets (the plugin's default) pad the 376-token tail to 512 and the
+    # warm 600 tokens to 1024: 512 padded tokens saved a warm request.
+    pow2 = whatif.predict(short_prefix(800, prefix_repetition_suffix_len=600),
+                          block_size=32, serving=Serving(
+                              prefill_segment=1024,
+                              prefill_buckets=(128, 256, 512, 1024))).prefill
+    assert pow2 is not None and pow2.saved_padded == 45 * 512
+    assert pow2.cold_padded == 50 * (1024 + 512)
+    # A 1000-token prefix hits 992 tokens (31 blocks); the 1032 left take 2 chunks, as
+    # the 2024 cold ones: nothing skipped, though the hit ratio is high.
+    none = whatif.predict(short_prefix(1000), block_size=32, serving=serving)
+    assert none.prefill is not None and none.ratio is not None and none.ratio > 0.4
+    assert (none.prefill.skipped_chunks, none.prefill.saved_padded) == (0, 0)
+    assert whatif.predict(short_prefix(2500), block_size=32).prefill is None  # cpu
 
 
-def test_segment_savings_through_the_scheduler_model_are_each_requests_hit() -> None:
+def test_prefill_chunks_through_the_scheduler_model_follow_each_requests_hit() -> None:
     w = short_prefix(2500, max_concurrency=4, num_prompts=60)
-    serving = Serving(4, prefill_segment=1024)
+    serving = Serving(4, prefill_segment=1024, prefill_buckets=(1024,))
     pred = whatif.predict(w, block_size=32, capacity_blocks=300, serving=serving, band=False)
     sim = SchedulerSim(32, 300)
     result = sim.replay(whatif.prefix_repetition_tokens(w), w.prefix_repetition_output_len,
                         concurrency=4)
-    whole = [hit // 1024 * 1024 for hit in result.hit_tokens]
+    prompt = 2500 + w.prefix_repetition_suffix_len
+    run = [-(-(prompt - hit) // 1024) for hit in result.hit_tokens]
     assert pred.hit_tokens == result.total_hit_tokens
-    assert (pred.segment_saved_tokens, pred.segment_requests) == (
-        sum(whole), sum(1 for h in whole if h))
-    assert 0 < sum(whole) < pred.hit_tokens
+    assert pred.prefill is not None
+    assert pred.prefill.cold_chunks == len(run) * -(-prompt // 1024)
+    assert pred.prefill.run_chunks == sum(run)
+    assert pred.prefill.run_padded == sum(run) * 1024
 
 
-def test_the_whatif_command_reports_segment_savings_on_neuron_only(tmp_path: Path) -> None:
+def test_the_whatif_command_leads_with_the_prefill_saved_on_neuron(tmp_path: Path) -> None:
+    """A prefix shorter than a segment: the first line is the prefill saved (one chunk a
+    warm request), the hit ratio after it, the design's rule and that it is unchecked on
+    Trainium said once."""
     path = tmp_path / "w.yml"
-    path.write_text(json.dumps({"workloads": [short_prefix(1000).to_dict()]}))
-    code, out, err = run("--platform", "cpu",
-                         "--workload", "short", "--workloads", str(path), "--platform",
-                         "neuron")
+    path.write_text(json.dumps({"workloads": [
+        short_prefix(800, prefix_repetition_suffix_len=600).to_dict()]}))
+    code, out, err = run("--workload", "short", "--workloads", str(path))
     assert code == 0, err
-    assert ("segments saved:  0 prompt tokens of prefill skipped in whole 1024-token "
-            "segments (0.0000% of those queried); 0 of 50 requests (0.00%) skip at least "
-            "one") in out.splitlines()
-    assert "44,640 hit tokens lie outside whole segments" in out
-    assert "segment rule:    a warm request gains TTFT only for the prefill segments it " \
-           "skips whole" in out
+    lines = out.splitlines()
+    assert lines[0] == ("prefill saved:   45 of 100 prefill chunks (46,080 of 102,400 padded "
+                        "tokens, 45.00%); 45 of 50 requests skip at least one")
+    assert lines[1].startswith("per request:     1.10 chunks run and 0.90 skipped")
+    assert "padded to buckets [1024]" in lines[1]
+    ratio = next(i for i, line in enumerate(lines) if line.startswith("predicted ratio"))
+    assert ratio > 1
+    assert out.count("never checked on Trainium") == 1
+    assert "ceil((P - h) / S)" in out and "Partial KV Segment Handling" in out
+    assert "  prefill saving:         design over tutorial" in out
+    assert "whole segments" not in out.replace("fills whole segments", "")
     code, out, _ = run("--platform", "cpu", "--workload", "short", "--workloads", str(path))
-    assert code == 0 and "segments saved" not in out  # cpu: no segments
+    assert code == 0 and "prefill saved" not in out and "Trainium" not in out
+
+
+def test_requests_longer_than_max_model_len_are_refused_in_one_line(tmp_path: Path) -> None:
+    """A Neuron server refuses a prompt longer than its max_model_len (8192 by default):
+    24,600-token prompts are not a hit ratio."""
+    path = tmp_path / "w.yml"
+    path.write_text(json.dumps({"workloads": [
+        short_prefix(24000, prefix_repetition_suffix_len=600).to_dict()]}))
+    code, out, err = run("--workload", "short", "--workloads", str(path))
+    assert code == 2 and not out
+    assert err.count("\n") == 1
+    assert "50 of 50 requests have a prompt longer than the server's max_model_len" in err
+    code, out, err = run("--workload", "short", "--workloads", str(path),
+                         "--max-model-len", "32768")
+    assert code == 0, err
+    assert "rejected" not in out
 
 
 def test_a_workload_is_replayed_at_its_own_concurrency_unless_told() -> None:
@@ -230,7 +276,12 @@ def test_help_names_only_what_applies(command: str,
      "divide the segment size, aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/guides/"
      "reference-configuration.md, \"Prefix caching constraints\")"),
     (["--workload", "high_overlap", "--platform", "neuron", "--max-num-batched-tokens",
-      "1000"], "--max-num-batched-tokens 1000 is not a Neuron prefill segment size"),
+          "1000"], "--max-num-batched-tokens 1000 is below --max-model-len 8192, so the "
+         "Neuron plugin turns segmented prefill on with it as the segment, and it is not a "
+         "supported segment size: use one of 512, 1024, 2048, 4096"),
+        (["--workload", "high_overlap", "--max-num-batched-tokens", "8192"],
+         "--max-num-batched-tokens 8192 is not below --max-model-len 8192: single-shot "
+         "prefill, no segmented prefill, and the Neuron plugin refuses prefix caching"),
     (["--workload", "high_overlap", "--block-size", "0"], "--block-size must be >= 1, got 0"),
     (["--workload", "high_overlap", "--sliding-window", "64"],
      "--sliding-window applies with --kv-cache hybrid only"),

@@ -7,12 +7,13 @@ as its ``vllm:cache_config_info`` says; without the command line, the hosts' pla
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
-from prefixbench.engines.platforms import EngineModel, engine_model
+from prefixbench.engines.platforms import EngineModel, engine_model, neuron_serving
 from prefixbench.engines.schedconfig import SERIAL, Serving
 from prefixbench.engines.workloads import Workload
 from prefixbench.measure import metrics
@@ -97,14 +98,15 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
 
 
 def served_engine(platform: str, scheduler: ServerScheduler, cache_model: CacheModel,
-                  serving: Serving, max_model_len: int | None) -> EngineModel:
+                  serving: Serving, max_model_len: int | None, *,
+                  neuron_config: Mapping[str, Any] | None = None) -> EngineModel:
     """The engine model of a server on ``platform`` that runs ``scheduler`` over
     ``cache_model`` (the manager its ``cache_config_info`` reports): the Neuron plugin's
     scheduler model over full attention, its KV-concurrency cap at ``max_model_len``; or
     vLLM's scheduler model over ``cache_model``."""
     if scheduler.kind == "neuron":
-        return EngineModel(platform, FULL_ATTENTION, replace(
-            serving, scheduler="neuron", async_scheduling=scheduler.async_scheduling,
-            max_model_len=max_model_len))
+        return EngineModel(platform, FULL_ATTENTION, neuron_serving(
+            serving, max_model_len, async_scheduling=scheduler.async_scheduling,
+            neuron_config=neuron_config))
     return EngineModel(platform, cache_model, replace(
         serving, async_scheduling=scheduler.async_scheduling))

@@ -29,7 +29,13 @@ import yaml
 
 # Importing the rules registers the tutorial's cross-field rules in RULES (and the
 # model's fit and recipe checks in RULES and WARNINGS, the workloads' in WARNINGS).
-from prefixbench.config import rules, rules_fit, rules_s3, rules_workload  # noqa: F401
+from prefixbench.config import (  # noqa: F401
+    rules,
+    rules_fit,
+    rules_plugin,
+    rules_s3,
+    rules_workload,
+)
 from prefixbench.config.catalogue import (
     BY_NAME,
     CATALOGUE,

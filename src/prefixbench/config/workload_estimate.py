@@ -91,6 +91,14 @@ class Sizing:
     #: :func:`prefixbench.servers.served_engine.scheduler_of`), as the record reads it from
     #: the running server; ``None`` when the settings cannot render one (the platform's).
     scheduler: ServerScheduler | None = None
+    #: The bucket lists of ``vllm_service_neuron_config`` (hashable, by key): on Neuron,
+    #: the prefill buckets the plugin resolves from them
+    #: (:func:`prefixbench.engines.schedneuron.resolve_prefill_buckets`).
+    bucket_config: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def neuron_config(self) -> dict[str, list[int]]:
+        return {key: list(values) for key, values in self.bucket_config}
 
     def describe(self) -> str:
         kind = ("full attention" if self.model.kind == "full" else
@@ -128,7 +136,17 @@ def sizing_of(settings: Mapping[str, Any]) -> Sizing:
                                    or DEFAULT_MAX_NUM_SEQS),
                   max_num_batched_tokens=batched, gpt_oss=gpt_oss, platform=platform,
                   max_model_len=int(settings.get("vllm_service_max_model_len") or 0) or None,
-                  scheduler=_scheduler(settings, platform))
+                  scheduler=_scheduler(settings, platform),
+                  bucket_config=_bucket_config(settings.get("vllm_service_neuron_config")))
+
+
+def _bucket_config(config: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The prefill bucket lists of a neuron_config, hashable."""
+    if not isinstance(config, Mapping):
+        return ()
+    return tuple((key, tuple(int(v) for v in config[key]))
+                 for key in ("num_batched_tokens_buckets", "kv_segment_size_buckets")
+                 if isinstance(config.get(key), list) and config[key])
 
 
 def _scheduler(settings: Mapping[str, Any], platform: str) -> ServerScheduler | None:
@@ -157,9 +175,11 @@ def serving_of(w: Workload, sizing: Sizing) -> Serving:
         from prefixbench.bench.served_record import served_engine  # noqa: PLC0415
 
         return served_engine(sizing.platform, sizing.scheduler, sizing.model, serving,
-                             sizing.max_model_len).serving
+                             sizing.max_model_len,
+                             neuron_config=sizing.neuron_config).serving
     return engine_model(sizing.platform, cache_model=sizing.model, serving=serving,
-                        max_model_len=sizing.max_model_len).serving
+                        max_model_len=sizing.max_model_len,
+                        neuron_config=sizing.neuron_config).serving
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,22 @@ and the what-if can call.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Any, Final
 
 from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.engines.schedconfig import SERIAL, Serving
 from prefixbench.engines.schedhybrid import scheduler_sim_for
-from prefixbench.engines.schedneuron import NEURON_BLOCK_SIZE, neuron_scheduler_sim
+from prefixbench.engines.schedneuron import (
+    NEURON_BLOCK_SIZE,
+    neuron_scheduler_sim,
+    resolve_prefill_buckets,
+)
 from prefixbench.engines.schedsim import SchedulerSim
 
 __all__ = ["PLATFORMS", "EngineModel", "default_block_size", "engine_model",
-           "scheduler_model"]
+           "neuron_serving", "scheduler_model"]
 
 #: The platforms of ``prefixbench_platform``.
 PLATFORMS: Final = ("neuron", "cpu")
@@ -64,17 +69,31 @@ class EngineModel:
 
 def engine_model(platform: str, *, cache_model: CacheModel = FULL_ATTENTION,
                  serving: Serving = SERIAL, max_model_len: int | None = None,
-                 async_scheduling: bool = True) -> EngineModel:
+                 async_scheduling: bool = True,
+                 neuron_config: Mapping[str, Any] | None = None) -> EngineModel:
     """The engine model of a server on ``platform``: on ``"neuron"`` the plugin's
     scheduler (async unless ``async_scheduling`` is False) over full attention, its cap at
-    ``max_model_len``; on ``"cpu"`` ``cache_model`` and ``serving`` as given."""
+    ``max_model_len``, its prefill buckets as the plugin resolves them from
+    ``neuron_config`` (:func:`neuron_serving`); on ``"cpu"`` ``cache_model`` and
+    ``serving`` as given."""
     if platform == "neuron":
-        return EngineModel("neuron", FULL_ATTENTION, replace(
-            serving, scheduler="neuron", async_scheduling=async_scheduling,
-            max_model_len=max_model_len))
+        return EngineModel("neuron", FULL_ATTENTION, neuron_serving(
+            serving, max_model_len, async_scheduling=async_scheduling,
+            neuron_config=neuron_config))
     if platform == "cpu":
         return EngineModel("cpu", cache_model, serving)
     raise ValueError(f"unknown platform {platform!r}: one of {', '.join(PLATFORMS)}")
+
+
+def neuron_serving(serving: Serving, max_model_len: int | None, *,
+                   async_scheduling: bool = True,
+                   neuron_config: Mapping[str, Any] | None = None) -> Serving:
+    """``serving`` on a Neuron server: the plugin's scheduler, its cap at
+    ``max_model_len``, its prefill buckets
+    (:func:`prefixbench.engines.schedneuron.resolve_prefill_buckets`)."""
+    return replace(serving, scheduler="neuron", async_scheduling=async_scheduling,
+                   max_model_len=max_model_len, prefill_buckets=resolve_prefill_buckets(
+                       serving.max_num_batched_tokens, max_model_len, neuron_config))
 
 
 def default_block_size(platform: str) -> int | None:
@@ -93,7 +112,8 @@ def scheduler_model(block_size: int, capacity_blocks: int | None, cache_model: C
             block_size, capacity_blocks, max_model_len=serving.max_model_len,
             max_num_seqs=serving.max_num_seqs,
             max_num_batched_tokens=serving.max_num_batched_tokens,
-            async_scheduling=serving.async_scheduling)
+            async_scheduling=serving.async_scheduling,
+            buckets=list(serving.prefill_buckets) if serving.prefill_buckets else None)
     return scheduler_sim_for(
         cache_model.kind, block_size, capacity_blocks,
         sliding_window=cache_model.sliding_window, max_num_seqs=serving.max_num_seqs,

@@ -65,12 +65,16 @@ class Serving:
     #: is computed at ``max_model_len``; ``None``: no cap).
     scheduler: Literal["vllm", "neuron"] = "vllm"
     max_model_len: int | None = None
-    #: A Neuron server's prefill segment in tokens (``kv_segment_size_buckets``, equal to
-    #: ``max_num_batched_tokens``): the replay also counts the hit tokens that fall in
-    #: whole segments, the prefill a warm request skips
-    #: (:attr:`prefixbench.predict.replay.Prediction.segment_saved_tokens`). None: not
-    #: counted (vLLM's CPU platform has no segments).
+    #: A Neuron server's prefill chunk in tokens (``min(max_num_batched_tokens,
+    #: max_model_len)``, the segment size): the replay also counts the prefill chunks
+    #: each request runs and the ones its hit spares
+    #: (:attr:`prefixbench.predict.replay.Prediction.prefill`). None: not counted (vLLM's
+    #: CPU platform has no segments).
     prefill_segment: int | None = None
+    #: A Neuron server's prefill buckets, as the plugin resolves them
+    #: (:func:`prefixbench.engines.schedneuron.resolve_prefill_buckets`); ``None``: the
+    #: default powers of two up to the chunk.
+    prefill_buckets: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if min(self.concurrency, self.max_num_seqs, self.max_num_batched_tokens) < 1:

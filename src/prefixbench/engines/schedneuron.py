@@ -63,7 +63,8 @@ null block is counted in the cap).
 
 from __future__ import annotations
 
-from typing import Final, NoReturn
+from collections.abc import Mapping
+from typing import Any, Final, NoReturn
 
 from prefixbench.engines.cachesim import CapacityError
 from prefixbench.engines.schedasync import AsyncSchedulerSim
@@ -80,6 +81,7 @@ __all__ = [
     "max_kv_concurrent",
     "neuron_scheduler_sim",
     "prefill_buckets",
+    "resolve_prefill_buckets",
 ]
 
 #: The plugin's default KV block size (``reference-configuration.md``, v2.31.1:
@@ -129,6 +131,29 @@ def prefill_buckets(max_num_batched_tokens: int, max_model_len: int | None = Non
         out.append(size)
         size *= 2
     return [*out, top]
+
+
+def resolve_prefill_buckets(max_num_batched_tokens: int, max_model_len: int | None,
+                            neuron_config: Mapping[str, Any] | None = None) -> tuple[int, ...]:
+    """The buckets a server's prefill chunks are padded to, as the plugin resolves them
+    (vllm-project/vllm-neuron 0.24.0.1.1.0, ``vllm_neuron/vllm/core/scheduler.py``,
+    ``NeuronScheduler.__init__``, and ``vllm_neuron/utils/bucket_utils.py``,
+    ``resolve_segmented_prefill_config``; read in public forks of that tag): the
+    configured ``num_batched_tokens_buckets``; else the configured
+    ``kv_segment_size_buckets`` (the model runner sets the prefill buckets to them); else,
+    when ``min(max_num_batched_tokens, max_model_len)`` is below ``max_model_len``,
+    segmented prefill turns on by itself with that one bucket; else the default powers of
+    two (:func:`prefill_buckets`)."""
+    top = (max_num_batched_tokens if max_model_len is None
+           else min(max_num_batched_tokens, max_model_len))
+    config = neuron_config or {}
+    for key in ("num_batched_tokens_buckets", "kv_segment_size_buckets"):
+        given = config.get(key)
+        if isinstance(given, list) and given:
+            return tuple(int(v) for v in given)
+    if max_model_len is not None and top < max_model_len:
+        return (top,)
+    return tuple(prefill_buckets(top))
 
 
 def _padded(count: int, buckets: list[int]) -> int:

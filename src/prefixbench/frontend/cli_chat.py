@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from prefixbench.engines import chat_traffic as ct
 from prefixbench.frontend.cli_shared import UsageError
+from prefixbench.frontend.cli_whatif import neuron_lines, rejected_line
 from prefixbench.frontend.runview import EXIT_OK
 from prefixbench.frontend.whatif_setup import (
     DEFAULTS,
@@ -222,6 +223,9 @@ def run_chat_traffic(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if pred.ratio is None:
             raise UsageError(f"{args.out} written, but no prediction: "
                              f"{pred.note or 'the replay gave none'}")
+        if pred.rejected and not pred.requests:
+            raise UsageError(f"{args.out} written, but refused: {rejected_line(pred)}")
+        neuron_lines(pred, out)  # on Neuron: the prefill saved, before the hit ratio
         cap = "unbounded" if args.capacity_blocks is None else f"{args.capacity_blocks} blocks"
         show("cache", f"block {block}, capacity {cap}, {setup.cache_model.describe()}")
         show("predicted ratio", f"{pred.ratio:.2%} (what-if replay of the file: "

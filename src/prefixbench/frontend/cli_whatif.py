@@ -25,12 +25,14 @@ from prefixbench.frontend.runview import EXIT_OK
 from prefixbench.frontend.whatif_setup import (
     DEFAULTS,
     SEGMENT_RULE,
+    UNCHECKED,
     Setup,
     add_server_arguments,
     resolve,
 )
 
-__all__ = ["add_parser", "method_sentence", "run_whatif", "sentences", "whatif_workload"]
+__all__ = ["add_parser", "method_sentence", "neuron_lines", "rejected_line", "run_whatif",
+           "sentences", "whatif_workload"]
 
 
 def _default(flag: str) -> str:
@@ -49,7 +51,8 @@ def add_parser(sub: Any, epilog: str) -> None:
         "(prefix_cache_hits / prefix_cache_queries), with every assumption and where it "
         "comes from. Either a JSONL prompts file (prompt or chat-messages lines, counted "
         "with --tokenizer) or a prefix_repetition workload (--workload; no tokenizer "
-        "needed). With --platform neuron, also the prefill segments warm requests skip.")
+        "needed). With --platform neuron, first the prefill chunks (and padded tokens) warm "
+        "requests skip.")
     w.add_argument("prompts", nargs="?", type=Path, metavar="PROMPTS.jsonl",
                    help="your prompts, one JSON object a line")
     w.add_argument("--workload", metavar="NAME",
@@ -184,7 +187,10 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                               serving=setup.serving)
     if pred.ratio is None:
         raise UsageError(pred.note or "no prediction")
+    if pred.rejected and not pred.requests:
+        raise UsageError(f"refused: {rejected_line(pred)}")
     cap = "unbounded" if args.capacity_blocks is None else f"{args.capacity_blocks} blocks"
+    neuron_lines(pred, out)  # on Neuron the answer comes first: the prefill saved
     print(f"workload:        {workload.name} ({workload.dataset_name}), seed "
           f"{workload.seed if workload.seed is not None else 0}, "
           f"{'file order' if workload.disable_shuffle else 'shuffled'}", file=out)
@@ -205,8 +211,6 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"timing range:    {pred.band_note}", file=out)
     print(f"hit tokens:      {pred.hit_tokens:,} of {pred.query_tokens:,} queried, "
           f"{pred.requests:,} requests", file=out)
-    if setup.segment is not None:
-        _segments(pred, setup.segment, out)
     print(f"evicted blocks:  {pred.evicted_blocks:,}", file=out)
     if pred.formula_ratio is not None:
         print(f"formula:         {pred.formula_ratio:.4%} (block-aligned, unbounded cache; "
@@ -217,18 +221,28 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _segments(pred: Any, segment: int, out: TextIO) -> None:
-    """On Neuron: what the warm requests skip in whole prefill segments, beside the hits."""
-    saved, saving = pred.segment_saved_tokens or 0, pred.segment_requests or 0
-    share = saved / pred.query_tokens if pred.query_tokens else 0.0
-    print(f"segments saved:  {saved:,} prompt tokens of prefill skipped in whole "
-          f"{segment}-token segments ({share:.4%} of those queried); {saving:,} of "
-          f"{pred.requests:,} requests ({saving / max(pred.requests, 1):.2%}) skip at "
-          f"least one", file=out)
-    if pred.hit_tokens > saved:
-        print(f"{'':<17}{pred.hit_tokens - saved:,} hit tokens lie outside whole segments: "
-              f"on Neuron they save no prefill step", file=out)
-    print(f"segment rule:    {SEGMENT_RULE}", file=out)
+def neuron_lines(pred: Any, out: TextIO) -> None:
+    """On Neuron, the prediction's first lines: the prefill the hits save (chunks and
+    padded tokens, :mod:`prefixbench.predict.segments`), the requests the server would
+    refuse, the rule and that it is unchecked on Trainium. Nothing elsewhere."""
+    if pred.prefill is None:
+        if pred.rejected:
+            print(f"rejected:        {rejected_line(pred)}", file=out)
+        return
+    for label, text in pred.prefill.lines():
+        print(f"{label + ':':<17}{text}", file=out)
+    if pred.rejected:
+        print(f"rejected:        {rejected_line(pred)}", file=out)
+    print(f"saving rule:     {SEGMENT_RULE}", file=out)
+    print(f"{'':<17}{UNCHECKED}", file=out)
+
+
+def rejected_line(pred: Any) -> str:
+    """The one line saying how many requests the server refuses."""
+    total = pred.requests + pred.rejected
+    return (f"{pred.rejected:,} of {total:,} requests have a prompt longer than the "
+            f"server's max_model_len (--max-model-len): it refuses them, and they are left "
+            f"out of every figure here")
 
 
 def method_sentence(method: str, workload: Any, setup: Setup) -> str:

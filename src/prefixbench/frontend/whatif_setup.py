@@ -43,12 +43,13 @@ from prefixbench.engines.schedconfig import (
 )
 from prefixbench.engines.tokenizer import TOKENIZER_JSON, model_directory
 from prefixbench.frontend.cli_shared import UsageError
+from prefixbench.predict.segments import DESIGN_RULE, TUTORIAL_DISAGREES, UNCHECKED
 
 if TYPE_CHECKING:
     from prefixbench.engines.workloads import Workload
 
-__all__ = ["DEFAULTS", "PLATFORMS", "SEGMENT_RULE", "Assumed", "Setup", "add_server_arguments",
-           "resolve"]
+__all__ = ["DEFAULTS", "PLATFORMS", "SEGMENT_RULE", "UNCHECKED", "Assumed", "Setup",
+           "add_server_arguments", "resolve"]
 
 #: The platforms, the default first: Neuron, the hardware this bundle's users run (what
 #: ``prefixbench_platform`` defaults to); cpu is the simulated fleet's vLLM.
@@ -73,13 +74,9 @@ _SOURCES: Final = {
                     f"async-scheduling-and-async-execution.md",
 }
 
-#: The rule that makes a hit a saving on Neuron, and where it is stated: the report's own
-#: (:data:`prefixbench.report.issues.FIX_NO_GAIN`).
-SEGMENT_RULE: Final = (
-    "a warm request gains TTFT only for the prefill segments it skips whole (\"If the "
-    "prefix fit inside a single segment, no segment would be fully cached and there would "
-    "be nothing to skip\": aws-neuron/aws-neuron-sdk@v2.31.1 and v2.32.0, vllm-neuron/docs/"
-    "tutorials/tutorial-prefix-caching-gpt-oss-benchmarking.md, Step 2's key flags)")
+#: The rule that makes a hit a saving on Neuron, and where it is stated
+#: (:mod:`prefixbench.predict.segments`).
+SEGMENT_RULE: Final = DESIGN_RULE
 
 #: Every default the command applies, by flag: what --help says and the docs table shows.
 DEFAULTS: Final = {
@@ -262,27 +259,41 @@ def _scheduler(args: argparse.Namespace, workload: Workload, platform: str
     return serving, assumed
 
 
-def _segment(serving: Serving, block_size: int) -> tuple[int, Assumed]:
+def _segment(serving: Serving, block_size: int) -> tuple[Serving, list[Assumed]]:
+    """The prefill chunk and buckets of a Neuron server with prefix caching on, as the
+    plugin resolves them, or the one line saying why the plugin would refuse it."""
     from prefixbench.config.rules import SEGMENT_SOURCE  # noqa: PLC0415 - neuron only
+    from prefixbench.config.rules_plugin import plugin_refusals  # noqa: PLC0415
+    from prefixbench.engines.platforms import neuron_serving  # noqa: PLC0415
     from prefixbench.hosts import releases  # noqa: PLC0415 - neuron only
 
     # No host here, so no release: any size some known release supports (the union of
     # the manifests' prefix_caching.segment_sizes); preflight holds a host to its own.
     sizes = releases.segment_sizes()
-    segment = serving.max_num_batched_tokens
-    if segment not in sizes:
-        raise UsageError(f"--max-num-batched-tokens {segment} is not a Neuron prefill "
-                         f"segment size any known release supports: use one of "
-                         f"{', '.join(map(str, sizes))} ({SEGMENT_SOURCE}; each release's "
-                         "manifest, prefix_caching.segment_sizes)")
+    mml = serving.max_model_len
+    for refusal in plugin_refusals(serving.max_num_batched_tokens, mml, {}, sizes,
+                                   flags=True):
+        raise UsageError(refusal)
+    segment = min(serving.max_num_batched_tokens, mml or serving.max_num_batched_tokens)
     if segment % block_size:
         raise UsageError(f"--block-size {block_size} does not divide the {segment}-token "
                          f"prefill segment (block size must divide the segment size, "
                          f"{SEGMENT_SOURCE}): use one that divides it, e.g. "
                          f"{PLATFORM_BLOCK_SIZE['neuron']}")
-    return segment, Assumed("prefill segment", f"{segment} tokens",
-                            "--max-num-batched-tokens (kv_segment_size_buckets must equal "
-                            "it)")
+    serving = replace(neuron_serving(serving, mml, async_scheduling=serving.async_scheduling),
+                      prefill_segment=segment)
+    buckets = list(serving.prefill_buckets or ())
+    return serving, [
+        Assumed("prefill segment", f"{segment} tokens",
+                "--max-num-batched-tokens below --max-model-len: the plugin turns "
+                "segmented prefill on by itself, one segment of that size "
+                "(vllm_neuron/utils/bucket_utils.py, resolve_segmented_prefill_config, "
+                "the vllm-neuron of Neuron 2.32)"),
+        Assumed("prefill buckets", f"{buckets} (every chunk padded to one)",
+                "the plugin's automatic segmented prefill: [max_num_batched_tokens] "
+                "(vllm_neuron/vllm/core/scheduler.py, NeuronScheduler.__init__)"),
+        Assumed("prefill saving", "design over tutorial", TUTORIAL_DISAGREES),
+    ]
 
 
 def _output(args: argparse.Namespace, workload: Workload) -> Assumed:
@@ -319,9 +330,9 @@ def resolve(args: argparse.Namespace, workload: Workload) -> Setup:
     assumed += [block, kv, *sched]
     segment: int | None = None
     if platform == "neuron":
-        segment, seg = _segment(serving, block_size)
-        serving = replace(serving, prefill_segment=segment)
-        assumed.append(seg)
+        serving, seg = _segment(serving, block_size)
+        segment = serving.prefill_segment
+        assumed += seg
     if args.capacity_blocks is not None and args.capacity_blocks < 1:
         raise UsageError(f"--capacity-blocks must be >= 1, got {args.capacity_blocks}")
     assumed.append(Assumed(

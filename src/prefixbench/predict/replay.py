@@ -45,7 +45,7 @@ from prefixbench.engines.progress import ENCODING, Progress
 from prefixbench.engines.schedconfig import SERIAL, Serving
 from prefixbench.engines.tokenizer import Tokenizer, serial_batches
 from prefixbench.predict.notes import concurrency_note, serving_note
-from prefixbench.predict.segments import SegmentCount
+from prefixbench.predict.segments import PrefillChunks, PrefillCount
 
 if TYPE_CHECKING:
     from prefixbench.engines.schedsim import SchedulerSim
@@ -98,10 +98,12 @@ class Prediction:
     #: (:func:`prefixbench.predict.arrivals.arrival_band`), and which timings gave them.
     band: tuple[float, float] | None = None
     band_note: str | None = None
-    #: Neuron (``Serving.prefill_segment``): hit tokens in whole prefill segments, and
-    #: the requests that skip at least one (:mod:`prefixbench.predict.segments`).
-    segment_saved_tokens: int | None = None
-    segment_requests: int | None = None
+    #: Neuron (``Serving.prefill_segment``): the prefill chunks run and skipped, and
+    #: their padded tokens (:mod:`prefixbench.predict.segments`).
+    prefill: PrefillChunks | None = None
+    #: Requests the server would refuse (a prompt longer than ``Serving.max_model_len``):
+    #: not replayed, counted here.
+    rejected: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,18 +117,29 @@ class _Replay:
     def __init__(self, block_size: int, capacity_blocks: int | None,
                  cache_model: CacheModel = FULL_ATTENTION, serving: Serving = SERIAL) -> None:
         self.sim = cache_model.sim(block_size, capacity_blocks)
-        self.segments = SegmentCount(serving.prefill_segment)
+        self.segments = PrefillCount(serving.prefill_segment, serving.prefill_buckets)
         self.cache_model = cache_model
         self.block_size = block_size
         self.capacity_blocks = capacity_blocks
         self.hits = 0
         self.requests = 0
+        self.rejected = 0
+        self.max_model_len = serving.max_model_len
+
+    def refuses(self, tokens: array[int]) -> bool:
+        """Whether the server refuses the request, its prompt longer than its
+        ``max_model_len`` (then counted, not replayed)."""
+        refused = self.max_model_len is not None and len(tokens) > self.max_model_len
+        self.rejected += refused
+        return refused
 
     def run(self, tokens: array[int], output_len: int) -> None:
+        if self.refuses(tokens):
+            return
         hit = self.sim.run(tokens, output_len if self.capacity_blocks is not None else 0)
         self.hits += hit
         self.requests += 1
-        self.segments.add(hit)
+        self.segments.add(len(tokens), hit)
 
     def finish(self) -> None:
         """Serve what was sent and not yet served (nothing, one at a time)."""
@@ -146,13 +159,12 @@ class _Replay:
     def prediction(self, method: str, note: str | None) -> Prediction:
         method = self._method(method)
         hits, queries, evicted, cached = self._totals()
-        saved, saving = self.segments.totals()
         return Prediction(ratio=hits / queries if queries else 0.0, hit_tokens=hits,
                           query_tokens=queries, requests=self.requests,
                           evicted_blocks=evicted, method=method,
                           block_size=self.block_size, capacity_blocks=self.capacity_blocks,
-                          note=note, cached_blocks=cached, segment_saved_tokens=saved,
-                          segment_requests=saving)
+                          note=note, cached_blocks=cached, prefill=self.segments.totals(),
+                          rejected=self.rejected)
 
     def refused(self, method: str, exc: CapacityError) -> Prediction:
         return Prediction(ratio=None, method=self._method(method), block_size=self.block_size,
@@ -182,9 +194,13 @@ class _SchedReplay(_Replay):
         self.capacity_blocks = capacity_blocks
         self.hits = 0
         self.requests = 0
-        self.segments = SegmentCount(serving.prefill_segment)
+        self.rejected = 0
+        self.max_model_len = serving.max_model_len
+        self.segments = PrefillCount(serving.prefill_segment, serving.prefill_buckets)
 
     def run(self, tokens: array[int], output_len: int) -> None:
+        if self.refuses(tokens):
+            return
         serving, sched, n = self.serving, self.sched, self.requests
         if n and n in (serving.ready, serving.ready + serving.warmups):
             sched.drain()  # the ready check and the warmups end before what follows
@@ -194,8 +210,10 @@ class _SchedReplay(_Replay):
 
     def finish(self) -> None:
         self.sched.drain()
-        if self.segments.segment is not None:  # each request's hit at first admission
-            self.segments.add_all(map(self.sched.hit_tokens, range(self.requests)))
+        if self.segments.chunk is not None:  # each request's hit at first admission
+            sched = self.sched
+            for i in range(self.requests):
+                self.segments.add(sched.prompt_len(i), sched.hit_tokens(i))
 
     def _totals(self) -> tuple[int, int, int, int | None]:
         """As one at a time, but an unbounded cache's cached blocks are not the working
