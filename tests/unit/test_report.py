@@ -307,6 +307,9 @@ def test_hits_without_ttft_gain(tmp_path: Path) -> None:
                       ).host("host-a")
     issue = next(i for i in h.issues if i.code == "hits_without_ttft_gain")
     assert "kv_segment_size_buckets" in issue.fix  # a Neuron host: its segments
+    # The design's rule (prefix-caching.md), not "the prefix must span whole segments".
+    assert "ceil((P - h) / S) chunks" in issue.fix and "Scheduler Integration" in issue.fix
+    assert "whole prefill segments" not in issue.fix and "multiple of" not in issue.fix
     # A host on vLLM's CPU platform has no segments: the fix says what the gain is there.
     cpu = make_run(tmp_path / "cpu", transform=slow_cached,
                    fingerprints={"host-a": fingerprint("host-a", platform="cpu")})
@@ -660,6 +663,12 @@ def test_time_and_cost_per_host(tmp_path: Path) -> None:
     assert "## Time and cost" in md and "cached 412 s (compiled)" in md
     assert "| 90 s (0.90) |" in md and "| 45 s (0.45) |" in md
     assert "Graphs: 1 of 2 server starts compiled" in md
+    # The hosts run at their own pace by default (the free strategy): the idle time is
+    # not "Ansible's lockstep" any more, which only --strategy linear runs.
+    flat = " ".join(md.split())
+    assert "lockstep" not in flat
+    assert ("with the hosts at their own pace, the default, the host's own bench client "
+            "start") in flat
     base = fixture_bench("baseline", "high_overlap")["output_throughput"]
     cached = fixture_bench("cached", "high_overlap")["output_throughput"]
     per_m = [36.0 / (x * 3600) * 1e6 for x in (base, cached)]

@@ -49,8 +49,28 @@ INVALID: list[tuple[dict[str, Any], str]] = [
      "vllm_service_num_gpu_blocks_override on Neuron needs vllm_service_block_size"),
     ({"vllm_service_neuron_config": nc(num_seqs_buckets=[8])},
      "num_seqs_buckets [8] must reach vllm_service_max_num_seqs 4"),
-    ({"vllm_service_neuron_config": nc(kv_segment_size_buckets=None)},
-     "vllm_service_neuron_config.kv_segment_size_buckets is missing"),
+    # The plugin's own start-up refusals (vllm-neuron 0.24.0.1.1.0, bucket_utils.py
+    # resolve_segmented_prefill_config, the model runner's APC check): without
+    # kv_segment_size_buckets and with max_num_batched_tokens below max_model_len the
+    # plugin makes max_num_batched_tokens the segment, which must be a supported size ...
+    ({"vllm_service_neuron_config": nc(kv_segment_size_buckets=None,
+                                       num_batched_tokens_buckets=None),
+      "vllm_service_max_num_batched_tokens": 768},
+     "vllm_service_max_num_batched_tokens 768 is below vllm_service_max_model_len 8192, so "
+     "the Neuron plugin turns segmented prefill on with it as the segment, and it is not a "
+     "supported segment size: use one of 512, 1024, 2048, 4096"),
+    # ... and the configured prefill buckets must equal it ...
+    ({"vllm_service_neuron_config": nc(kv_segment_size_buckets=None,
+                                       num_batched_tokens_buckets=[512, 1024]),
+      "vllm_service_max_num_batched_tokens": 1024},
+     "num_batched_tokens_buckets [512, 1024] must be [1024]: without kv_segment_size_buckets"),
+    # ... and prefix caching without segmented prefill is refused.
+    ({"vllm_service_neuron_config": nc(kv_segment_size_buckets=None,
+                                       num_batched_tokens_buckets=None),
+      "vllm_service_max_num_batched_tokens": 8192},
+     "vllm_service_max_num_batched_tokens 8192 is not below vllm_service_max_model_len "
+     "8192: single-shot prefill, no segmented prefill, and the Neuron plugin refuses "
+     "prefix caching without it"),
     ({"vllm_service_neuron_config": nc(num_seqs_buckets="4")},
      "num_seqs_buckets must be a non-empty list of integers"),
     ({"vllm_service_neuron_config": nc(num_seqs_buckets=[])},
@@ -140,6 +160,40 @@ def test_the_api_stays_on_loopback_unless_opted_in_with_a_key() -> None:
         assert catalogue.validate({**base, "vllm_service_host": host}, "h1").problems == []
 
 
+def test_the_plugins_automatic_segmented_prefill_is_accepted() -> None:
+    """Without kv_segment_size_buckets (and num_batched_tokens_buckets), a supported
+    max_num_batched_tokens below max_model_len is the segment the plugin picks itself
+    (resolve_segmented_prefill_config): a server it starts, so preflight passes it."""
+    auto = {**BASE, "vllm_service_neuron_config": nc(kv_segment_size_buckets=None,
+                                                     num_batched_tokens_buckets=None)}
+    result = settings.validate(auto, host="h1")
+    assert result.ok, result.problems
+    assert settings.validate({**auto, "vllm_service_max_num_batched_tokens": 2048},
+                             host="h1").ok
+
+
 def test_a_block_size_that_divides_the_segment_is_accepted() -> None:
     assert settings.validate({**BASE, "vllm_service_block_size": 32}, host="h1").ok
     assert settings.validate({**BASE, "vllm_service_block_size": 1024}, host="h1").ok
+
+
+def _with_prefix(prefix_len: int, suffix_len: int) -> settings.ValidationResult:
+    workload = {"name": "rag", "dataset_name": "prefix_repetition", "num_prompts": 20,
+                "prefix_repetition_prefix_len": prefix_len,
+                "prefix_repetition_suffix_len": suffix_len,
+                "prefix_repetition_num_prefixes": 2, "prefix_repetition_output_len": 16,
+                "max_concurrency": 1}
+    return settings.validate({**BASE, "prefixbench_workloads": [workload]}, host="h1")
+
+
+def test_a_prefix_is_worth_caching_when_warm_requests_run_fewer_chunks() -> None:
+    """prefix-caching.md's rule, not the tutorial's whole-segment sentence: an 800-token
+    prefix (25 blocks of 32) with a 600-token suffix runs ceil(600 / 1024) = 1 chunk warm
+    against ceil(1400 / 1024) = 2 cold, so it is accepted; a 1000-token prefix (992 tokens
+    hit) with a 1024-token suffix runs ceil(1032 / 1024) = 2, as cold: refused."""
+    assert _with_prefix(800, 600).ok, _with_prefix(800, 600).problems
+    refused = _with_prefix(1000, 1024)
+    assert not refused.ok
+    assert any("a warm request of 2024 prompt tokens hits 992 and still runs "
+               "ceil((2024 - 992) / 1024) = 2 prefill chunks, as many as a cold one" in p
+               for p in refused.problems), refused.problems

@@ -56,11 +56,14 @@ def test_an_unsupported_segment_size_is_refused_in_one_line() -> None:
 
 
 def test_a_point_the_workloads_do_not_fit_is_named() -> None:
-    # The tutorial's 3072-token prefix spans no whole 4096-token segment.
+    # The tutorial's 3072 + 1024 tokens at 4096: a warm request runs ceil(1024 / 4096) = 1
+    # chunk, as a cold one runs ceil(4096 / 4096) = 1 (prefix-caching.md's rule).
     result = _valid(prefixbench_sweep_segment_sizes=[1024, 4096])
     assert result.problems, "seg4096 must be refused for a 3072-token prefix"
     assert all("sweep point seg4096" in p for p in result.problems), result.problems
-    assert any("spans no whole 4096-token segment" in p for p in result.problems)
+    assert any("a warm request of 4096 prompt tokens hits 3072 and still runs "
+               "ceil((4096 - 3072) / 4096) = 1 prefill chunks, as many as a cold one" in p
+               for p in result.problems), result.problems
 
 
 def test_a_repeated_size_is_refused() -> None:

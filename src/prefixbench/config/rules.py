@@ -15,9 +15,11 @@ from prefixbench.bench import experiment
 from prefixbench.bench.goodput import LadderError
 from prefixbench.config import catalogue
 from prefixbench.engines import tokenizer_vocab
+from prefixbench.engines.schedneuron import NEURON_BLOCK_SIZE, resolve_prefill_buckets
 from prefixbench.engines.workloads import WorkloadError
 from prefixbench.hosts import instances, releases
 from prefixbench.hosts.instances import family
+from prefixbench.predict.segments import warm_request_saving
 from prefixbench.servers import server, sweep
 from prefixbench.servers.server import TRN3_ONLY_ENVIRONMENT
 
@@ -29,6 +31,9 @@ _NEURON_CONFIG_KEYS: Final = {
     "kv_segment_size_buckets": "list",
     "on_device_sampling_config": "dict",
 }
+#: The keys the plugin resolves by itself when left out (automatic segmented prefill:
+#: :mod:`prefixbench.config.rules_plugin` refuses what it would refuse).
+_PLUGIN_RESOLVES: Final = frozenset({"kv_segment_size_buckets", "num_batched_tokens_buckets"})
 
 
 def _int_list(value: Any) -> list[int] | None:
@@ -44,7 +49,8 @@ def neuron_config_shape(s: Mapping[str, Any]) -> Iterator[str]:
     cfg = s["vllm_service_neuron_config"]
     for key, kind in _NEURON_CONFIG_KEYS.items():
         if key not in cfg:
-            yield f"vllm_service_neuron_config.{key} is missing (the tutorial sets it)"
+            if key not in _PLUGIN_RESOLVES:
+                yield f"vllm_service_neuron_config.{key} is missing (the tutorial sets it)"
         elif kind == "list" and _int_list(cfg[key]) is None:
             yield (f"vllm_service_neuron_config.{key} must be a non-empty list of integers, "
                    f"got {cfg[key]!r}")
@@ -279,8 +285,9 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
         yield f"prefixbench_workloads: {exc}"
         return
     mml = s["vllm_service_max_model_len"]
-    segment = max(_int_list(s["vllm_service_neuron_config"].get(
-        "kv_segment_size_buckets")) or [s["vllm_service_max_num_batched_tokens"]])
+    chunk = min(s["vllm_service_max_num_batched_tokens"], mml)
+    buckets = resolve_prefill_buckets(chunk, mml, s["vllm_service_neuron_config"])
+    block = int(s.get("vllm_service_block_size") or NEURON_BLOCK_SIZE)
     for w in workloads:
         if w.is_custom:
             # Prompt lengths need the host's tokenizer: the bench finds those too long.
@@ -301,10 +308,11 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
                    f"{w.prefix_repetition_output_len} = {need} tokens exceeds "
                    f"vllm_service_max_model_len {mml}")
         shared = w.prefix_repetition_prefix_len
-        if w.prompts_per_prefix > 1 and 0 < shared < segment:
-            yield (f"workload {w.name}: prefix_repetition_prefix_len {shared} spans no whole "
-                   f"{segment}-token segment, so prefix caching has nothing to skip "
-                   f"(the tutorial uses 3072 = 3 segments)")
+        if (s.get("prefixbench_platform") == "neuron" and w.prompts_per_prefix > 1
+                and shared > 0 and (why := warm_request_saving(
+                    shared, w.prompt_len, block, chunk, buckets))):
+            yield (f"workload {w.name}: prefix_repetition_prefix_len {shared}: {why}; the "
+                   f"tutorial's 3072 + 1024 saves 3 of 4 chunks")
 
 
 @catalogue.rule

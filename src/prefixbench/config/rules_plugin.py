@@ -57,6 +57,15 @@ def plugin_refusals(max_num_batched_tokens: int, max_model_len: int | None,
                    f"{max_model_len}, so the Neuron plugin turns segmented prefill on with "
                    f"it as the segment, and it is not a supported segment size: use one of "
                    f"{allowed} (prefix_caching.segment_sizes; {PLUGIN_SOURCE})")
+        batched = neuron_config.get("num_batched_tokens_buckets")
+        if batched and batched != [chunk]:
+            # validate_kv_segment_size_buckets, on the automatic buckets: a configured
+            # num_batched_tokens_buckets must equal them.
+            yield (f"num_batched_tokens_buckets {batched} must be [{chunk}]: without "
+                   f"kv_segment_size_buckets the Neuron plugin turns segmented prefill on "
+                   f"with [{chunk}] ({mnbt_name}) as the segment, and the prefill buckets "
+                   f"must equal it; set both, or leave num_batched_tokens_buckets out "
+                   f"({PLUGIN_SOURCE})")
         return
     if prefix_caching:
         yield (f"{mnbt_name} {max_num_batched_tokens} is not below {mml_name} "

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = ["DESIGN_RULE", "DESIGN_SOURCE", "TUTORIAL_DISAGREES", "UNCHECKED",
-           "PrefillChunks", "PrefillCount", "chunks", "padded_tokens"]
+           "PrefillChunks", "PrefillCount", "chunks", "padded_tokens", "warm_request_saving"]
 
 #: Where the rule is stated.
 DESIGN_SOURCE: Final = ("aws-neuron/aws-neuron-sdk@v2.31.1 (= v2.32.0) vllm-neuron/docs/"
@@ -118,6 +118,21 @@ class PrefillChunks:
              f"tokens run, {self.saved_padded / n:,.0f} saved), chunks of {self.chunk} "
              f"tokens padded to buckets {list(self.buckets)}"),
         ]
+
+
+def warm_request_saving(prefix_len: int, prompt_len: int, block_size: int, chunk: int,
+                        buckets: Sequence[int]) -> str | None:
+    """Why a warm request of ``prompt_len`` tokens whose first ``prefix_len`` are cached
+    saves no prefill on Neuron (its hit, block-aligned and at most ``prompt_len - 1``,
+    leaves as many padded chunk tokens to run as a cold one), or None when it saves some."""
+    hit = min(prefix_len, prompt_len - 1) // block_size * block_size
+    if padded_tokens(prompt_len - hit, chunk, buckets) < padded_tokens(prompt_len, chunk,
+                                                                       buckets):
+        return None
+    return (f"a warm request of {prompt_len} prompt tokens hits {hit} and still runs "
+            f"ceil(({prompt_len} - {hit}) / {chunk}) = {chunks(prompt_len - hit, chunk)} "
+            f"prefill chunks, as many as a cold one, padded the same: prefix caching saves "
+            f"it no prefill on Neuron ({DESIGN_SOURCE})")
 
 
 class PrefillCount:

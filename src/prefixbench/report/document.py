@@ -136,9 +136,11 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                      "hours x prefixbench_price_per_instance_hour; per million output tokens "
                      "of the high-overlap workload at each server's measured throughput. "
                      "Idle: from each server's healthy_at to its first bench, summed over "
-                     "the configurations: paid for, measuring nothing (in Ansible's lockstep "
-                     "mostly waiting for the other hosts' starts and the compile-cache "
-                     "publish); its cost at the same price."
+                     "the configurations: paid for, measuring nothing (with the hosts at "
+                     "their own pace, the default, the host's own bench client start and, "
+                     "for a compile follower, the wait for its key's leader; with "
+                     "prefixbench_host_strategy linear also the other hosts' starts); its "
+                     "cost at the same price."
                      + _compile_line(s))]
     if s.hosts:
         out += [Heading(2, "Plots"),

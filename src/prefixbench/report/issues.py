@@ -50,11 +50,16 @@ FIX_OOM: Final = (
     "(the fraction of the memory budget allocated to the KV cache; default 0.30) so the "
     "cache is sized smaller at startup.")
 FIX_NO_GAIN: Final = (
-    "Hits without a TTFT gain mean the cached segments are not skipped: the prefix must "
-    "span whole prefill segments (prefix_len a multiple of max_num_batched_tokens), and "
-    "kv_segment_size_buckets must equal num_batched_tokens_buckets (a size the host's "
-    "Neuron release supports: its manifest's prefix_caching.segment_sizes) on both servers. "
-    "Compare the two rendered units.")
+    "On Neuron a hit saves prefill chunks, not tokens: a warm request of P prompt tokens "
+    "with h hit tokens (block-aligned) runs ceil((P - h) / S) chunks of S = "
+    "max_num_batched_tokens instead of ceil(P / S), each padded to its bucket (AWS's "
+    "design, vllm-neuron/docs/design/vllm/prefix-caching.md, \"Scheduler Integration\"); "
+    "hits that leave as many chunks to run save no time. Check that the uncached part of "
+    "a warm request spans fewer chunks than the whole prompt (prefixbench whatif --platform "
+    "neuron prints the chunks saved first), and that kv_segment_size_buckets equals "
+    "num_batched_tokens_buckets (a size the host's Neuron release supports: its "
+    "manifest's prefix_caching.segment_sizes) on both servers. Compare the two rendered "
+    "units.")
 #: The same issues on vLLM's CPU platform (the simulated fleet, CPU hosts): no Neuron
 #: segments or HBM budget there.
 FIX_NO_GAIN_CPU: Final = (
@@ -62,7 +67,7 @@ FIX_NO_GAIN_CPU: Final = (
     "blocks' prefill, and the TTFT gain is that prefill's share of a request's time. A "
     "small model prefills a short prefix in a few milliseconds, within the machine's "
     "noise: lengthen the shared prefix, or read the goodput section's break-even hit "
-    "ratio. On Neuron this issue means misaligned segments.")
+    "ratio. On Neuron it means hits that leave as many prefill chunks to run.")
 FIX_OOM_CPU: Final = (
     "The KV cache does not fit in the host's memory: lower VLLM_CPU_KVCACHE_SPACE (GiB "
     "of KV cache, in vllm_service_environment) or vllm_service_max_model_len.")
