@@ -138,3 +138,36 @@ def test_what_a_neuron_server_refuses_is_refused_before_the_file_is_written(
         assert err.startswith("prefixbench chat-traffic: error: ") and message in err, err
         assert err.count("\n") == 1
         assert not path.exists(), argv
+
+
+def test_the_saving_lines_are_the_whatifs_and_come_before_the_hit_ratio(
+        gptoss_dir: Path, tmp_path: Path) -> None:
+    """On Neuron, chat-traffic prints what the what-if prints first for the same file:
+    the prefill chunks saved (AWS's design), then the hit ratio; never checked on
+    Trainium, said once."""
+    path = tmp_path / "chat.jsonl"
+    code, out, err = run("chat-traffic", str(path), "--users", "6", "--tokenizer",
+                         str(gptoss_dir))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    saved = next(i for i, line in enumerate(lines) if line.startswith("prefill saved:"))
+    ratio = next(i for i, line in enumerate(lines) if line.startswith("predicted ratio:"))
+    assert saved < ratio
+    assert out.count("never checked on Trainium") == 1
+    _, theirs, _ = run("whatif", str(path), "--tokenizer", str(gptoss_dir),
+                       "--custom-output-len", "-1", "--no-shuffle")
+    assert lines[saved] == theirs.splitlines()[0]
+    assert field(out, "per request") == field(theirs, "per request")
+
+
+def test_prompts_longer_than_max_model_len_are_refused_in_one_line(
+        gptoss_dir: Path, tmp_path: Path) -> None:
+    """Every conversation longer than the server's max_model_len: refused, one line,
+    not a hit ratio (a Neuron server refuses each of them)."""
+    path = tmp_path / "chat.jsonl"
+    code, out, err = run("chat-traffic", str(path), "--users", "3", "--tokenizer",
+                         str(gptoss_dir), "--max-model-len", "600",
+                         "--max-num-batched-tokens", "512", "--system-words", "2000")
+    assert code == 2, out
+    assert err.count("\n") == 1, err
+    assert "requests have a prompt longer than the server's max_model_len" in err

@@ -15,6 +15,7 @@ from prefixbench.engines.schedneuron import (
     max_kv_concurrent,
     neuron_scheduler_sim,
     prefill_buckets,
+    resolve_prefill_buckets,
 )
 from prefixbench.engines.schedsim import SchedulerSim
 
@@ -122,3 +123,41 @@ def test_a_cap_that_does_not_protect_the_cache_deadlocks() -> None:
                                 kv_concurrency=1)
     capped.replay(prompts, 4, concurrency=2)
     assert capped.admitted_at == {0: 1, 1: 5}
+
+
+def test_the_servers_buckets_are_resolved_as_the_plugin_resolves_them() -> None:
+    """NeuronScheduler.__init__ with bucket_utils (vllm-neuron 0.24.0.1.1.0): configured
+    num_batched_tokens_buckets; else kv_segment_size_buckets; else [max_num_batched_tokens]
+    when it is below max_model_len (automatic segmented prefill); else powers of two."""
+    tutorial = {"num_batched_tokens_buckets": [1024], "kv_segment_size_buckets": [1024]}
+    assert resolve_prefill_buckets(1024, 8192, tutorial) == (1024,)
+    assert resolve_prefill_buckets(1024, 8192, {"num_batched_tokens_buckets": [512, 1024]}
+                                   ) == (512, 1024)
+    assert resolve_prefill_buckets(2048, 8192, {"kv_segment_size_buckets": [2048]}) == (2048,)
+    assert resolve_prefill_buckets(1024, 8192) == (1024,)  # automatic
+    assert resolve_prefill_buckets(2048, 2048) == (128, 256, 512, 1024, 2048)  # single shot
+    assert resolve_prefill_buckets(8192, 2048) == (128, 256, 512, 1024, 2048)
+
+
+def test_the_engine_model_pads_to_the_servers_buckets_and_hits_the_same() -> None:
+    """The tutorial's server pads every chunk to 1024 (num_batched_tokens_buckets
+    [1024]), not to the powers of two the model assumed without buckets: a 1400-token
+    prompt runs 1024 + 1024 padded tokens, not 1024 + 512. Hits do not change."""
+    from prefixbench.engines.cachemodel import FULL_ATTENTION  # noqa: PLC0415
+    from prefixbench.engines.platforms import engine_model, scheduler_model  # noqa: PLC0415
+    from prefixbench.engines.schedconfig import Serving  # noqa: PLC0415
+
+    engine = engine_model("neuron", serving=Serving(2), max_model_len=8192,
+                          neuron_config={"num_batched_tokens_buckets": [1024]})
+    assert engine.serving.prefill_buckets == (1024,)
+    prompts = [tuple(range(1, 1401)), tuple(range(1, 1401))]
+    sim = scheduler_model(32, None, FULL_ATTENTION, engine.serving)
+    got = sim.replay(prompts, [2, 2], concurrency=2)
+    assert sim.buckets == [1024]
+    # First 1400 cold: chunks 1024 + 376; the second hits 1376 (43 blocks): 24 left.
+    assert got.hit_tokens == [0, 1376]
+    assert sim.padded_tokens == 1024 + 1024 + 1024
+    plain = neuron_scheduler_sim(32, None, max_model_len=8192, max_num_seqs=4,
+                                 max_num_batched_tokens=1024, buckets=[128, 256, 512, 1024])
+    assert plain.replay(prompts, [2, 2], concurrency=2).hit_tokens == got.hit_tokens
+    assert plain.padded_tokens == 1024 + 512 + 128
