@@ -22,9 +22,13 @@ simulated servers) and vllm-neuron 0.21 on Trn (``--platform neuron``):
 * async scheduling: off on cpu (vLLM's CPU platform turns it off), on on Neuron ("Async
   scheduling is on by default", aws-neuron/aws-neuron-sdk@v2.31.1 vllm-neuron/docs/design/
   vllm/async-scheduling-and-async-execution.md);
-* on Neuron the prefill segment is ``--max-num-batched-tokens`` (the tutorial: "the
-  1024-token prefill segment (--max-num-batched-tokens)"), one of the supported sizes,
-  and the block size must divide it (:data:`prefixbench.config.rules.SEGMENT_SOURCE`).
+* on Neuron the prefill segment is ``min(--max-num-batched-tokens, --max-model-len)``
+  (the tutorial: "the 1024-token prefill segment (--max-num-batched-tokens)"): below
+  ``--max-model-len`` the plugin turns segmented prefill on with it, so it must be a
+  supported size, and at or above it the plugin refuses prefix caching
+  (:mod:`prefixbench.config.rules_plugin`); the block size must divide it
+  (:data:`prefixbench.config.rules.SEGMENT_SOURCE`); its prefill buckets are the plugin's
+  (:func:`prefixbench.engines.schedneuron.resolve_prefill_buckets`).
 """
 
 from __future__ import annotations
