@@ -252,10 +252,6 @@ class SchedulerSim(BlockPool):
         """Hit tokens of request ``index`` at its first admission (-1: not yet)."""
         return self._requests[index].hit
 
-    def prompt_len(self, index: int) -> int:
-        """Prompt tokens of request ``index``."""
-        return self._requests[index].prompt_len
-
     def replay(self, prompts: Iterable[Tokens], output_len: int | Sequence[int] = 0, *,
                concurrency: int = 1, release: Sequence[int] | None = None,
                lag: Sequence[int] | None = None) -> SchedReplayResult:

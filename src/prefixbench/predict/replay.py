@@ -127,8 +127,7 @@ class _Replay:
         self.max_model_len = serving.max_model_len
 
     def refuses(self, tokens: array[int]) -> bool:
-        """Whether the server refuses the request, its prompt longer than its
-        ``max_model_len`` (then counted, not replayed)."""
+        """Whether the server refuses it (prompt over ``max_model_len``): counted only."""
         refused = self.max_model_len is not None and len(tokens) > self.max_model_len
         self.rejected += refused
         return refused
@@ -197,10 +196,12 @@ class _SchedReplay(_Replay):
         self.rejected = 0
         self.max_model_len = serving.max_model_len
         self.segments = PrefillCount(serving.prefill_segment, serving.prefill_buckets)
+        self.prompt_lens = array("I")  # each request's, for the prefill chunks
 
     def run(self, tokens: array[int], output_len: int) -> None:
         if self.refuses(tokens):
             return
+        self.prompt_lens.append(len(tokens))
         serving, sched, n = self.serving, self.sched, self.requests
         if n and n in (serving.ready, serving.ready + serving.warmups):
             sched.drain()  # the ready check and the warmups end before what follows
@@ -211,9 +212,8 @@ class _SchedReplay(_Replay):
     def finish(self) -> None:
         self.sched.drain()
         if self.segments.chunk is not None:  # each request's hit at first admission
-            sched = self.sched
-            for i in range(self.requests):
-                self.segments.add(sched.prompt_len(i), sched.hit_tokens(i))
+            for i, prompt_len in enumerate(self.prompt_lens):
+                self.segments.add(prompt_len, self.sched.hit_tokens(i))
 
     def _totals(self) -> tuple[int, int, int, int | None]:
         """As one at a time, but an unbounded cache's cached blocks are not the working
