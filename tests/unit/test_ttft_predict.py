@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 from array import array
 from pathlib import Path
+from typing import Any
 
 import pytest
+from report_runs import make_run, scale_times
 
 from prefixbench.engines.prefix_repetition import generate_prompts
 from prefixbench.engines.schedsim import SchedulerSim
@@ -16,6 +18,8 @@ from prefixbench.engines.steptime import StepCost, chunk_work, decode_work
 from prefixbench.measure.bench_json import load_bench_result
 from prefixbench.predict.ttftfit import Observation, fit_cost, observations
 from prefixbench.predict.ttftreplay import arrival_seconds, compare, percentile, predict_ttft
+from prefixbench.report.load import load_run
+from prefixbench.report.ttft_predicted import render_markdown, ttft_rows
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 #: The recorded server (fixtures README): --max-num-batched-tokens 1024, --max-num-seqs 4,
@@ -124,3 +128,38 @@ def test_arrivals_follow_the_rate() -> None:
     at = arrival_seconds(4000, request_rate=2.0, seed=1)
     assert at[0] == 0.0 and at == sorted(at)
     assert at[-1] / 3999 == pytest.approx(0.5, rel=0.05)  # mean gap 1 / rate
+
+
+def _report_rows(tmp_path: Path, transform: Any = None) -> list[Any]:
+    run = make_run(tmp_path, ("host-a",), transform=transform)
+    return ttft_rows(load_run(run).records, block_size=BLOCK, max_num_seqs=SEQS,
+                     max_num_batched_tokens=CHUNK)
+
+
+def test_the_report_puts_the_prediction_beside_the_measured_ttft(tmp_path: Path) -> None:
+    rows = _report_rows(tmp_path)
+    assert [(r.host, r.workload) for r in rows] == [
+        ("host-a", "high_overlap"), ("host-a", "no_overlap"), ("host-a", "sustained_c4")]
+    by = {r.workload: r.comparison for r in rows}
+    # measured (fixtures): 71.93 / 173.11 / 75.72 ms median; docs/performance.md
+    assert by["high_overlap"].measured_median_ms == pytest.approx(71.9323240000449)
+    assert abs(by["high_overlap"].median_error) <= 0.12
+    assert abs(by["no_overlap"].median_error) <= 0.12
+    assert abs(by["sustained_c4"].median_error) <= 0.12
+    # fixtures README: high_overlap's p99 (292.6 ms, its first request after start-up)
+    # is above the baseline's (205.5 ms) though no cached request computes more: beyond
+    # the stated error, and said so; the others' p99 within it
+    assert not by["high_overlap"].agrees and "p99" in by["high_overlap"].verdict()
+    assert abs(by["no_overlap"].p99_error) <= 0.25
+    assert abs(by["sustained_c4"].p99_error) <= 0.25
+    text = render_markdown(rows)
+    assert "not separable" in text and "host-a | sustained_c4" in text
+
+
+def test_a_cached_run_slower_than_its_hits_allow_is_called_out(tmp_path: Path) -> None:
+    def slow(host: str, conf: str, wl: str, rep: int, bench: dict[str, Any]) -> dict[str, Any]:
+        return scale_times(bench, 2.0) if conf == "cached" and wl == "no_overlap" else bench
+    by = {r.workload: r.comparison for r in _report_rows(tmp_path, slow)}
+    assert by["no_overlap"].median_error < -0.4
+    assert "disagree: median" in by["no_overlap"].verdict()
+    assert not by["no_overlap"].agrees

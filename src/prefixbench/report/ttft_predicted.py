@@ -1,0 +1,128 @@
+"""The cached run's TTFT predicted from the baseline, beside the measured one, per host
+and workload (docs/reading-the-report.md, "TTFT predicted from the baseline").
+
+Per host: the step-time model is fitted to that host's baseline benches at concurrency
+1 (:mod:`prefixbench.predict.ttftfit`); the cached configuration's benches are replayed,
+in the order they ran on the one server (its prefix cache carries over from bench to
+bench), through the scheduler model with the fitted step times
+(:mod:`prefixbench.predict.ttftreplay`). The tail carried over is the smallest of the
+baselines' (a 50-request p99 is set by its one or two slowest requests: one disturbed
+baseline would inflate every prediction). Each row says whether the measured median and
+p99 are within the model's stated error. A row beyond it is worth reading: a server
+that does not save what its hits should, or a host whose speed changed between the
+baseline and the cached run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prefixbench.engines.prefix_repetition import generate_prompts
+from prefixbench.engines.schedsim import SchedulerSim
+from prefixbench.engines.workloads import Workload
+from prefixbench.measure.records import BenchmarkRecord
+from prefixbench.predict.ttftfit import TimeFit, fit_cost, observations
+from prefixbench.predict.ttftreplay import TtftComparison, arrival_seconds, compare, predict_ttft
+
+__all__ = ["TtftRow", "render_markdown", "ttft_rows"]
+
+#: Any vocabulary gives the same prefix structure (hits depend on which prompts share
+#: which tokens, not on the ids).
+_VOCAB = 2048
+
+
+@dataclass(frozen=True)
+class TtftRow:
+    host: str
+    workload: str
+    comparison: TtftComparison
+    fit: TimeFit
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.comparison
+        return {"host": self.host, "workload": self.workload,
+                "predicted_median_ttft_ms": c.predicted_median_ms,
+                "measured_median_ttft_ms": c.measured_median_ms,
+                "predicted_p99_ttft_ms": c.predicted_p99_ms,
+                "measured_p99_ttft_ms": c.measured_p99_ms, "agrees": c.agrees,
+                "verdict": c.verdict(), "fit": self.fit.summary()}
+
+
+def _prompts(w: Workload, seed: int) -> list[array[int]] | None:
+    if w.dataset_name != "prefix_repetition":
+        return None
+    d = w.to_dict()
+    return [array("l", p.tokens) for p in generate_prompts(
+        seed, w.num_prompts, int(d["prefix_repetition_num_prefixes"]),
+        prefix_len=int(d["prefix_repetition_prefix_len"]),
+        suffix_len=int(d["prefix_repetition_suffix_len"]), vocab_size=_VOCAB)]
+
+
+def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int) -> TimeFit | None:
+    obs, spreads, p99s = [], [], []
+    for r in baselines:
+        b = r.bench_result
+        if int(r.workload.get("max_concurrency") or 0) != 1:
+            continue
+        obs += observations(b)
+        spreads.append(float(b.data.get("std_ttft_ms") or 0.0) / b.median_ttft_ms)
+        p99s.append(b.p99_ttft_ms / 1e3)
+    if not obs:
+        return None
+    return fit_cost(obs, platform="cpu", chunk=chunk, spread=statistics.median(spreads),
+                    measured_p99_s=min(p99s),
+                    source={"benches": [str(r.key) for r in baselines]})
+
+
+def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
+              max_num_seqs: int, max_num_batched_tokens: int,
+              baseline: str = "baseline", cached: str = "cached") -> list[TtftRow]:
+    """One row per host and cached workload (first repetition) of a cpu-platform run.
+    Hosts without a baseline at concurrency 1 have no row."""
+    rows: list[TtftRow] = []
+    for host in sorted({r.key.host for r in records}):
+        mine = sorted((r for r in records if r.key.host == host), key=lambda r: r.started_at)
+        fit = _host_fit([r for r in mine if r.key.configuration == baseline],
+                        max_num_batched_tokens)
+        if fit is None:
+            continue
+        sim = SchedulerSim(block_size, None, max_num_seqs=max_num_seqs,
+                           max_num_batched_tokens=max_num_batched_tokens)
+        for r in mine:
+            if r.key.configuration != cached or r.key.repetition != 1:
+                continue
+            w = Workload.from_dict(dict(r.workload))
+            prompts = _prompts(w, r.seed)
+            if prompts is None:
+                continue
+            n = len(prompts)
+            pred = predict_ttft(
+                fit, sim, prompts, [w.to_dict()["prefix_repetition_output_len"]] * n,
+                arrivals=arrival_seconds(n, request_rate=w.request_rate,
+                                         burstiness=w.burstiness, seed=r.seed),
+                concurrency=max(1, w.max_concurrency or n))
+            b = r.bench_result
+            rows.append(TtftRow(host, r.key.workload,
+                                compare(pred, b.median_ttft_ms, b.p99_ttft_ms), fit))
+    return rows
+
+
+def render_markdown(rows: Sequence[TtftRow]) -> str:
+    """The report's table: predicted beside measured, and the verdict."""
+    if not rows:
+        return ""
+    out = ["| host | workload | median TTFT predicted / measured (ms) | p99 TTFT "
+           "predicted / measured (ms) | |", "|---|---|---|---|---|"]
+    for row in rows:
+        c = row.comparison
+        out.append(f"| {row.host} | {row.workload} | {c.predicted_median_ms:.1f} / "
+                   f"{c.measured_median_ms:.1f} ({c.median_error:+.1%}) | "
+                   f"{c.predicted_p99_ms:.1f} / {c.measured_p99_ms:.1f} "
+                   f"({c.p99_error:+.1%}) | {c.verdict()} |")
+    fits = {row.host: row.fit.summary() for row in rows}
+    out += ["", *(f"- {host}: {summary}" for host, summary in fits.items())]
+    return "\n".join(out) + "\n"
