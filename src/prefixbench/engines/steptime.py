@@ -48,7 +48,7 @@ from typing import Any
 from prefixbench.engines.cachesim import Tokens
 from prefixbench.engines.schedsim import SchedulerSim, _Request
 
-__all__ = ["StepCost", "TimedReplay", "chunk_work", "decode_work", "replay_seconds",
+__all__ = ["NoPrefixCache", "StepCost", "TimedReplay", "chunk_work", "decode_work", "replay_seconds",
            "timed"]
 
 
@@ -164,16 +164,30 @@ class TimedReplay:
             self._step()
 
 
-_TIMED: dict[type, type] = {}
+class NoPrefixCache:
+    """Mixed in by :func:`timed` for a server without prefix caching: no lookup hits."""
+
+    def _hit(self, keys: list[int], max_blocks: int) -> list[int]:
+        return []
+
+    def _lookup(self, req: Any) -> tuple[int, int]:  # the hybrid manager's lookup
+        return 0, 0
 
 
-def timed(sim: SchedulerSim, cost: StepCost) -> SchedulerSim:
+_TIMED: dict[tuple[type, bool], type] = {}
+
+
+def timed(sim: SchedulerSim, cost: StepCost, *, prefix_caching: bool = True) -> SchedulerSim:
     """``sim`` (fresh, nothing sent) with a clock: its class becomes a subclass of its
-    own with :class:`TimedReplay` mixed in; its scheduling is unchanged."""
+    own with :class:`TimedReplay` mixed in (and :class:`NoPrefixCache` when
+    ``prefix_caching`` is False); its scheduling is otherwise unchanged."""
     base = type(sim)
-    kind = _TIMED.get(base)
+    kind = _TIMED.get((base, prefix_caching))
     if kind is None:
-        kind = _TIMED[base] = type(f"Timed{base.__name__}", (TimedReplay, base), {})
+        mixins: tuple[type, ...] = (TimedReplay,) if prefix_caching else (TimedReplay,
+                                                                           NoPrefixCache)
+        kind = _TIMED[(base, prefix_caching)] = type(
+            f"Timed{base.__name__}", (*mixins, base), {})
     sim.__class__ = kind
     clocked: Any = sim
     clocked.cost = cost

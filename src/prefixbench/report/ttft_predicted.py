@@ -15,9 +15,10 @@ baseline and the cached run.
 
 from __future__ import annotations
 
+import re
 import statistics
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,9 @@ from prefixbench.engines.workloads import Workload
 from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.predict.ttftfit import TimeFit, fit_cost, observations
 from prefixbench.predict.ttftreplay import TtftComparison, arrival_seconds, compare, predict_ttft
+from prefixbench.report.load import RunData
 
-__all__ = ["TtftRow", "render_markdown", "ttft_rows"]
+__all__ = ["HostCalibration", "TtftRow", "host_fits", "render_markdown", "ttft_rows"]
 
 #: Any vocabulary gives the same prefix structure (hits depend on which prompts share
 #: which tokens, not on the ids).
@@ -76,6 +78,45 @@ def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int) -> TimeFit | Non
     return fit_cost(obs, platform="cpu", chunk=chunk, spread=statistics.median(spreads),
                     measured_p99_s=min(p99s),
                     source={"benches": [str(r.key) for r in baselines]})
+
+
+@dataclass(frozen=True)
+class HostCalibration:
+    """One host's fitted step-time model and what it ran (for the what-if's lines)."""
+
+    host: str
+    fit: TimeFit
+    platform: str | None
+    release: str | None
+    vllm: str | None
+
+
+def _flag(units: Mapping[str, str], flag: str) -> int | None:
+    """A server flag's value as rendered in the host's units (``--flag N``)."""
+    for text in units.values():
+        found = re.search(rf"{re.escape(flag)}[= ](\d+)", text)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def host_fits(data: RunData, *, max_num_batched_tokens: int,
+              baseline: str = "baseline") -> list[HostCalibration]:
+    """Each host's step-time model, fitted to its baseline benches at concurrency 1 (the
+    chunk size from its rendered server units, else ``max_num_batched_tokens``)."""
+    out = []
+    for host in data.hosts:
+        fp = data.fingerprints.get(host)
+        units = fp.units if fp is not None else {}
+        chunk = _flag(units, "--max-num-batched-tokens") or max_num_batched_tokens
+        fit = _host_fit([r for r in data.records if r.key.host == host
+                         and r.key.configuration == baseline], chunk)
+        if fit is not None:
+            out.append(HostCalibration(
+                host, fit, fp.platform if fp is not None else None,
+                fp.neuron_release if fp is not None else None,
+                fp.vllm_version if fp is not None else None))
+    return out
 
 
 def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
