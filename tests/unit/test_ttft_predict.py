@@ -16,7 +16,7 @@ from prefixbench.engines.prefix_repetition import generate_prompts
 from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.steptime import StepCost, chunk_work, decode_work
 from prefixbench.measure.bench_json import load_bench_result
-from prefixbench.predict.ttftfit import Observation, fit_cost, observations
+from prefixbench.predict.ttftfit import Observation, TimeFit, fit_cost, observations
 from prefixbench.predict.ttftreplay import arrival_seconds, compare, percentile, predict_ttft
 from prefixbench.report.load import load_run
 from prefixbench.report.ttft_predicted import render_markdown, ttft_rows
@@ -27,7 +27,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-pro
 CHUNK, SEQS, BLOCK = 1024, 4, 128
 
 
-def _baseline_fit():
+def _baseline_fit() -> TimeFit:
     r = load_bench_result(FIXTURES / "baseline_high_overlap.json")
     return fit_cost(observations(r), platform="cpu", chunk=CHUNK,
                     spread=r.data["std_ttft_ms"] / r.data["median_ttft_ms"],

@@ -41,7 +41,7 @@ def test_calibrated_ttft_with_and_without_prefix_caching(tmp_path: Path) -> None
 
 def test_a_run_without_a_baseline_cannot_calibrate(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, ("host-a",), benches=(("cached", "high_overlap"),))
-    code, out, err = run("--workload", "high_overlap", *SERVER, "--calibration", str(run_dir))
+    code, _, err = run("--workload", "high_overlap", *SERVER, "--calibration", str(run_dir))
     assert code != 0
     assert "no host has a baseline bench at concurrency 1" in err
     assert err.count("\n") == 1

@@ -48,8 +48,8 @@ from typing import Any
 from prefixbench.engines.cachesim import Tokens
 from prefixbench.engines.schedsim import SchedulerSim, _Request
 
-__all__ = ["NoPrefixCache", "StepCost", "TimedReplay", "chunk_work", "decode_work", "replay_seconds",
-           "timed"]
+__all__ = ["NoPrefixCache", "StepCost", "TimedReplay", "chunk_work", "decode_work",
+           "replay_seconds", "timed"]
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,8 @@ def fit_cost(obs: Sequence[Observation], *, platform: str, chunk: int,
     while any(theta[j] < 0 for j in keep):  # drop a negative term, refit the rest
         keep = [j for j in keep if theta[j] >= 0 and j != min(keep, key=theta.__getitem__)]
         theta = _solve(rows, ys, ws, keep)
-    cost = replace(base, **{name: theta[i] * _SCALE[i] for i, name in enumerate(_NAMES)})
+    cost = replace(base, request_s=theta[0] * _SCALE[0], step_s=theta[1] * _SCALE[1],
+                   token_s=theta[2] * _SCALE[2], pair_s=theta[3] * _SCALE[3])
 
     def err(kind: str) -> float:
         sel = [(r, o) for r, o in zip(rows, obs, strict=True) if o.kind == kind]
@@ -207,9 +208,10 @@ def fit_cost(obs: Sequence[Observation], *, platform: str, chunk: int,
         ss_res = sum((o.seconds - _predicted(theta, r)) ** 2 for r, o in sel)
         r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else None
     kept = ", ".join(_NAMES[j] for j in keep)
+    carrier = "attention pairs" if platform == "cpu" else "padded tokens"
     assumption = "" if separable else (
-        f"fitted {kept} only, the rest 0 ({'attention pairs' if platform == 'cpu' else 'padded tokens'} "
-        f"carry the prefill); a calibration bench of varied lengths separates them")
+        f"fitted {kept} only, the rest 0 ({carrier} carry the prefill); a calibration "
+        f"bench of varied lengths separates them")
     fitted_ttft = max(_predicted(theta, r) for r, o in zip(rows, obs, strict=True)
                       if o.kind == "ttft")
     tail = 0.0 if measured_p99_s is None else max(0.0, measured_p99_s - fitted_ttft)
