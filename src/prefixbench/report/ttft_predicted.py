@@ -30,7 +30,8 @@ from prefixbench.predict.ttftfit import TimeFit, fit_cost, observations
 from prefixbench.predict.ttftreplay import TtftComparison, arrival_seconds, compare, predict_ttft
 from prefixbench.report.load import RunData
 
-__all__ = ["HostCalibration", "TtftRow", "host_fits", "render_markdown", "ttft_rows"]
+__all__ = ["HostCalibration", "TtftRow", "for_host", "host_fits", "render_markdown",
+           "ttft_rows"]
 
 #: Any vocabulary gives the same prefix structure (hits depend on which prompts share
 #: which tokens, not on the ids).
@@ -150,6 +151,34 @@ def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
             rows.append(TtftRow(host, r.key.workload,
                                 compare(pred, b.median_ttft_ms, b.p99_ttft_ms), fit))
     return rows
+
+
+def _setting(records: Sequence[BenchmarkRecord], key: str) -> int | None:
+    """A server setting the records' expectations were made with (one value, else None)."""
+    found = {int(v) for r in records if (v := (r.expected or {}).get(key))}
+    return found.pop() if len(found) == 1 else None
+
+
+def for_host(records: Sequence[BenchmarkRecord]) -> tuple[dict[str, Any], ...]:
+    """The report's rows of one host (:meth:`TtftRow.as_dict`), its server read from the
+    records (the block size in ``vllm:cache_config_info``; ``max_num_seqs`` and
+    ``max_num_batched_tokens`` the expectations were replayed with); none when any is
+    unknown, the platform is Neuron (its step-time fit is not checked on Trainium) or the
+    host has no baseline at concurrency 1."""
+    blocks = {int(b) for r in records
+              if isinstance(labels := (r.metrics_delta or {}).get("cache_config"), dict)
+              and (b := labels.get("block_size"))}
+    seqs = _setting(records, "max_num_seqs")
+    chunk = _setting(records, "max_num_batched_tokens")
+    platforms = {e.get("expected_platform") for r in records if (e := r.expected)}
+    if len(blocks) != 1 or seqs is None or chunk is None or "neuron" in platforms:
+        return ()
+    try:
+        rows = ttft_rows(records, block_size=blocks.pop(), max_num_seqs=seqs,
+                         max_num_batched_tokens=chunk)
+    except ValueError:
+        return ()
+    return tuple(row.as_dict() for row in rows)
 
 
 def render_markdown(rows: Sequence[TtftRow]) -> str:
