@@ -18,6 +18,8 @@ from prefixbench.engines.steptime import StepCost, chunk_work, decode_work
 from prefixbench.measure.bench_json import load_bench_result
 from prefixbench.predict.ttftfit import Observation, TimeFit, fit_cost, observations
 from prefixbench.predict.ttftreplay import arrival_seconds, compare, percentile, predict_ttft
+from prefixbench.report.build import build_summary
+from prefixbench.report.document import render_markdown as report_markdown
 from prefixbench.report.load import load_run
 from prefixbench.report.ttft_predicted import render_markdown, ttft_rows
 
@@ -173,3 +175,26 @@ def test_a_median_beyond_the_stated_error_alone_disagrees(tmp_path: Path) -> Non
     by = {r.workload: r.comparison for r in _report_rows(tmp_path, slower_median)}
     assert abs(by["no_overlap"].p99_error) <= 0.25
     assert not by["no_overlap"].agrees
+
+
+def test_the_report_section_and_summary_carry_the_prediction(tmp_path: Path) -> None:
+    def server(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        return {"max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK}
+    summary = build_summary(make_run(tmp_path, ("host-a",), expected=server))
+    rows = summary.hosts[0].to_dict()["ttft_predicted"]
+    assert [r["workload"] for r in rows] == ["high_overlap", "no_overlap", "sustained_c4"]
+    assert rows[0]["measured_median_ttft_ms"] == pytest.approx(71.9323240000449)
+    md = report_markdown(summary)
+    assert "### TTFT predicted from the baseline" in md
+    assert "| high_overlap | " in md.split("### TTFT predicted from the baseline")[1]
+
+
+def test_no_prediction_without_the_servers_settings_or_on_neuron(tmp_path: Path) -> None:
+    summary = build_summary(make_run(tmp_path / "a", ("host-a",)))
+    assert summary.hosts[0].ttft_predicted == ()
+
+    def neuron(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        return {"max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK,
+                "expected_platform": "neuron"}
+    summary = build_summary(make_run(tmp_path / "b", ("host-a",), expected=neuron))
+    assert summary.hosts[0].ttft_predicted == ()

@@ -15,6 +15,8 @@ baseline and the cached run.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import statistics
 from array import array
@@ -22,21 +24,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench.engines.prefix_repetition import generate_prompts
 from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.workloads import Workload
 from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.predict.ttftfit import TimeFit, fit_cost, observations
 from prefixbench.predict.ttftreplay import TtftComparison, arrival_seconds, compare, predict_ttft
+from prefixbench.predict.whatif import prefix_repetition_tokens
 from prefixbench.report.load import RunData
 
 __all__ = ["HostCalibration", "TtftRow", "for_host", "host_fits", "render_markdown",
            "ttft_rows"]
-
-#: Any vocabulary gives the same prefix structure (hits depend on which prompts share
-#: which tokens, not on the ids).
-_VOCAB = 2048
-
 
 @dataclass(frozen=True)
 class TtftRow:
@@ -55,14 +52,13 @@ class TtftRow:
                 "verdict": c.verdict(), "fit": self.fit.summary()}
 
 
-def _prompts(w: Workload, seed: int) -> list[array[int]] | None:
-    if w.dataset_name != "prefix_repetition":
-        return None
-    d = w.to_dict()
-    return [array("l", p.tokens) for p in generate_prompts(
-        seed, w.num_prompts, int(d["prefix_repetition_num_prefixes"]),
-        prefix_len=int(d["prefix_repetition_prefix_len"]),
-        suffix_len=int(d["prefix_repetition_suffix_len"]), vocab_size=_VOCAB)]
+@functools.lru_cache(maxsize=16)
+def _requests(workload_json: str, seed: int) -> tuple[tuple[array[int], ...], int, int]:
+    """A prefix_repetition bench's requests in send order (pre-requests first), their
+    output length and how many pre-requests; hosts of one run share them (one seed)."""
+    w = Workload.from_dict({**json.loads(workload_json), "seed": seed})
+    return (tuple(prefix_repetition_tokens(w)), w.prefix_repetition_output_len,
+            w.pre_requests)
 
 
 def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int) -> TimeFit | None:
@@ -138,15 +134,16 @@ def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
             if r.key.configuration != cached or r.key.repetition != 1:
                 continue
             w = Workload.from_dict(dict(r.workload))
-            prompts = _prompts(w, r.seed)
-            if prompts is None:
+            if w.dataset_name != "prefix_repetition":
                 continue
-            n = len(prompts)
+            prompts, out_len, pre = _requests(json.dumps(dict(r.workload), sort_keys=True),
+                                              r.seed)
+            n = len(prompts) - pre
             pred = predict_ttft(
-                fit, sim, prompts, [w.to_dict()["prefix_repetition_output_len"]] * n,
+                fit, sim, prompts, [out_len] * len(prompts),
                 arrivals=arrival_seconds(n, request_rate=w.request_rate,
                                          burstiness=w.burstiness, seed=r.seed),
-                concurrency=max(1, w.max_concurrency or n))
+                concurrency=max(1, w.max_concurrency or n), pre_requests=pre)
             b = r.bench_result
             rows.append(TtftRow(host, r.key.workload,
                                 compare(pred, b.median_ttft_ms, b.p99_ttft_ms), fit))
