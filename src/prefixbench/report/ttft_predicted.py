@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prefixbench.engines.schedneuron import neuron_scheduler_sim
 from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.workloads import Workload
 from prefixbench.measure.records import BenchmarkRecord
@@ -49,7 +50,8 @@ class TtftRow:
                 "measured_median_ttft_ms": c.measured_median_ms,
                 "predicted_p99_ttft_ms": c.predicted_p99_ms,
                 "measured_p99_ttft_ms": c.measured_p99_ms, "agrees": c.agrees,
-                "verdict": c.verdict(), "fit": self.fit.summary()}
+                "verdict": c.verdict(), "fit": self.fit.summary(),
+                "platform": self.fit.cost.platform}
 
 
 @functools.lru_cache(maxsize=16)
@@ -61,7 +63,17 @@ def _requests(workload_json: str, seed: int) -> tuple[tuple[array[int], ...], in
             w.pre_requests)
 
 
-def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int) -> TimeFit | None:
+def _neuron_padding(chunk: int, max_num_seqs: int) -> dict[str, Any]:
+    """How a Neuron server pads, as the tutorial's server is configured: prefill chunks
+    to one bucket, ``max_num_batched_tokens`` (``num_batched_tokens_buckets: [1024]``,
+    aws-neuron-sdk v2.32.0 ``vllm-neuron/docs/tutorials/tutorial-gpt-oss.md``), KV
+    segments of the same size (``kv_segment_size_buckets``), decode batches to
+    ``max_num_seqs``."""
+    return {"buckets": (chunk,), "segment": chunk, "decode_buckets": (max_num_seqs,)}
+
+
+def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = "cpu",
+              max_num_seqs: int = 1) -> TimeFit | None:
     obs, spreads, p99s = [], [], []
     for r in baselines:
         b = r.bench_result
@@ -72,8 +84,9 @@ def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int) -> TimeFit | Non
         p99s.append(b.p99_ttft_ms / 1e3)
     if not obs:
         return None
-    return fit_cost(obs, platform="cpu", chunk=chunk, spread=statistics.median(spreads),
-                    measured_p99_s=min(p99s),
+    padding = _neuron_padding(chunk, max_num_seqs) if platform == "neuron" else {}
+    return fit_cost(obs, platform=platform, chunk=chunk, spread=statistics.median(spreads),
+                    measured_p99_s=min(p99s), **padding,
                     source={"benches": [str(r.key) for r in baselines]})
 
 
@@ -118,18 +131,24 @@ def host_fits(data: RunData, *, max_num_batched_tokens: int,
 
 def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
               max_num_seqs: int, max_num_batched_tokens: int,
-              baseline: str = "baseline", cached: str = "cached") -> list[TtftRow]:
-    """One row per host and cached workload (first repetition) of a cpu-platform run.
-    Hosts without a baseline at concurrency 1 have no row."""
+              baseline: str = "baseline", cached: str = "cached",
+              platform: str = "cpu") -> list[TtftRow]:
+    """One row per host and cached workload (first repetition). ``platform``: "cpu"
+    (vLLM's synchronous scheduler) or "neuron" (the plugin's async scheduler, padded as
+    :func:`_neuron_padding` says; never checked on Trainium). Hosts without a baseline at
+    concurrency 1 have no row."""
     rows: list[TtftRow] = []
     for host in sorted({r.key.host for r in records}):
         mine = sorted((r for r in records if r.key.host == host), key=lambda r: r.started_at)
         fit = _host_fit([r for r in mine if r.key.configuration == baseline],
-                        max_num_batched_tokens)
+                        max_num_batched_tokens, platform, max_num_seqs)
         if fit is None:
             continue
-        sim = SchedulerSim(block_size, None, max_num_seqs=max_num_seqs,
-                           max_num_batched_tokens=max_num_batched_tokens)
+        sim = (neuron_scheduler_sim(block_size, None, max_num_seqs=max_num_seqs,
+                                    max_num_batched_tokens=max_num_batched_tokens)
+               if platform == "neuron" else
+               SchedulerSim(block_size, None, max_num_seqs=max_num_seqs,
+                            max_num_batched_tokens=max_num_batched_tokens))
         for r in mine:
             if r.key.configuration != cached or r.key.repetition != 1:
                 continue
@@ -159,20 +178,19 @@ def _setting(records: Sequence[BenchmarkRecord], key: str) -> int | None:
 def for_host(records: Sequence[BenchmarkRecord]) -> tuple[dict[str, Any], ...]:
     """The report's rows of one host (:meth:`TtftRow.as_dict`), its server read from the
     records (the block size in ``vllm:cache_config_info``; ``max_num_seqs`` and
-    ``max_num_batched_tokens`` the expectations were replayed with); none when any is
-    unknown, the platform is Neuron (its step-time fit is not checked on Trainium) or the
-    host has no baseline at concurrency 1."""
+    ``max_num_batched_tokens`` the expectations were replayed with, the platform they
+    assumed); none when any is unknown or the host has no baseline at concurrency 1."""
     blocks = {int(b) for r in records
               if isinstance(labels := (r.metrics_delta or {}).get("cache_config"), dict)
               and (b := labels.get("block_size"))}
     seqs = _setting(records, "max_num_seqs")
     chunk = _setting(records, "max_num_batched_tokens")
-    platforms = {e.get("expected_platform") for r in records if (e := r.expected)}
-    if len(blocks) != 1 or seqs is None or chunk is None or "neuron" in platforms:
+    platforms = {e.get("expected_platform") or "cpu" for r in records if (e := r.expected)}
+    if len(blocks) != 1 or seqs is None or chunk is None or len(platforms) != 1:
         return ()
     try:
         rows = ttft_rows(records, block_size=blocks.pop(), max_num_seqs=seqs,
-                         max_num_batched_tokens=chunk)
+                         max_num_batched_tokens=chunk, platform=platforms.pop())
     except ValueError:
         return ()
     return tuple(row.as_dict() for row in rows)
