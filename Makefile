@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv system-deps specs lint test-fast test-unit test test-integration demo sim-up sim-down sim-status sim-verify tiny-model tiny-gptoss bench-overhead bench-scale bench-compile bench-cachesim bench-schedsim bench-whatif bench-report lock clean
+.PHONY: help venv system-deps specs lint test-fast test-unit test test-integration demo sim-up sim-down sim-status sim-verify tiny-model tiny-gptoss bench-overhead bench-scale bench-compile bench-cachesim bench-schedsim bench-ttft bench-whatif bench-report lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -93,6 +93,9 @@ bench-cachesim: venv  ## The prefix-cache model's speed (prompts/s on one core);
 
 bench-schedsim: venv  ## The scheduler model's speed (requests/s at concurrency 32 on one core); ARGS="--concurrency 4"
 	$(BIN)/python -m prefixbench_perf.schedsim_speed $(ARGS)
+
+bench-ttft: venv  ## The timed replay's speed, TTFT predictions (requests/s at concurrency 32 on one core)
+	$(BIN)/python -m prefixbench_perf.ttft_speed $(ARGS)
 
 bench-whatif: venv  ## The what-if analyzer's speed and its overhead over the tokenizer; ARGS="--prompts 0 --custom-prompts 5000"
 	$(BIN)/python -m prefixbench_perf.whatif_speed $(ARGS)

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from prefixbench.engines.schedconfig import SERIAL
 from prefixbench.frontend.cli_shared import UsageError
+from prefixbench.frontend.cli_ttft import add_calibration_argument, calibration_of, print_calibrated
 from prefixbench.frontend.runview import EXIT_OK
 from prefixbench.frontend.whatif_setup import (
     DEFAULTS,
@@ -101,6 +102,7 @@ def add_parser(sub: Any, epilog: str) -> None:
                    "releases (vllm bench serve --request-rate; default: the workload's, "
                    "inf for a prompts file); the timing range then spans this paced "
                    "traffic")
+    add_calibration_argument(w)
     w.add_argument("--burstiness", type=float, metavar="B",
                    help="with --request-rate: the gamma shape of the arrivals (vllm bench "
                    "serve --burstiness; default: the workload's, 1: Poisson)")
@@ -177,6 +179,7 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     setup = resolve(args, workload)
+    fits = calibration_of(args, setup)
     if args.capacity_curve is not None:
         return _curve(args, workload, setup, out=out, err=err)
     with ProgressBar(err) as bar:
@@ -218,6 +221,7 @@ def run_whatif(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     print(f"method:          {method_sentence(pred.method, workload, setup)}", file=out)
     for i, note in enumerate(sentences(pred.note)):
         print(f"{'note:' if i == 0 else '':<17}{note}", file=out)
+    print_calibrated(fits, args, workload, setup, out)
     return EXIT_OK
 
 

@@ -19,7 +19,7 @@ from prefixbench.bench import criteria
 from prefixbench.engines.kvcapacity import kv_cache_line
 from prefixbench.measure.metrics import CacheConfig
 from prefixbench.measure.records import BenchmarkRecord
-from prefixbench.report import goodput, shortfall, verdicts
+from prefixbench.report import goodput, shortfall, ttft_predicted, verdicts
 from prefixbench.report.aggregate import HostView, bench_summary, step7_of, step9_of
 from prefixbench.report.economics import host_time
 from prefixbench.report.fleet import fleet_summary
@@ -117,7 +117,9 @@ def build_summary(
             roles=roles, shortfalls={b.workload: causes for b in benches.values()
                                      if (causes := shortfall.explain(b))},
             goodput=goodput.goodput_of(tuple(benches.values()), ladder, roles),
-            kv_cache=kv_cache_of([r for r in data.records if r.key.host == host])))
+            kv_cache=kv_cache_of([r for r in data.records if r.key.host == host]),
+            ttft_predicted=ttft_predicted.for_host(
+                [r for r in data.records if r.key.host == host])))
     return Summary(
         run_id=data.run_id, run=data.run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),

@@ -83,6 +83,24 @@ def _goodput_blocks(h: HostSummary, docs: str) -> list[Block]:
                  + verdict_link(docs, "no_overlap_no_uplift"))]
 
 
+def _ttft_blocks(h: HostSummary) -> list[Block]:
+    """The cached benches' TTFT predicted from the baseline (prefixbench.report.
+    ttft_predicted), beside the measured one."""
+    if not h.ttft_predicted:
+        return []
+    rows = tuple((r["workload"], f"{r['predicted_median_ttft_ms']:.1f}",
+                  f"{r['measured_median_ttft_ms']:.1f}", f"{r['predicted_p99_ttft_ms']:.1f}",
+                  f"{r['measured_p99_ttft_ms']:.1f}", r["verdict"]) for r in h.ttft_predicted)
+    return [Heading(3, "TTFT predicted from the baseline"),
+            Table(("Cached workload", "Median predicted (ms)", "Median measured (ms)",
+                   "p99 predicted (ms)", "p99 measured (ms)", ""), rows),
+            Para(f"Step-time model fitted to this host's baseline: "
+                 f"{h.ttft_predicted[0]['fit']}."
+                 + (" On Neuron the model follows AWS's design documents and the plugin's "
+                    "source, never checked on Trainium."
+                    if h.ttft_predicted[0].get("platform") == "neuron" else ""))]
+
+
 def _run_line(s: Summary) -> str:
     r = s.run
     parts = [f"run `{s.run_id}`"]
@@ -161,6 +179,7 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                         "(percentage points of hit ratio):"),
                    Bullets(tuple(shortfall_lines(h)))) if h.shortfalls else ()),
                 *_goodput_blocks(h, docs),
+                *_ttft_blocks(h),
                 Heading(3, "Cold vs warm requests"),
                 Para("Cold = first request to use its prefix (reconstructed from the seed); "
                      "a cold request pays the full prefill, so it sets the tail of a cached "

@@ -119,6 +119,9 @@ class HostSummary:
     #: Which KV-cache manager the host's cached server ran and which cache model the
     #: predictions use (prefixbench.engines.kvcapacity.kv_cache_line); ``None``: no record.
     kv_cache: str | None = None
+    #: The cached benches' TTFT predicted from the host's baseline beside the measured
+    #: (prefixbench.report.ttft_predicted.TtftRow.as_dict); empty when not predictable.
+    ttft_predicted: tuple[Mapping[str, Any], ...] = ()
 
     def bench(self, configuration: str, workload: str) -> BenchSummary | None:
         for b in self.benches:
@@ -175,6 +178,7 @@ class HostSummary:
                            for w, causes in self.shortfalls.items()},
             "goodput": None if self.goodput is None else self.goodput.to_dict(),
             "kv_cache": self.kv_cache,
+            "ttft_predicted": [dict(r) for r in self.ttft_predicted],
         }
 
 

