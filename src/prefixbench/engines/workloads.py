@@ -35,6 +35,8 @@ from typing import Any, Final
 
 import yaml
 
+from prefixbench.measure.yamlfile import YamlFileError, load_yaml_file
+
 from prefixbench.measure.ratios import (
     ExpectedCache,
     block_aligned_expected,
@@ -342,7 +344,10 @@ def _coerce(name: str, key: str, value: Any) -> Any:
 def load_workloads(source: str | Path | Iterable[Mapping[str, Any]]) -> list[Workload]:
     """Workloads from a YAML file (``workloads:`` list) or from a list of mappings."""
     if isinstance(source, str | Path):
-        loaded = yaml.safe_load(Path(source).read_text(encoding="utf-8"))
+        try:
+            loaded = load_yaml_file(source)
+        except YamlFileError as exc:
+            raise WorkloadError(str(exc)) from None
         items = loaded.get("workloads") if isinstance(loaded, dict) else None
         if not isinstance(items, list):
             raise WorkloadError(f"{source}: expected a mapping with a 'workloads' list")
