@@ -673,9 +673,10 @@ def test_trn2_and_trn3_hosts_are_separate_populations(tmp_path: Path) -> None:
            "host-c": fingerprint("host-c", instance_type="trn3.48xlarge", family="trn3")}
     s = build_summary(make_run(tmp_path, tuple(fps), fingerprints=fps))
     names = {m.name for m in s.fleet.metrics}
-    assert "trn2: cached/high_overlap/median_ttft_ms" in names
-    assert "trn3: cached/high_overlap/median_ttft_ms" in names
-    trn2 = next(m for m in s.fleet.metrics if m.name == "trn2: cached/high_overlap/median_ttft_ms")
+    assert "trn2.48xlarge: cached/high_overlap/median_ttft_ms" in names
+    assert "trn3.48xlarge: cached/high_overlap/median_ttft_ms" in names
+    trn2 = next(m for m in s.fleet.metrics
+                if m.name == "trn2.48xlarge: cached/high_overlap/median_ttft_ms")
     assert set(trn2.values) == {"host-a", "host-b"}
 
 

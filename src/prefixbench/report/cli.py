@@ -174,7 +174,7 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     for p in paths:
         print(f"wrote {p}", file=out)
     code = outcome_code(summary.status, len(summary.failures))
-    if args.fleet_gate and fleet.flagged and code != EXIT_FAILED:
+    if args.fleet_gate and fleet.flagged:
         code = EXIT_FAILED
         print(f"fleet gate fired (--fleet-gate): {fleet_gate_reason(fleet)}", file=out)
     if args.upload and not _upload(prog, args, out, err):

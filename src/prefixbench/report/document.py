@@ -183,6 +183,11 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                  f"{len(fs.hit_departures)}. Fingerprint groups: {len(fs.fingerprint_groups)}"
                  f"; drifting fields: {len(fs.drift)}."),
             fleet_table(fs)]
+    if len(fs.cohorts) > 1:
+        out.append(Para(
+            "Cohorts (hosts that should be equal: the same instance type, Neuron release, "
+            "model and settings; spread, outliers and drift are within each): "
+            + "; ".join(f"{c.label} ({', '.join(c.hosts)})" for c in fs.cohorts) + "."))
     if fs.mixed_releases:
         out.append(Para(fleet.releases_line(fs)))
     if fs.hit_departures:
@@ -190,7 +195,8 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                 departures_table(fs)]
     out += [Heading(3, "Fingerprints"), groups_table(fs)]
     if fs.drift:
-        out += [Heading(3, "Drift from the majority fingerprint"), drift_table(fs)]
+        out += [Heading(3, "Drift: a host that differs from its cohort's majority"),
+                drift_table(fs)]
     if fs.hosts_without_fingerprint:
         out.append(Para("No fingerprint for: " + ", ".join(fs.hosts_without_fingerprint)))
     if s.failures:

@@ -206,14 +206,20 @@ def fleet_table(f: FleetSummary) -> Table:
 
 
 def groups_table(f: FleetSummary) -> Table:
-    rows = tuple((str(i + 1), ", ".join(g.hosts), "majority" if g.majority else "drift")
+    """Each group of identical fingerprints, with its cohort; a group is ``drift`` when
+    its hosts differ from their cohort's majority."""
+    cohort = {h: c.label for c in f.cohorts for h in c.hosts}
+    drifting = {d.host for d in f.drift}
+    rows = tuple((str(i + 1), ", ".join(g.hosts), cohort.get(g.hosts[0]) or "the fleet",
+                  "drift" if drifting & set(g.hosts) else "reference")
                  for i, g in enumerate(f.fingerprint_groups))
-    return Table(("Group", "Hosts", "Role"), rows)
+    return Table(("Group", "Hosts", "Cohort", "Role"), rows)
 
 
 def drift_table(f: FleetSummary) -> Table:
-    rows = tuple((d.host, d.field, str(d.value), str(d.majority_value)) for d in f.drift)
-    return Table(("Host", "Field", "Value", "Majority value"), rows)
+    rows = tuple((d.host, d.cohort or "the fleet", d.field, str(d.value),
+                  str(d.majority_value)) for d in f.drift)
+    return Table(("Host", "Cohort", "Field", "Value", "Cohort's majority value"), rows)
 
 
 def departures_table(f: FleetSummary) -> Table:
