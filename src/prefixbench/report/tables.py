@@ -72,9 +72,9 @@ def step7_table(h: HostSummary) -> Table:
 def step7_lines(h: HostSummary) -> list[str]:
     red, gain = h.step7.ttft_reduction_pct, h.step7.throughput_gain
     return [
-        f"High-overlap TTFT reduction: {fmt(red.get(HIGH_OVERLAP), '.1f', '%')}",
+        f"High-overlap TTFT reduction: {fmt(red.get(HIGH_OVERLAP), '+.1f', '%')}",
         f"High-overlap throughput gain: {fmt(gain.get(HIGH_OVERLAP), '.2f', 'x')}",
-        f"No-overlap TTFT reduction: {fmt(red.get(NO_OVERLAP), '.1f', '%')}",
+        f"No-overlap TTFT reduction: {fmt(red.get(NO_OVERLAP), '+.1f', '%')}",
         f"No-overlap throughput gain: {fmt(gain.get(NO_OVERLAP), '.2f', 'x')}",
     ]
 
