@@ -370,9 +370,13 @@ def summary_lines(summary: Mapping[str, Any]) -> tuple[list[str], bool]:
         verdicts = [v for v in host.get("verdicts") or [] if isinstance(v, Mapping)]
         failed = failed or any(v.get("status") == "FAIL" for v in verdicts)
         listed = " ".join(f"{v.get('name')}={v.get('status')}" for v in verdicts)
+        if "benchmarks" in host and not host.get("benchmarks"):
+            lines.append(f"  {host.get('host')}: no data")
+            continue
         lines.append(f"  {host.get('host')}: {host.get('status')} ({listed})")
         lines += [f"    FAIL {v.get('name')}: {_short(v.get('detail', ''))}"
                   for v in verdicts if v.get("status") == "FAIL"]
+    lines += [f"  next: {step}" for step in summary.get("next_steps") or []]
     failed = failed or summary.get("status") == "FAIL"
     lines.insert(0, f"overall: {summary.get('status', 'unknown')}")
     return lines, failed

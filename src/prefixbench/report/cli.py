@@ -33,6 +33,7 @@ from prefixbench.frontend.runview import (
 )
 from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.records import json_safe
+from prefixbench.report.actions import NO_DATA, action_lines
 from prefixbench.report.build import build_summary
 from prefixbench.report.capacity import capacity_lines, is_capacity_sweep, report_capacity
 from prefixbench.report.compare import (
@@ -161,9 +162,14 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     except (ReportInputError, OSError) as exc:
         return _fail(prog, str(exc), err)
     for h in summary.hosts:
+        if not h.benches:
+            print(f"{h.host}: {NO_DATA}; {len(h.failures)} failure(s)", file=out)
+            continue
         verdicts = " ".join(f"{v.name}={v.status}" for v in h.verdicts)
         print(f"{h.host}: {h.status} ({verdicts}); {len(h.issues)} issue(s), "
               f"{len(h.failures)} failure(s)", file=out)
+    for line in action_lines(summary):
+        print(f"next: {line}", file=out)
     fleet = summary.fleet
     if fleet.flagged:
         print(f"fleet: outliers {', '.join(fleet.outlier_hosts) or 'none'}; "

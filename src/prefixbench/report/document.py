@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prefixbench.report import fleet, goodput, headline, issues, plots, verdicts
+from prefixbench.report import actions, fleet, goodput, headline, issues, plots, verdicts
 from prefixbench.report.doclinks import failure_link, verdict_link
 from prefixbench.report.economics import compilations
 from prefixbench.report.model import HostSummary, Summary
@@ -120,10 +120,14 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
         Para(f"**Bottom line.** {headline.bottom_line(s)}"),
         Para(f"Overall: **{s.status}**. {_run_line(s)}; generated {s.generated_at}."),
     ]
+    todo = actions.action_lines(s)
+    if todo:
+        out += [Heading(2, "What to do next"), Bullets(tuple(todo))]
     if not s.hosts:
         out.append(Para("No host has results yet."))
     overview = tuple(
-        (h.host, h.status, *(v.status for v in h.verdicts), str(len(h.issues)),
+        (h.host, actions.host_status(h),
+         *(v.status if h.benches else actions.NO_DATA for v in h.verdicts), str(len(h.issues)),
          str(len(h.failures))) for h in s.hosts)
     out += [Heading(2, "Hosts at a glance"), Table(
         ("Host", "Overall", *(r.title for r in verdicts.RULES), "Issues", "Failures"),
@@ -145,7 +149,7 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                 Plot("Median TTFT by host and configuration", plots.host_bars(s)),
                 Plot("Hit ratio measured vs expected", plots.hit_ratio_plot(s))]
     for h in s.hosts:
-        out += [Heading(2, f"Host {h.host}: {h.status}"),
+        out += [Heading(2, f"Host {h.host}: {actions.host_status(h)}"),
                 Heading(3, "Confirmation"), verdict_table(h, docs)]
         if h.issues:
             out += [Heading(3, "Common issues found"), issues_table(h)]

@@ -13,6 +13,7 @@ from typing import Any, Final
 from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.layout import SUMMARY
 from prefixbench.measure.records import json_safe
+from prefixbench.report.actions import action_lines
 from prefixbench.report.doclinks import docs_base
 from prefixbench.report.document import render_html, render_markdown
 from prefixbench.report.load import load_run
@@ -90,8 +91,9 @@ def write_outputs(
             raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
         path = root / FORMATS[fmt]
         if fmt == "json":
-            text = json.dumps(json_safe(summary.to_dict()), indent=2, sort_keys=True,
-                              allow_nan=False) + "\n"
+            text = json.dumps(json_safe({**summary.to_dict(),
+                                         "next_steps": action_lines(summary)}),
+                              indent=2, sort_keys=True, allow_nan=False) + "\n"
         elif fmt == "md":
             text = render_markdown(summary, base)
         elif fmt == "html":
