@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prefixbench.report import actions, fleet, goodput, headline, issues, plots, verdicts
-from prefixbench.report.doclinks import failure_link, verdict_link
+from prefixbench.report import actions, explain, fleet, goodput, headline, issues, plots, verdicts
+from prefixbench.report.doclinks import INLINE_BASE, failure_link, verdict_link
 from prefixbench.report.economics import compilations
 from prefixbench.report.model import HostSummary, Summary
 from prefixbench.report.tables import (
@@ -40,6 +40,8 @@ __all__ = ["Block", "Bullets", "Heading", "Para", "Plot", "Pre", "blocks", "html
 class Heading:
     level: int
     text: str
+    #: The HTML id (a section the report's own links point at); "" for none.
+    anchor: str = ""
 
 
 @dataclass(frozen=True)
@@ -318,7 +320,33 @@ def _html_table(t: Table) -> str:
 
 
 def render_html(s: Summary, docs: str = "docs/") -> str:
-    return html_of(blocks(s, docs), f"prefixbench report {s.run_id}")
+    """The HTML report; with ``docs`` :data:`~prefixbench.report.doclinks.INLINE_BASE` its
+    links point at the explanations it carries (prefixbench.report.explain)."""
+    content = blocks(s, docs)
+    if docs == INLINE_BASE:
+        text = " ".join(_block_text(b) for b in content)
+        used = re.findall(r"\]\(#(doc-[a-z0-9-]+)\)", text)
+        content += [_piece_block(p) for p in explain.explanation_blocks(used)]
+    return html_of(content, f"prefixbench report {s.run_id}")
+
+
+def _piece_block(piece: explain.Piece) -> Block:
+    kind, value, anchor = piece
+    if kind.startswith("heading"):
+        return Heading(int(kind[-1]), value, anchor)
+    if kind == "bullets":
+        return Bullets(value)
+    return Pre(value) if kind == "pre" else Para(value)
+
+
+def _block_text(b: Block) -> str:
+    if isinstance(b, Para | Heading | Pre):
+        return b.text
+    if isinstance(b, Bullets):
+        return " ".join(b.items)
+    if isinstance(b, Table):
+        return " ".join(c for row in b.rows for c in row)
+    return ""
 
 
 def html_of(content: Sequence[Block], title_text: str) -> str:
@@ -326,7 +354,8 @@ def html_of(content: Sequence[Block], title_text: str) -> str:
     parts: list[str] = []
     for b in content:
         if isinstance(b, Heading):
-            parts.append(f"<h{b.level}>{_inline(b.text)}</h{b.level}>")
+            anchor = f' id="{html.escape(b.anchor)}"' if b.anchor else ""
+            parts.append(f"<h{b.level}{anchor}>{_inline(b.text)}</h{b.level}>")
         elif isinstance(b, Para):
             parts.append(f"<p>{_inline(b.text)}</p>")
         elif isinstance(b, Bullets):
