@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from report_runs import make_run, scale_times
 
 from prefixbench.frontend import cli
 from prefixbench.frontend.runview import (
@@ -24,7 +25,6 @@ from prefixbench.frontend.runview import (
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import FailureRecord, ResultKey
 from prefixbench.report.cli import compare_main, report_main
-from report_runs import make_run, scale_times
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reading-the-report.md"
 COMMANDS = ("run", "report", "compare")

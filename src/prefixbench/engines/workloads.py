@@ -35,13 +35,12 @@ from typing import Any, Final
 
 import yaml
 
-from prefixbench.measure.yamlfile import YamlFileError, load_yaml_file
-
 from prefixbench.measure.ratios import (
     ExpectedCache,
     block_aligned_expected,
     tutorial_expected_ratio,
 )
+from prefixbench.measure.yamlfile import YamlFileError, load_yaml_file
 
 __all__ = [
     "Workload",

@@ -427,8 +427,8 @@ def exit_code(view: LiveView, *, runner_status: str, rc: int | None,
     ansible-playbook failed without a summary to explain it (or timed out / was
     canceled); else the summary's outcome when it is 3 (a verdict failed) or 7 (benches
     without a result); else 4 on a regression; else 6 when a verdict is inconclusive,
-    8 when nothing was judged; else 0. The Report phase's own gate (prefixbench_fail_on) failing is explained by
-    the summary, so it does not count as an ansible failure.
+    8 when nothing was judged; else 0. The Report phase's own gate (prefixbench_fail_on)
+    failing is explained by the summary, so it does not count as an ansible failure.
     """
     ansible_ok = runner_status == "successful" and rc == 0
     if view.unreachable or runner_status in ("timeout", "canceled"):

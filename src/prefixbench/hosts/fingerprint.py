@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
-    "FINGERPRINT_SCHEMA_VERSION",
     "COHORT_FIELDS",
+    "FINGERPRINT_SCHEMA_VERSION",
     "REAL_DRIVER_FILE",
     "Cohort",
     "Drift",
