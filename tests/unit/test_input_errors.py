@@ -118,3 +118,16 @@ def test_ansible_tags_are_not_syntax_errors(tmp_path: Path) -> None:
     (tmp_path / "group_vars" / "all.yml").write_text("a: 'unterminated\n")
     with pytest.raises(YamlFileError, match=r"group_vars/all\.yml:\d+:\d+: YAML syntax"):
         check_inventory_yaml(tmp_path)
+
+
+def test_a_host_vars_file_with_a_yaml_error_stops_the_doctor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = project(tmp_path)
+    broken = root / "inventories" / "mine" / "host_vars" / "trn-1.yml"
+    broken.parent.mkdir()
+    broken.write_text("vllm_service_port: 8000\n\tprefixbench_repetitions: 2\n")
+    (root / "playbooks").mkdir()
+    (root / "playbooks" / "doctor.yml").write_text("---\n")
+    line = one_line_error(["doctor", "-i", "inventories/mine", "--project-dir", str(root)],
+                          f"{broken}:2:", monkeypatch, cwd=root)
+    assert "YAML syntax error" in line
