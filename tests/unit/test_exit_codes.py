@@ -167,12 +167,14 @@ def test_a_run_without_run_json_is_judged_from_its_records(tmp_path: Path) -> No
     assert "workloads high_overlap, no_overlap, sustained_c4" in printed
 
 
-def test_the_playbooks_gate_fails_a_run_where_nothing_was_judged(tmp_path: Path) -> None:
-    """``ansible-playbook benchmark.yml`` gates through prefixbench_fail_on: nothing
-    judged fails it too, with the default list (``[]`` still never fails)."""
+def test_the_playbooks_gate_can_fail_a_run_where_nothing_was_judged(tmp_path: Path) -> None:
+    """``ansible-playbook benchmark.yml`` gates through prefixbench_fail_on: with
+    ``nothing_judged`` a run where no criterion was decided fails it (a run of custom
+    traffic alone, the default list, still passes the playbook; ``prefixbench run``
+    exits 8 for it)."""
     from prefixbench.report.phase import gate, report_run  # noqa: PLC0415
 
     shown = report_run(nothing_judged_run(tmp_path))
     assert shown["status"] == "NOT_RUN"
-    assert "nothing judged" in gate(shown, ["fail", "failed_bench"])
-    assert gate(shown, []) == ""
+    assert "nothing judged" in gate(shown, ["nothing_judged"])
+    assert gate(shown, ["fail", "failed_bench"]) == ""

@@ -68,12 +68,11 @@ def failure_line(f: FailureInfo) -> str:
 
 
 #: What ``prefixbench_fail_on`` may name: outcomes that fail the report phase.
-GATES = ("fail", "failed_bench", "inconclusive")
+GATES = ("fail", "failed_bench", "inconclusive", "nothing_judged")
 
 
 def gate(shown: dict[str, Any], fail_on: list[str]) -> str:
-    """One line saying why the run must end non-zero, or "" when it need not. Any
-    non-empty ``fail_on`` also fails a run where nothing was judged."""
+    """One line saying why the run must end non-zero, or "" when it need not."""
     reasons = []
     if "fail" in fail_on and shown.get("failed_verdicts"):
         reasons.append(f"verdict(s) FAIL: {', '.join(shown['failed_verdicts'])}")
@@ -82,7 +81,7 @@ def gate(shown: dict[str, Any], fail_on: list[str]) -> str:
                        "the same prefixbench_run_id to run only those)")
     if "inconclusive" in fail_on and shown.get("inconclusive_verdicts"):
         reasons.append(f"verdict(s) INCONCLUSIVE: {', '.join(shown['inconclusive_verdicts'])}")
-    if fail_on and shown.get("status") == "NOT_RUN":
+    if "nothing_judged" in fail_on and shown.get("status") == "NOT_RUN":
         reasons.append("nothing judged: no criterion could be decided (every verdict "
-                       "NOT_RUN); a gate never passes on nothing")
+                       "NOT_RUN)")
     return "; ".join(reasons)
