@@ -310,3 +310,34 @@ def test_the_readme_starts_with_the_two_commands() -> None:
     first = next(_FENCE.finditer(text)).group(0)
     assert [argv for argv in commands(first)] == [["make", "demo"], ["make", "test"]]
     assert (ROOT / "README.md").stat().st_size < 4000, "README.md fits about one screen"
+
+
+#: The pages a new user follows for a real fleet, and the section of each.
+FIRST_RUN = ((ROOT / "README.md", "## A real fleet in six steps"),
+             (ROOT / "docs" / "first-real-run.md", "## The inventory and the settings"))
+
+
+def _first_run_text(page: Path, heading: str) -> str:
+    text = page.read_text(encoding="utf-8")
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    if page.name == "first-real-run.md":  # through "The first run, in order"
+        end = text.find("\n## ", text.index("## The first run, in order"))
+    return text[start:] if end < 0 else text[start:end]
+
+
+@pytest.mark.parametrize(("page", "heading"), FIRST_RUN, ids=lambda x: getattr(x, "name", x))
+def test_the_first_run_commands_work_for_your_own_inventory(page: Path, heading: str) -> None:
+    """After "copy the sample", every command reads the user's copy from $FLEET (which
+    the text sets), never the sample's name; the canary is not chained to the fleet run
+    with && (a one-repetition INCONCLUSIVE exits 6), and the text says how to read it."""
+    text = _first_run_text(page, heading)
+    assert "export FLEET=" in text and "CANARY=" in text
+    argvs = list(commands(text))
+    inventories = [argv[argv.index("-i") + 1] for argv in argvs if "-i" in argv]
+    assert inventories and set(inventories) == {"$FLEET"}, inventories
+    limits = {argv[argv.index("--limit") + 1] for argv in argvs if "--limit" in argv}
+    assert limits == {"$CANARY"}, limits
+    for line in code_lines(text):
+        assert not re.search(r"prefixbench run[^&]*&&\s*prefixbench run", line), line
+    assert "INCONCLUSIVE" in text and re.search(r"\b6\b", text)

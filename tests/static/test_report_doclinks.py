@@ -79,16 +79,38 @@ def test_the_html_links_each_verdict_and_failure(tmp_path: Path,
     write_outputs(s, run_dir, ("html", "md"))
     html = (run_dir / "report.html").read_text(encoding="utf-8")
     hrefs = re.findall(r'<a href="([^"]+)">', html)
-    base = doclinks.docs_base(run_dir)
-    assert (run_dir / base).resolve() == DOCS.resolve()
+    ids = set(re.findall(r' id="([^"]+)"', html))
+    # report.html is handed over as one file: every link points at a section it carries.
+    assert hrefs and all(h.startswith("#") and h[1:] in ids for h in hrefs), hrefs
     for h in s.hosts:
         for v in h.verdicts:
-            assert base + doclinks.VERDICT_DOCS[v.name] in hrefs, v.name
+            assert "#" + doclinks.anchor_id(doclinks.VERDICT_DOCS[v.name]) in hrefs, v.name
     for kind in EXPECTED_KINDS.values():
         # in the host's section and in the run's failure table
-        assert hrefs.count(base + doclinks.FAILURE_DOCS[kind]) == 2, kind
+        assert hrefs.count("#" + doclinks.anchor_id(doclinks.FAILURE_DOCS[kind])) == 2, kind
+    # The Markdown report, read in the checkout, links the docs folder.
+    base = doclinks.docs_base(run_dir)
+    assert (run_dir / base).resolve() == DOCS.resolve()
     assert "](" + base + doclinks.FAILURE_DOCS["server_restarted"] + ")" in \
         (run_dir / "report.md").read_text(encoding="utf-8")
+
+
+def test_the_html_carries_each_linked_section_and_no_path_of_the_checkout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(doclinks.DOCS_BASE_ENV, raising=False)
+    run_dir = _run(tmp_path)
+    write_outputs(build_summary(run_dir), run_dir, ("html",))
+    html = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "../" not in html and 'href="docs/' not in html
+    # The section that explains a restarted server, as docs/failures-and-resume.md has it.
+    page, _, anchor = doclinks.FAILURE_DOCS["server_restarted"].partition("#")
+    text = (DOCS / page).read_text(encoding="utf-8")
+    heading = next(line.lstrip("#").strip() for line in text.splitlines()
+                   if line.startswith("#") and anchor in line.lower().replace(" ", "-"))
+    first = text.split(heading, 1)[1].strip().split("\n\n", 1)[0].splitlines()[0]
+    i = html.index(f'id="{doclinks.anchor_id(doclinks.FAILURE_DOCS["server_restarted"])}"')
+    assert re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", first).split("`")[0][:30] in \
+        html[i:].replace("&#x27;", "'")
 
 
 def test_a_docs_base_from_the_environment(tmp_path: Path,

@@ -112,7 +112,7 @@ def test_platform_cpu_reads_the_model_as_whatif_does(gptoss_dir: Path,
     assert preds[0] is not None and preds[1] is not None and preds[0] < preds[1]
     assert field(out, "predicted ratio").startswith(f"{preds[0]:.2%} ")
     code, out, _ = run("chat-traffic", str(path), "--users", "6", "--tokenizer",
-                       str(gptoss_dir), "--platform", "cpu", "--kv-cache", "full")
+                       str(gptoss_dir), "--platform", "cpu", "--kv-cache", "full", "--force")
     assert code == 0 and field(out, "predicted ratio").startswith(f"{preds[1]:.2%} ")
     assert assumed(out)["KV-cache manager"].endswith("[given: --kv-cache]")
     _, theirs, _ = run("whatif", str(path), "--tokenizer", str(gptoss_dir),

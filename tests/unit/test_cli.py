@@ -419,7 +419,7 @@ def test_run_end_to_end_with_recorded_events(
     assert seen["playbook"] == "benchmark.yml"
     assert seen["inventory"] == [str(project / "inventories/sim")]
     assert "== Bench | run workloads" in text
-    assert text.rstrip().endswith(f"exit {expected}")
+    assert text.rstrip().splitlines()[-1].split("; ")[-1].startswith(f"exit {expected} (")
     if summary is not None:
         assert "== verdicts (summary.json)" in text
     else:

@@ -234,7 +234,7 @@ def test_outputs_are_written_and_html_is_self_contained(tmp_path: Path) -> None:
     html = (run / "report.html").read_text()
     assert html.count("<svg") >= 3 + 3  # bars per workload, hit ratio, 3 distributions
     for needle in ("Step 7: four runs side by side", "Step 8", "Step 9", "Confirmation",
-                   "High-overlap TTFT reduction: 54.6%", "Fleet reproducibility",
+                   "High-overlap TTFT reduction: +54.6%", "Fleet reproducibility",
                    "aws-neuronx-runtime-lib", "cold (first use of a prefix)"):
         assert needle in html, needle
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
@@ -459,7 +459,7 @@ def test_first_screen_says_simulated_and_gives_the_bottom_line(tmp_path: Path) -
     assert "vLLM 0.32.0" in top and "runtime 2.33.10.0" in top
     assert ("median TTFT on the high-overlap workload (high_overlap) was 54.6% lower "
             "across 2 host(s)") in top
-    assert "On prompts sharing nothing it was +12.1%" in top
+    assert "On prompts sharing nothing the TTFT reduction was -12.1%." in top
     assert "Not measured: run-to-run noise (one repetition); Neuron performance" in top
     # A fleet of real hosts says where it was measured instead.
     real = make_run(tmp_path / "real", fingerprints={"host-a": fingerprint(
@@ -682,9 +682,10 @@ def test_trn2_and_trn3_hosts_are_separate_populations(tmp_path: Path) -> None:
            "host-c": fingerprint("host-c", instance_type="trn3.48xlarge", family="trn3")}
     s = build_summary(make_run(tmp_path, tuple(fps), fingerprints=fps))
     names = {m.name for m in s.fleet.metrics}
-    assert "trn2: cached/high_overlap/median_ttft_ms" in names
-    assert "trn3: cached/high_overlap/median_ttft_ms" in names
-    trn2 = next(m for m in s.fleet.metrics if m.name == "trn2: cached/high_overlap/median_ttft_ms")
+    assert "trn2.48xlarge: cached/high_overlap/median_ttft_ms" in names
+    assert "trn3.48xlarge: cached/high_overlap/median_ttft_ms" in names
+    trn2 = next(m for m in s.fleet.metrics
+                if m.name == "trn2.48xlarge: cached/high_overlap/median_ttft_ms")
     assert set(trn2.values) == {"host-a", "host-b"}
 
 

@@ -259,5 +259,6 @@ def test_spread_is_judged_within_each_instance_family(tmp_path: Path) -> None:
     fps = {"a": fingerprint("a"), "b": fingerprint("b"),
            "c": fingerprint("c", instance_type="trn3.48xlarge", family="trn3")}
     s = build_summary(make_run(tmp_path, tuple(fps), fingerprints=fps))
+    # Metric names carry the cohort: here its instance type, trn2's and trn3's.
     names = {m.name.split(": ")[0] for m in s.fleet.metrics}
-    assert names == {"trn2", "trn3"}, names
+    assert names == {"trn2.48xlarge", "trn3.48xlarge"}, names

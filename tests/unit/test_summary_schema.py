@@ -46,12 +46,14 @@ SECTIONS = {
     "fleet.hit_ratio_departures[]": "## Fleet",
     "fleet.fingerprint_groups[]": "## Fleet",
     "fleet.drift[]": "## Fleet",
+    "fleet.cohorts[]": "## Fleet",
 }
 #: The capacity sweep's summary.
 SWEEP_SECTIONS = {p: "## A KV-capacity sweep's" for p in ("", "points[]", "rows[]", "curves[]")}
 #: Objects kept as read or named freely (``run.json``, ``fingerprint.json``, a verdict's
 #: numbers by name): not walked.
 OPAQUE = {"run", "hosts[].fingerprint", "fleet.fingerprint_groups[].identity",
+          "fleet.cohorts[].key",
           "hosts[].verdicts[].numbers"}
 #: Objects whose keys are data (hosts, workloads, releases), not schema.
 MAPS = {"fleet.metrics[].values", "fleet.metrics[].robust_z",

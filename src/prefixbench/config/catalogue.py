@@ -135,8 +135,12 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "the usual way.", True),
     Setting("prefixbench_fail_on", "list_str", "Outcomes that end the run non-zero once the "
             "report is written: fail (a FAIL verdict), failed_bench (a bench without a "
-            "result), inconclusive (an INCONCLUSIVE verdict). Empty: never.",
-            ["fail", "failed_bench"], choices=("fail", "failed_bench", "inconclusive")),
+            "result), inconclusive (an INCONCLUSIVE verdict), nothing_judged (no "
+            "criterion decided: every verdict NOT_RUN, as in a run of your own traffic "
+            "alone; prefixbench run and report exit 8 for it whatever this says). Empty: "
+            "never.",
+            ["fail", "failed_bench"],
+            choices=("fail", "failed_bench", "inconclusive", "nothing_judged")),
     Setting("prefixbench_junit_file", "str", "Also write the verdicts as JUnit XML to this "
             "file, relative to the run directory (e.g. junit.xml), for CI systems. Empty: "
             "none.", "", pattern=r"^$|^(?!.*\.\.)[\w.-]+(/[\w.-]+)*$"),

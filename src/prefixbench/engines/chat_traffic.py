@@ -24,11 +24,14 @@ started and none is due, the one due soonest goes anyway, its think time shorten
 drawn, less only when shortened and more only when several users are due at once;
 :class:`Summary` counts both.
 
-**Randomness.** Everything is drawn from one ``random.Random(seed)`` before the order is
-built, in a fixed order (the system prompt, then user by user: turns, then per turn the
-message, the reply, the think time), so a seed gives the same file on every run. Words
-come from a :class:`Vocabulary` the caller gives (a list, or a callable index -> word):
-nothing here knows any tokenizer.
+**Randomness.** Everything is drawn before the order is built, in a fixed order (user by
+user: turns, then per turn the message's length, the reply's, the think time), so a seed
+gives the same file on every run. The structure (every count and think time) comes from
+``random.Random(seed)`` and the words from a second generator of the same seed, so the
+structure does not depend on the vocabulary: the same seed gives the same conversations,
+requests and lengths with the built-in words and with a tokenizer's (a word drawn from a
+larger vocabulary takes more random bits). Words come from a :class:`Vocabulary` the
+caller gives (a list, or a callable index -> word): nothing here knows any tokenizer.
 
 **Distributions** (:func:`parse_dist`): ``N`` or ``fixed:N``; ``uniform:A:B`` (integers,
 both ends included); ``geometric:MEAN`` and ``poisson:MEAN``, shifted so that no draw is
@@ -324,14 +327,14 @@ class ChatTraffic:
             shortened=sum(g < t for g, t in later), lengthened=sum(g > t for g, t in later))
 
 
-def _conversation(spec: ChatSpec, rng: random.Random, vocab: Vocabulary, system: str
-                  ) -> Conversation:
+def _conversation(spec: ChatSpec, rng: random.Random, text_rng: random.Random,
+                  vocab: Vocabulary, system: str) -> Conversation:
     turns = []
     for k in range(count := spec.turns.draw(rng)):
         user_words = spec.user_words.draw(rng)
-        user = vocab.text(rng, user_words)
+        user = vocab.text(text_rng, user_words)
         reply_words = spec.reply_words.draw(rng)
-        reply = vocab.text(rng, reply_words)
+        reply = vocab.text(text_rng, reply_words)
         think = spec.think.draw(rng) if k < count - 1 else 0
         turns.append(Turn(user, user_words, reply, reply_words, think))
     return Conversation(system, spec.system_words, tuple(turns))
@@ -363,6 +366,8 @@ def generate(spec: ChatSpec, vocabulary: Vocabulary | Sequence[str]) -> ChatTraf
     if vocab.stop <= vocab.start:
         raise ChatTrafficError("the vocabulary is empty")
     rng = random.Random(spec.seed)  # noqa: S311 - reproducible traffic, not secrets
-    system = vocab.text(rng, spec.system_words)
-    conversations = tuple(_conversation(spec, rng, vocab, system) for _ in range(spec.users))
+    text_rng = random.Random(f"words:{spec.seed}")  # noqa: S311 - the words, apart
+    system = vocab.text(text_rng, spec.system_words)
+    conversations = tuple(_conversation(spec, rng, text_rng, vocab, system)
+                          for _ in range(spec.users))
     return ChatTraffic(spec, conversations, tuple(_send_order(conversations)))

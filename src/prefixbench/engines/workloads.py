@@ -40,6 +40,7 @@ from prefixbench.measure.ratios import (
     block_aligned_expected,
     tutorial_expected_ratio,
 )
+from prefixbench.measure.yamlfile import YamlFileError, load_yaml_file
 
 __all__ = [
     "Workload",
@@ -342,7 +343,10 @@ def _coerce(name: str, key: str, value: Any) -> Any:
 def load_workloads(source: str | Path | Iterable[Mapping[str, Any]]) -> list[Workload]:
     """Workloads from a YAML file (``workloads:`` list) or from a list of mappings."""
     if isinstance(source, str | Path):
-        loaded = yaml.safe_load(Path(source).read_text(encoding="utf-8"))
+        try:
+            loaded = load_yaml_file(source)
+        except YamlFileError as exc:
+            raise WorkloadError(str(exc)) from None
         items = loaded.get("workloads") if isinstance(loaded, dict) else None
         if not isinstance(items, list):
             raise WorkloadError(f"{source}: expected a mapping with a 'workloads' list")

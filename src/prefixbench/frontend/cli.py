@@ -34,6 +34,7 @@ from prefixbench.frontend.runview import (
     EXIT_FAILED,
     EXIT_INCOMPLETE,
     EXIT_INCONCLUSIVE,
+    EXIT_NOTHING_JUDGED,
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_USAGE,
@@ -54,6 +55,7 @@ exit codes:
      verdict says about how many repetitions would decide it) or a result it needs is missing
   {EXIT_INCOMPLETE}  the run is incomplete: a bench failed and has no result; rerun with the
      same --run-id to run only what is missing
+  {EXIT_NOTHING_JUDGED}  nothing judged: no criterion could be decided (every verdict NOT_RUN)
   {EXIT_INTERRUPTED}  run: interrupted (Ctrl+C or SIGTERM): the playbook was ended and the vLLM
      servers stopped ({STOP_PLAYBOOK}); rerun with the same --run-id to resume
 """

@@ -61,7 +61,11 @@ def add_parser(sub: Any, epilog: str) -> None:
         "think time as requests of other users in between. Distributions: N, fixed:N, "
         "uniform:A:B, geometric:MEAN, poisson:MEAN. With --tokenizer, print the what-if "
         "replay's predicted hit ratio beside the structural estimate.")
-    p.add_argument("out", type=Path, metavar="OUT.jsonl", help="the file to write")
+    p.add_argument("out", type=Path, metavar="OUT.jsonl",
+                   help="the file to write (its directory must exist)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite OUT.jsonl when it exists (without it, an existing file "
+                   "is an error: it may be your own prompts)")
     p.add_argument("--users", type=int, default=8, metavar="N", help="conversations (default 8)")
     p.add_argument("--turns", default="uniform:2:6", metavar="DIST",
                    help="turns per user (default uniform:2:6)")
@@ -163,6 +167,19 @@ def _predict(args: argparse.Namespace, workload: Workload, setup: Setup, err: Te
                               cache_model=setup.cache_model, serving=setup.serving)
 
 
+def _check_out(path: Path, *, force: bool) -> None:
+    """Nothing overwritten or created silently: an existing file needs ``--force``, a
+    missing directory is an error (not made)."""
+    parent = path.parent if str(path.parent) else Path()
+    if not parent.is_dir():
+        raise UsageError(f"{path}: the directory {parent} does not exist (create it first)")
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory (give a file name)")
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists: --force overwrites it (is it your own prompts "
+                         f"file?)")
+
+
 def _workload(path: Path) -> dict[str, Any]:
     """The custom workload that replays the file as written: in file order, one request
     at a time, each line's output_tokens."""
@@ -178,6 +195,7 @@ def run_chat_traffic(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from prefixbench.predict import chat_estimate as ce  # noqa: PLC0415
 
     spec = _spec(args)
+    _check_out(args.out, force=args.force)
     if (args.block_size is not None and args.block_size < 1) or (
             args.capacity_blocks is not None and args.capacity_blocks < 1):
         raise UsageError("--block-size and --capacity-blocks must be >= 1")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from prefixbench.frontend.cli_shared import PROG, UsageError
+from prefixbench.measure.yamlfile import YamlFileError, check_inventory_yaml
 
 PLAYBOOK: Final = "playbooks/doctor.yml"
 EXIT_PASS: Final = 0
@@ -56,6 +57,10 @@ def playbook_argv(args: argparse.Namespace, out_file: Path, cwd: Path) -> list[s
         path = next((p for p in (cwd / raw, project / raw) if p.exists()), None)
         if path is None:
             raise UsageError(f"inventory {raw!r} not found (looked in {cwd} and {project})")
+        try:
+            check_inventory_yaml(path)
+        except YamlFileError as exc:
+            raise UsageError(f"inventory {raw}: {exc}") from None
         argv += ["-i", str(path.resolve())]
     if args.limit:
         argv += ["--limit", args.limit]

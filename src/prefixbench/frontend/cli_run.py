@@ -30,15 +30,18 @@ from prefixbench.frontend.cli_shared import PROG, UsageError, report_module
 from prefixbench.frontend.runview import (
     EXIT_ANSIBLE,
     EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_REGRESSION,
     LiveView,
     exit_code,
+    exit_line,
     regression_lines,
     summary_lines,
     summary_outcome,
 )
 from prefixbench.measure.layout import RunLayout
+from prefixbench.measure.yamlfile import YamlFileError, check_inventory_yaml, load_yaml_file
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -51,8 +54,6 @@ __all__ = [
     "stop_request",
 ]
 
-#: Exit code of an interrupted run (128 + SIGINT, as a shell reports it).
-EXIT_INTERRUPTED = 130
 #: What an interrupted run runs to stop the servers it left behind.
 STOP_PLAYBOOK = "playbooks/stop.yml"
 
@@ -113,11 +114,29 @@ class RunRequest:
 
 
 def _resolve_inventory(raw: str, project: Path, cwd: Path) -> str:
+    """The inventory's path, its YAML (and its group_vars/host_vars) parsed first: a
+    syntax error is one line with the file and line, before Ansible reads it."""
     for base in (cwd, project):
         candidate = (base / raw).resolve()
         if candidate.exists():
+            try:
+                check_inventory_yaml(candidate)
+            except YamlFileError as exc:
+                raise UsageError(f"inventory {raw}: {exc}") from None
             return str(candidate)
     raise UsageError(f"inventory {raw!r} not found (looked in {cwd} and {project})")
+
+
+def _check_extra_var_files(items: Sequence[str], cwd: Path) -> None:
+    """Each ``-e @FILE`` found from here parsed as YAML first (ansible-playbook reads
+    them itself, and says so when one is missing)."""
+    for item in items:
+        path = cwd / item[1:]
+        if item.startswith("@") and path.is_file():
+            try:
+                load_yaml_file(path)
+            except YamlFileError as exc:
+                raise UsageError(f"-e {item}: {exc}") from None
 
 
 def run_request(args: argparse.Namespace, cwd: Path | None = None) -> RunRequest:
@@ -131,6 +150,7 @@ def run_request(args: argparse.Namespace, cwd: Path | None = None) -> RunRequest
         extravars["prefixbench_run_id"] = args.run_id
     if args.tags and any(c.isspace() for c in args.tags):
         raise UsageError("--tags: comma-separated, without spaces")
+    _check_extra_var_files(args.extra_vars, cwd)
     reference = None
     if args.reference:
         reference = Path(args.reference)
@@ -241,7 +261,8 @@ def run_benchmark(req: RunRequest, out: TextIO, err: TextIO) -> int:
         shutil.rmtree(private, ignore_errors=True)
     else:
         print(f"ansible output kept in {artifacts}/*/stdout", file=out)
-    print(f"{PROG}: ansible-runner {status} (rc {rc}); exit {code}", file=out, flush=True)
+    print(f"{PROG}: ansible-runner {status} (rc {rc}); {exit_line(code)}", file=out,
+          flush=True)
     return code
 
 

@@ -25,12 +25,16 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INCOMPLETE",
     "EXIT_INCONCLUSIVE",
+    "EXIT_INTERRUPTED",
+    "EXIT_MEANINGS",
+    "EXIT_NOTHING_JUDGED",
     "EXIT_OK",
     "EXIT_REGRESSION",
     "EXIT_USAGE",
     "HostState",
     "LiveView",
     "exit_code",
+    "exit_line",
     "phase_of",
     "regression_lines",
     "summary_lines",
@@ -46,6 +50,25 @@ EXIT_REGRESSION: Final = 4
 EXIT_ANSIBLE: Final = 5
 EXIT_INCONCLUSIVE: Final = 6
 EXIT_INCOMPLETE: Final = 7
+#: Records or not, no criterion could be decided: every verdict NOT_RUN. A gate never
+#: passes on nothing judged.
+EXIT_NOTHING_JUDGED: Final = 8
+EXIT_INTERRUPTED: Final = 130
+
+#: What each exit code says, as the printed overall names it (docs/reading-the-report.md
+#: "Exit codes" has the same rows; tests/unit/test_exit_codes.py walks them).
+EXIT_MEANINGS: Final[Mapping[int, str]] = {
+    EXIT_OK: "every judged verdict passed",
+    EXIT_ERROR: "an error of the command itself",
+    EXIT_USAGE: "usage or input error",
+    EXIT_FAILED: "a verdict failed",
+    EXIT_REGRESSION: "a metric regressed past its tolerance",
+    EXIT_ANSIBLE: "the Ansible run (or the S3 upload) failed",
+    EXIT_INCONCLUSIVE: "a verdict is INCONCLUSIVE",
+    EXIT_INCOMPLETE: "the run is incomplete: data missing",
+    EXIT_NOTHING_JUDGED: "nothing judged: no criterion could be decided",
+    EXIT_INTERRUPTED: "interrupted",
+}
 
 #: Phases in the order a run goes through them (play names start with ``<Phase> |``).
 PHASES: Final = ("Preflight", "Run", "Provision", "Deploy", "Bench", "Report")
@@ -347,9 +370,13 @@ def summary_lines(summary: Mapping[str, Any]) -> tuple[list[str], bool]:
         verdicts = [v for v in host.get("verdicts") or [] if isinstance(v, Mapping)]
         failed = failed or any(v.get("status") == "FAIL" for v in verdicts)
         listed = " ".join(f"{v.get('name')}={v.get('status')}" for v in verdicts)
+        if "benchmarks" in host and not host.get("benchmarks"):
+            lines.append(f"  {host.get('host')}: no data")
+            continue
         lines.append(f"  {host.get('host')}: {host.get('status')} ({listed})")
         lines += [f"    FAIL {v.get('name')}: {_short(v.get('detail', ''))}"
                   for v in verdicts if v.get("status") == "FAIL"]
+    lines += [f"  next: {step}" for step in summary.get("next_steps") or []]
     failed = failed or summary.get("status") == "FAIL"
     lines.insert(0, f"overall: {summary.get('status', 'unknown')}")
     return lines, failed
@@ -366,14 +393,23 @@ def regression_lines(comparison: Mapping[str, Any]) -> list[str]:
 
 def outcome_code(status: str, failures: int) -> int:
     """The exit code a run's summary calls for: a failed verdict first, then missing
-    results (failed benches), then an inconclusive verdict."""
+    results (failed benches), then an inconclusive verdict, then nothing judged (every
+    verdict NOT_RUN, or no status at all): only PASS exits 0."""
     if status == "FAIL":
         return EXIT_FAILED
     if failures:
         return EXIT_INCOMPLETE
     if status == "INCONCLUSIVE":
         return EXIT_INCONCLUSIVE
-    return EXIT_OK
+    if status == "PASS":
+        return EXIT_OK
+    return EXIT_NOTHING_JUDGED
+
+
+def exit_line(code: int) -> str:
+    """``exit <code> (<what it means>)``: the printed overall names the code it exits
+    with."""
+    return f"exit {code} ({EXIT_MEANINGS.get(code, 'unknown')})"
 
 
 def summary_outcome(summary: Mapping[str, Any]) -> int:
@@ -390,9 +426,9 @@ def exit_code(view: LiveView, *, runner_status: str, rc: int | None,
     5 when a host was unreachable, a task failed outside the Report phase, or
     ansible-playbook failed without a summary to explain it (or timed out / was
     canceled); else the summary's outcome when it is 3 (a verdict failed) or 7 (benches
-    without a result); else 4 on a regression; else 6 when a verdict is inconclusive;
-    else 0. The Report phase's own gate (prefixbench_fail_on) failing is explained by
-    the summary, so it does not count as an ansible failure.
+    without a result); else 4 on a regression; else 6 when a verdict is inconclusive,
+    8 when nothing was judged; else 0. The Report phase's own gate (prefixbench_fail_on)
+    failing is explained by the summary, so it does not count as an ansible failure.
     """
     ansible_ok = runner_status == "successful" and rc == 0
     if view.unreachable or runner_status in ("timeout", "canceled"):
@@ -404,8 +440,8 @@ def exit_code(view: LiveView, *, runner_status: str, rc: int | None,
         return outcome
     if regressed:
         return EXIT_REGRESSION
-    if outcome == EXIT_INCONCLUSIVE:
-        return EXIT_INCONCLUSIVE
+    if outcome in (EXIT_INCONCLUSIVE, EXIT_NOTHING_JUDGED):
+        return outcome
     if outcome is not None:
         return EXIT_OK
     return EXIT_OK if ansible_ok else EXIT_ANSIBLE

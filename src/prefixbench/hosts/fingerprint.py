@@ -22,6 +22,11 @@ A value no host reported is null and has no source.
 be named to the package (``neuron_packages.aws-neuronx-runtime-lib``).
 :func:`group_by_identity` groups hosts with identical identities; :func:`drift` names, for
 every host outside the majority group, each field whose value differs from the majority.
+
+A fleet compares like with like: :func:`cohorts` groups hosts by what should make them
+equal (:data:`COHORT_FIELDS`: instance family and type, Neuron release, model, and the
+rendered units, which hold the settings), and :func:`drift_within_cohorts` is drift
+inside each cohort only. A Trn3 host beside Trn2 hosts is another cohort, not drift.
 """
 
 from __future__ import annotations
@@ -31,13 +36,17 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
+    "COHORT_FIELDS",
     "FINGERPRINT_SCHEMA_VERSION",
     "REAL_DRIVER_FILE",
+    "Cohort",
     "Drift",
     "Fingerprint",
     "FingerprintError",
     "FingerprintGroup",
+    "cohorts",
     "drift",
+    "drift_within_cohorts",
     "group_by_identity",
 ]
 
@@ -46,6 +55,11 @@ FINGERPRINT_SCHEMA_VERSION: Final = 1
 #: Where the Neuron kernel driver reports its version. The simulated hosts have no driver
 #: and write their version to a marker file instead, which the fingerprint names as such.
 REAL_DRIVER_FILE: Final = "/sys/module/neuron/version"
+
+#: What should make two hosts equal (identity keys, before the first dot): hosts that
+#: differ here are different populations, compared apart; any other difference inside
+#: one cohort is drift. ``units`` are the rendered server units: the settings.
+COHORT_FIELDS: Final = ("family", "instance_type", "neuron_release", "model", "units")
 
 #: Fields that identify the host or the moment, not the software: never compared.
 _NOT_IDENTITY: Final = frozenset({"host", "collected_at", "schema_version"})
@@ -210,10 +224,26 @@ class Drift:
     field: str
     value: str | None
     majority_value: str | None
+    #: The cohort the host is compared within (:func:`drift_within_cohorts`; "" when
+    #: the fleet is one cohort).
+    cohort: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "field": self.field, "value": self.value,
-                "majority_value": self.majority_value}
+                "majority_value": self.majority_value, "cohort": self.cohort}
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """Hosts that should be equal: the same :data:`COHORT_FIELDS`."""
+
+    #: What tells it from the fleet's other cohorts ("" when there is one).
+    label: str
+    hosts: tuple[str, ...]
+    key: Mapping[str, str | None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "hosts": list(self.hosts), "key": dict(self.key)}
 
 
 def group_by_identity(fingerprints: Sequence[Fingerprint]) -> list[FingerprintGroup]:
@@ -249,4 +279,51 @@ def drift(fingerprints: Sequence[Fingerprint]) -> list[Drift]:
                 mine, theirs = ident.get(key), reference.get(key)
                 if mine != theirs:
                     out.append(Drift(host=host, field=key, value=mine, majority_value=theirs))
+    return out
+
+
+def _cohort_key(fp: Fingerprint) -> tuple[tuple[str, str | None], ...]:
+    return tuple(sorted((k, v) for k, v in fp.identity().items()
+                        if k.split(".", 1)[0] in COHORT_FIELDS))
+
+
+def cohorts(fingerprints: Sequence[Fingerprint]) -> list[Cohort]:
+    """Hosts grouped by :data:`COHORT_FIELDS`, largest first (ties: first host name);
+    each labelled by what differs between the cohorts: the instance type, ``Neuron
+    <release>``, ``model <source>@<revision>``, ``settings <k>`` (distinct units)."""
+    buckets: dict[tuple[tuple[str, str | None], ...], list[str]] = {}
+    for fp in fingerprints:
+        buckets.setdefault(_cohort_key(fp), []).append(fp.host)
+    ordered = sorted(buckets.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+    keys = [dict(k) for k, _ in ordered]
+    varies = {name for name in {n for k in keys for n in k} if len({k.get(name) for k in keys}) > 1}
+    settings: dict[tuple[tuple[str, str | None], ...], int] = {}
+
+    def label(key: Mapping[str, str | None]) -> str:
+        parts = []
+        top = {n.split(".", 1)[0] for n in varies}
+        if top & {"family", "instance_type"}:
+            parts.append(str(key.get("instance_type") or key.get("family") or "unknown type"))
+        if "neuron_release" in top:
+            parts.append(f"Neuron {key.get('neuron_release') or 'unknown'}")
+        if "model" in top:
+            parts.append(f"model {key.get('model.source')}@{key.get('model.revision')}")
+        if "units" in top:
+            units = tuple(sorted((k, v) for k, v in key.items() if k.startswith("units.")))
+            parts.append(f"settings {settings.setdefault(units, len(settings) + 1)}")
+        return ", ".join(parts)
+
+    return [Cohort(label=label(k), hosts=tuple(sorted(hosts)), key=k)
+            for k, (_, hosts) in zip(keys, ordered, strict=True)]
+
+
+def drift_within_cohorts(fingerprints: Sequence[Fingerprint]) -> list[Drift]:
+    """:func:`drift` inside each cohort: what differs between hosts that should be equal,
+    each named with its cohort."""
+    by_host = {fp.host: fp for fp in fingerprints}
+    out: list[Drift] = []
+    for c in cohorts(fingerprints):
+        out += [Drift(host=d.host, field=d.field, value=d.value,
+                      majority_value=d.majority_value, cohort=c.label)
+                for d in drift([by_host[h] for h in c.hosts])]
     return out

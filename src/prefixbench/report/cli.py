@@ -6,7 +6,9 @@ regression; 2 usage or input error (one line on stderr); 3 a confirmation verdic
 (or, with ``--fleet-gate``, a host was flagged by the fleet checks); 4 regression against
 the reference; 5 the S3 upload failed; 6 a verdict is INCONCLUSIVE (more repetitions
 would decide it); 7 the run is incomplete: a bench failed and has no result (rerun with
-the same run id); for ``compare``: data missing in either run (:func:`compare_code`).
+the same run id); for ``compare``: data missing in either run (:func:`compare_code`);
+8 nothing judged: no criterion could be decided (every verdict NOT_RUN). The printed
+overall names the code (``overall: PASS; exit 0 (...)``).
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ from prefixbench.frontend.runview import (
     EXIT_FAILED,
     EXIT_INCOMPLETE,
     EXIT_INCONCLUSIVE,
+    EXIT_NOTHING_JUDGED,
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_USAGE,
+    exit_line,
     outcome_code,
 )
 from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.records import json_safe
+from prefixbench.report.actions import NO_DATA, action_lines
 from prefixbench.report.build import build_summary
 from prefixbench.report.capacity import capacity_lines, is_capacity_sweep, report_capacity
 from prefixbench.report.compare import (
@@ -48,6 +53,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INCOMPLETE",
     "EXIT_INCONCLUSIVE",
+    "EXIT_NOTHING_JUDGED",
     "EXIT_OK",
     "EXIT_REGRESSION",
     "EXIT_UPLOAD",
@@ -156,9 +162,14 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     except (ReportInputError, OSError) as exc:
         return _fail(prog, str(exc), err)
     for h in summary.hosts:
+        if not h.benches:
+            print(f"{h.host}: {NO_DATA}; {len(h.failures)} failure(s)", file=out)
+            continue
         verdicts = " ".join(f"{v.name}={v.status}" for v in h.verdicts)
         print(f"{h.host}: {h.status} ({verdicts}); {len(h.issues)} issue(s), "
               f"{len(h.failures)} failure(s)", file=out)
+    for line in action_lines(summary):
+        print(f"next: {line}", file=out)
     fleet = summary.fleet
     if fleet.flagged:
         print(f"fleet: outliers {', '.join(fleet.outlier_hosts) or 'none'}; "
@@ -168,12 +179,26 @@ def report_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         print(f"warning: {w}", file=err)
     for p in paths:
         print(f"wrote {p}", file=out)
-    print(f"overall: {summary.status}", file=out)
-    if args.upload and not _upload(prog, args, out, err):
-        return EXIT_UPLOAD
+    code = outcome_code(summary.status, len(summary.failures))
     if args.fleet_gate and fleet.flagged:
-        return EXIT_FAILED
-    return outcome_code(summary.status, len(summary.failures))
+        code = EXIT_FAILED
+        print(f"fleet gate fired (--fleet-gate): {fleet_gate_reason(fleet)}", file=out)
+    if args.upload and not _upload(prog, args, out, err):
+        code = EXIT_UPLOAD
+    print(f"overall: {summary.status}; {exit_line(code)}", file=out)
+    return code
+
+
+def fleet_gate_reason(fleet: Any) -> str:
+    """What flagged the fleet, for the line that says the fleet gate fired."""
+    parts = []
+    if fleet.outlier_hosts:
+        parts.append(f"outlier host(s) {', '.join(fleet.outlier_hosts)}")
+    if fleet.hit_departures:
+        parts.append(f"{len(fleet.hit_departures)} hit-ratio departure(s)")
+    if fleet.drift:
+        parts.append(f"{len(fleet.drift)} fingerprint field(s) drifting")
+    return "; ".join(parts) or "a fleet flag"
 
 
 def _upload(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> bool:
@@ -200,10 +225,11 @@ def _report_points(build: Callable[[Path], tuple[Any, list[Path]]],
         print(line, file=out)
     for p in paths:
         print(f"wrote {p}", file=out)
-    print(f"overall: {report.status}", file=out)
+    code = EXIT_FAILED if report.failed_verdicts else EXIT_OK
     if args.upload and not _upload(prog, args, out, err):
-        return EXIT_UPLOAD
-    return EXIT_FAILED if report.failed_verdicts else EXIT_OK
+        code = EXIT_UPLOAD
+    print(f"overall: {report.status}; {exit_line(code)}", file=out)
+    return code
 
 
 def _report_sweep(prog: str, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -237,7 +263,8 @@ def _print_comparison(c: Comparison, out: TextIO) -> None:
         print(f"incomplete: {len(c.gaps)} bench(es) without a result in both runs"
               + (f" ({rejected} rejected by the record checks)" if rejected else "")
               + f", {len(c.missing)} figure(s) in one run only; every figure above is "
-              f"over the benches both runs have (exit {EXIT_INCOMPLETE})", file=out)
+              f"over the benches both runs have", file=out)
+    print(f"overall: {exit_line(compare_code(c))}", file=out)
 
 
 def compare_main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,

@@ -12,12 +12,17 @@ URL.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-__all__ = ["DOCS_BASE_ENV", "DOCS_DIR", "FAILURE_DOCS", "VERDICT_DOCS", "docs_base",
-           "failure_kind", "failure_link", "link", "verdict_link"]
+__all__ = ["DOCS_BASE_ENV", "DOCS_DIR", "FAILURE_DOCS", "INLINE_BASE", "VERDICT_DOCS",
+           "anchor_id", "docs_base", "failure_kind", "failure_link", "link", "verdict_link"]
+
+#: The docs base of a report that carries the sections it links to (report.html: see
+#: prefixbench.report.explain): each link points at an id in the file.
+INLINE_BASE: Final = "#inline:"
 
 #: Environment variable holding the docs' base URL (a folder, with or without a final /).
 DOCS_BASE_ENV: Final = "PREFIXBENCH_DOCS_BASE"
@@ -82,9 +87,18 @@ def docs_base(out_dir: str | Path | None = None) -> str:
     return base if base.endswith("/") else base + "/"
 
 
+def anchor_id(target: str) -> str:
+    """The in-file id of a docs target (``page.md#anchor``) in a report that carries its
+    explanations (:data:`INLINE_BASE`)."""
+    return "doc-" + re.sub(r"[^a-z0-9]+", "-", target.lower()).strip("-")
+
+
 def link(base: str, target: str) -> str:
-    """A Markdown link to ``target`` under ``base``, named after the page."""
+    """A Markdown link to ``target`` under ``base``, named after the page; with
+    :data:`INLINE_BASE`, to the section carried in the report itself."""
     page = target.split("#", 1)[0].removesuffix(".md")
+    if base == INLINE_BASE:
+        return f"[{page}](#{anchor_id(target)})"
     return f"[{page}]({base}{target})"
 
 

@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prefixbench.report import fleet, goodput, headline, issues, plots, verdicts
-from prefixbench.report.doclinks import failure_link, verdict_link
+from prefixbench.report import actions, explain, fleet, goodput, headline, issues, plots, verdicts
+from prefixbench.report.doclinks import INLINE_BASE, failure_link, verdict_link
 from prefixbench.report.economics import compilations
 from prefixbench.report.model import HostSummary, Summary
 from prefixbench.report.tables import (
@@ -40,6 +40,8 @@ __all__ = ["Block", "Bullets", "Heading", "Para", "Plot", "Pre", "blocks", "html
 class Heading:
     level: int
     text: str
+    #: The HTML id (a section the report's own links point at); "" for none.
+    anchor: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,10 +140,14 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
         Para(f"**Bottom line.** {headline.bottom_line(s)}"),
         Para(f"Overall: **{s.status}**. {_run_line(s)}; generated {s.generated_at}."),
     ]
+    todo = actions.action_lines(s)
+    if todo:
+        out += [Heading(2, "What to do next"), Bullets(tuple(todo))]
     if not s.hosts:
         out.append(Para("No host has results yet."))
     overview = tuple(
-        (h.host, h.status, *(v.status for v in h.verdicts), str(len(h.issues)),
+        (h.host, actions.host_status(h),
+         *(v.status if h.benches else actions.NO_DATA for v in h.verdicts), str(len(h.issues)),
          str(len(h.failures))) for h in s.hosts)
     out += [Heading(2, "Hosts at a glance"), Table(
         ("Host", "Overall", *(r.title for r in verdicts.RULES), "Issues", "Failures"),
@@ -165,7 +171,7 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                 Plot("Median TTFT by host and configuration", plots.host_bars(s)),
                 Plot("Hit ratio measured vs expected", plots.hit_ratio_plot(s))]
     for h in s.hosts:
-        out += [Heading(2, f"Host {h.host}: {h.status}"),
+        out += [Heading(2, f"Host {h.host}: {actions.host_status(h)}"),
                 Heading(3, "Confirmation"), verdict_table(h, docs)]
         if h.issues:
             out += [Heading(3, "Common issues found"), issues_table(h)]
@@ -204,6 +210,11 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                  f"{len(fs.hit_departures)}. Fingerprint groups: {len(fs.fingerprint_groups)}"
                  f"; drifting fields: {len(fs.drift)}."),
             fleet_table(fs)]
+    if len(fs.cohorts) > 1:
+        out.append(Para(
+            "Cohorts (hosts that should be equal: the same instance type, Neuron release, "
+            "model and settings; spread, outliers and drift are within each): "
+            + "; ".join(f"{c.label} ({', '.join(c.hosts)})" for c in fs.cohorts) + "."))
     if fs.mixed_releases:
         out.append(Para(fleet.releases_line(fs)))
     if fs.hit_departures:
@@ -211,7 +222,8 @@ def blocks(s: Summary, docs: str = "docs/") -> list[Block]:
                 departures_table(fs)]
     out += [Heading(3, "Fingerprints"), groups_table(fs)]
     if fs.drift:
-        out += [Heading(3, "Drift from the majority fingerprint"), drift_table(fs)]
+        out += [Heading(3, "Drift: a host that differs from its cohort's majority"),
+                drift_table(fs)]
     if fs.hosts_without_fingerprint:
         out.append(Para("No fingerprint for: " + ", ".join(fs.hosts_without_fingerprint)))
     if s.failures:
@@ -329,7 +341,33 @@ def _html_table(t: Table) -> str:
 
 
 def render_html(s: Summary, docs: str = "docs/") -> str:
-    return html_of(blocks(s, docs), f"prefixbench report {s.run_id}")
+    """The HTML report; with ``docs`` :data:`~prefixbench.report.doclinks.INLINE_BASE` its
+    links point at the explanations it carries (prefixbench.report.explain)."""
+    content = blocks(s, docs)
+    if docs == INLINE_BASE:
+        text = " ".join(_block_text(b) for b in content)
+        used = re.findall(r"\]\(#(doc-[a-z0-9-]+)\)", text)
+        content += [_piece_block(p) for p in explain.explanation_blocks(used)]
+    return html_of(content, f"prefixbench report {s.run_id}")
+
+
+def _piece_block(piece: explain.Piece) -> Block:
+    kind, value, anchor = piece
+    if kind.startswith("heading"):
+        return Heading(int(kind[-1]), value, anchor)
+    if kind == "bullets":
+        return Bullets(value)
+    return Pre(value) if kind == "pre" else Para(value)
+
+
+def _block_text(b: Block) -> str:
+    if isinstance(b, Para | Heading | Pre):
+        return b.text
+    if isinstance(b, Bullets):
+        return " ".join(b.items)
+    if isinstance(b, Table):
+        return " ".join(c for row in b.rows for c in row)
+    return ""
 
 
 def html_of(content: Sequence[Block], title_text: str) -> str:
@@ -337,7 +375,8 @@ def html_of(content: Sequence[Block], title_text: str) -> str:
     parts: list[str] = []
     for b in content:
         if isinstance(b, Heading):
-            parts.append(f"<h{b.level}>{_inline(b.text)}</h{b.level}>")
+            anchor = f' id="{html.escape(b.anchor)}"' if b.anchor else ""
+            parts.append(f"<h{b.level}{anchor}>{_inline(b.text)}</h{b.level}>")
         elif isinstance(b, Para):
             parts.append(f"<p>{_inline(b.text)}</p>")
         elif isinstance(b, Bullets):

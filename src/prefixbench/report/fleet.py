@@ -2,8 +2,9 @@
 from the expectation, and fingerprint groups and drift.
 
 :func:`fleet_values` gives each host's value of every metric (its median over
-repetitions); :func:`fleet_summary` judges the spread within each instance family (a
-mixed Trn2/Trn3 fleet is not one population) against the
+repetitions); :func:`fleet_summary` judges the spread and the drift within each cohort
+(hosts of one instance type, release, model and settings: a mixed Trn2/Trn3 fleet is not
+one population) against the
 :class:`~prefixbench.report.vocab.Thresholds`, into a
 :class:`~prefixbench.report.fleet_model.FleetSummary`.
 """
@@ -15,7 +16,12 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from prefixbench.hosts import instances
-from prefixbench.hosts.fingerprint import Fingerprint, drift, group_by_identity
+from prefixbench.hosts.fingerprint import (
+    Fingerprint,
+    cohorts,
+    drift_within_cohorts,
+    group_by_identity,
+)
 from prefixbench.hosts.releases import version_tuple
 from prefixbench.measure.stats import coefficient_of_variation, mad, robust_z_scores
 from prefixbench.measure.stats import median as _median
@@ -120,12 +126,18 @@ def _family(h: HostSummary) -> str:
 
 
 def fleet_summary(hosts: Sequence[HostSummary], data: RunData, t: Thresholds) -> FleetSummary:
-    """The fleet's spread, outliers, hit-ratio departures and fingerprint drift."""
-    # Trn2 and Trn3 hosts are different populations: spread and outliers are computed
-    # within each instance family (metric names prefixed with it when there are several).
+    """The fleet's spread, outliers, hit-ratio departures and fingerprint drift, each
+    within a cohort (:func:`~prefixbench.hosts.fingerprint.cohorts`: the hosts that should
+    be equal)."""
+    # Trn2 and Trn3 hosts, two releases, two models or two sets of settings are different
+    # populations: spread, outliers and drift are computed within each cohort (metric
+    # names prefixed with its label when there are several).
+    fps = [data.fingerprints[h.host] for h in hosts if h.host in data.fingerprints]
+    groups = cohorts(fps)
+    label = {host: c.label for c in groups for host in c.hosts}
     families: dict[str, list[HostSummary]] = {}
     for h in hosts:
-        families.setdefault(_family(h), []).append(h)
+        families.setdefault(label.get(h.host, f"no fingerprint ({_family(h)})"), []).append(h)
     metrics = []
     for fam, members in sorted(families.items()):
         prefix = f"{fam}: " if len(families) > 1 else ""
@@ -147,11 +159,11 @@ def fleet_summary(hosts: Sequence[HostSummary], data: RunData, t: Thresholds) ->
                     departures.append(HitDeparture(
                         host=h.host, configuration=b.configuration, workload=b.workload,
                         signal=sig, measured=a.median, expected=exp, band=band))
-    fps = [data.fingerprints[h.host] for h in hosts if h.host in data.fingerprints]
     return FleetSummary(
         hosts=tuple(h.host for h in hosts), metrics=tuple(metrics),
         hit_departures=tuple(departures),
-        fingerprint_groups=tuple(group_by_identity(fps)), drift=tuple(drift(fps)),
+        fingerprint_groups=tuple(group_by_identity(fps)),
+        drift=tuple(drift_within_cohorts(fps)), cohorts=tuple(groups),
         hosts_without_fingerprint=tuple(h.host for h in hosts
                                         if h.host not in data.fingerprints),
         releases=release_groups(fps))

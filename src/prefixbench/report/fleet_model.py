@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench.hosts.fingerprint import Drift, FingerprintGroup
+from prefixbench.hosts.fingerprint import Cohort, Drift, FingerprintGroup
 from prefixbench.report.bench_model import finite
 
 __all__ = ["FleetMetric", "FleetOutlier", "FleetSummary", "HitDeparture"]
@@ -86,6 +86,9 @@ class FleetSummary:
     hosts_without_fingerprint: tuple[str, ...]
     #: ``((release, (host, ...)), ...)``: each Neuron release the hosts ran, oldest first.
     releases: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The hosts that should be equal, grouped (instance type, release, model, settings):
+    #: spread, outliers and ``drift`` are within each.
+    cohorts: tuple[Cohort, ...] = ()
 
     @property
     def mixed_releases(self) -> bool:
@@ -111,4 +114,5 @@ class FleetSummary:
             "hosts_without_fingerprint": list(self.hosts_without_fingerprint),
             "neuron_releases": {rel: list(hosts) for rel, hosts in self.releases},
             "mixed_releases": self.mixed_releases,
+            "cohorts": [c.to_dict() for c in self.cohorts],
         }

@@ -15,7 +15,7 @@ from prefixbench.hosts.fingerprint import REAL_DRIVER_FILE, Fingerprint
 from prefixbench.report.model import HostSummary, Summary, Verdict
 from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN, PASS
 
-__all__ = ["bottom_line", "instance_type_problems", "provenance", "simulated",
+__all__ = ["SIGN_CONVENTION", "bottom_line", "instance_type_problems", "provenance", "simulated",
            "unchecksummed"]
 
 
@@ -161,6 +161,13 @@ def _cost_sentence(s: Summary) -> list[str]:
             f"{len(pairs)} host(s), at the prices given per instance-hour)."]
 
 
+#: The one sign convention of every TTFT figure the report prints, stated once (in the
+#: bottom line): the bottom line, step 7 and the verdicts' numbers all give it.
+SIGN_CONVENTION: Final = ("TTFT reduction, here and in every table: (baseline - cached) / "
+                          "baseline median TTFT; positive: faster with caching, negative: "
+                          "slower.")
+
+
 def bottom_line(s: Summary) -> str:
     """What to conclude, how sure, and what was not measured, in one paragraph."""
     if not s.hosts:
@@ -180,9 +187,11 @@ def bottom_line(s: Summary) -> str:
     no = [v for v in _verdicts(s.hosts, "no_overlap_no_regression")
           if isinstance(v.numbers.get("ratio"), float)]
     if no:
-        diffs = [(float(v.numbers["ratio"] or 0) - 1) * 100 for v in no]
-        parts.append(f"On prompts sharing nothing it was {_pct_range(diffs, signed=True)} "
-                     "(positive: slower with caching).")
+        cuts_no = [(1 - float(v.numbers["ratio"] or 0)) * 100 for v in no]
+        parts.append(f"On prompts sharing nothing the TTFT reduction was "
+                     f"{_pct_range(cuts_no, signed=True)}.")
+    if high or no:
+        parts.append(SIGN_CONVENTION)
     parts += _cost_sentence(s)
     statuses = Counter(v.status for h in s.hosts for v in h.verdicts)
     parts.append("Verdicts: " + ", ".join(f"{statuses[k]} {k}" for k in

@@ -95,8 +95,6 @@ def load_run(run_dir: str | Path, *, accept_unchecksummed: bool = False) -> RunD
         if run.get("schema_version", 1) != 1:
             raise ReportInputError(
                 f"{run_json}: schema_version {run.get('schema_version')!r} is not 1")
-    else:
-        warnings.append("run.json is missing: hosts and workloads are taken from the files")
     data = RunData(run_dir=root, run=run, warnings=warnings)
     for key, failed, path in layout.scan():
         try:
@@ -135,7 +133,38 @@ def load_run(run_dir: str | Path, *, accept_unchecksummed: bool = False) -> RunD
         raise ReportInputError(
             f"{root}: no run.json and no result files: is this a run directory "
             f"(results/<run_id>)?")
+    if not run_json.exists():
+        data.run = rebuild_run(root.name, data.records, data.failures)
+        warnings.append(rebuilt_line(data.run, len(data.records), len(data.failures)))
     return data
+
+
+def rebuild_run(run_id: str, records: list[BenchmarkRecord],
+                failures: list[tuple[FailureRecord, Path]]) -> dict[str, Any]:
+    """What the report needs of a missing ``run.json``, rebuilt from the records: the
+    hosts, configurations and repetitions their keys name, and each workload's parameters
+    from the first record that carries them (every record keeps its workload's
+    ``Workload.to_dict``). The times and the inventory are unknown and stay absent."""
+    keys = [r.key for r in records] + [f.key for f, _ in failures]
+    workloads: dict[str, dict[str, Any]] = {}
+    for rec in sorted(records, key=lambda r: (r.key.workload, r.key.host, r.key.repetition)):
+        if rec.key.workload not in workloads and rec.workload:
+            workloads[rec.key.workload] = dict(rec.workload)
+    return {"schema_version": 1, "run_id": run_id, "rebuilt_from_records": True,
+            "hosts": sorted({k.host for k in keys}),
+            "configurations": sorted({k.configuration for k in keys}),
+            "workloads": list(workloads.values()),
+            "repetitions": max((k.repetition for k in keys), default=1)}
+
+
+def rebuilt_line(run: dict[str, Any], records: int, failures: int) -> str:
+    """The warning that says what a missing ``run.json`` was rebuilt from."""
+    names = [str(w.get("name")) for w in run.get("workloads") or []]
+    return (f"run.json is missing: rebuilt from {records} result record(s) and "
+            f"{failures} failure marker(s): hosts {', '.join(run['hosts']) or 'none'}; "
+            f"workloads {', '.join(names) or 'none'} (their parameters as each record "
+            f"kept them); configurations {', '.join(run['configurations']) or 'none'}; "
+            f"{run['repetitions']} repetition(s); start and end times unknown")
 
 
 # -- failures ------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def failure_line(f: FailureInfo) -> str:
 
 
 #: What ``prefixbench_fail_on`` may name: outcomes that fail the report phase.
-GATES = ("fail", "failed_bench", "inconclusive")
+GATES = ("fail", "failed_bench", "inconclusive", "nothing_judged")
 
 
 def gate(shown: dict[str, Any], fail_on: list[str]) -> str:
@@ -81,4 +81,7 @@ def gate(shown: dict[str, Any], fail_on: list[str]) -> str:
                        "the same prefixbench_run_id to run only those)")
     if "inconclusive" in fail_on and shown.get("inconclusive_verdicts"):
         reasons.append(f"verdict(s) INCONCLUSIVE: {', '.join(shown['inconclusive_verdicts'])}")
+    if "nothing_judged" in fail_on and shown.get("status") == "NOT_RUN":
+        reasons.append("nothing judged: no criterion could be decided (every verdict "
+                       "NOT_RUN)")
     return "; ".join(reasons)

@@ -11,7 +11,7 @@ from prefixbench.report.model import HostSummary, Summary
 from prefixbench.report.vocab import CACHED
 
 __all__ = ["distribution_plot", "grouped_bars", "hit_ratio_plot", "host_bars", "line_plot",
-           "nice_ticks"]
+           "nice_ticks", "text_width"]
 
 COLORS = {"baseline": "#8c959f", "cached": "#2f6fde", "queries": "#2f6fde",
           "by_source": "#54aeff", "cold": "#d1242f", "warm": "#2f6fde"}
@@ -20,6 +20,13 @@ _FONT = 'font-family="system-ui,sans-serif" font-size="12"'
 
 def _e(text: str) -> str:
     return html.escape(text, quote=True)
+
+
+def text_width(text: str, size: float = 12.0) -> int:
+    """A generous width (px) of ``text`` in the plots' sans-serif font at ``size``: 0.62
+    em a character (wider than the average glyph of system-ui fonts), so a margin sized
+    with it never cuts a label."""
+    return math.ceil(len(text) * size * 0.62)
 
 
 def nice_ticks(hi: float, n: int = 5) -> list[float]:
@@ -53,7 +60,17 @@ def grouped_bars(
     ``fraction`` shows the axis in percent.
     """
     bar_w, gap = 26, 22
-    left, top, bottom, right = 100, 34, 90, 230
+    legend = [(n, c, "rect") for n, c in series]
+    seen: set[str] = set()
+    for row in markers or []:
+        for _v, c, label in row:
+            if label not in seen:
+                seen.add(label)
+                legend.append((label, c, "line"))
+    # The legend sits right of the plot: the margin holds its longest label whole.
+    left, top, bottom = 100, 34, 90
+    right = max(230, 12 + 18 + text_width(max((lb for lb, _c, _k in legend), key=len,
+                                                 default="")) + 12)
     plot_h = 220
     group_w = bar_w * len(series) + gap
     width = left + max(group_w * len(groups), 200) + right
@@ -96,13 +113,6 @@ def grouped_bars(
                    f'transform="rotate(-25 {_num(cx)} {top + plot_h + 16})">{_e(name)}</text>')
     out.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" '
                f'y2="{top + plot_h}" stroke="#57606a"/>')
-    legend = [(n, c, "rect") for n, c in series]
-    seen: set[str] = set()
-    for row in markers or []:
-        for _v, c, label in row:
-            if label not in seen:
-                seen.add(label)
-                legend.append((label, c, "line"))
     for i, (label, color, kind) in enumerate(legend):
         ly = top + 8 + i * 18
         lx = width - right + 12
@@ -174,6 +184,8 @@ def distribution_plot(h: HostSummary) -> str:
     left, right, top, row_h = 210, 30, 40, 46
     width = 1100
     height = top + row_h * len(rows) + 40
+    left = max(left, 10 + max((text_width(f"{b.configuration} / {b.workload}")
+                               for b in rows), default=0) + 8)
     hi = max((max(b.per_request_ms) for b in rows), default=1.0)
     ticks = nice_ticks(hi * 1.02, 8)
     xmax = ticks[-1] or 1.0
@@ -236,7 +248,9 @@ def line_plot(
     """Lines (``(name, [(x, y), ...])``, drawn through their points in x order), dots
     (measured points, one color per series after the lines'), and vertical markers
     ``(x, label)``. The x axis starts at 0; ``fraction`` shows y in percent."""
-    left, top, bottom, right = 70, 34, 50, 260
+    left, top, bottom = 70, 34, 50
+    names = [label for _x, label in vlines] + [n for n, _p in (*lines, *dots)]
+    right = max(260, 16 + 18 + text_width(max(names, key=len, default="")) + 12)
     plot_w, plot_h = 460, 240
     width, height = left + plot_w + right, top + plot_h + bottom
     xs = [x for _n, pts in (*lines, *dots) for x, _y in pts] + [x for x, _l in vlines]

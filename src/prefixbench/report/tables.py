@@ -72,9 +72,9 @@ def step7_table(h: HostSummary) -> Table:
 def step7_lines(h: HostSummary) -> list[str]:
     red, gain = h.step7.ttft_reduction_pct, h.step7.throughput_gain
     return [
-        f"High-overlap TTFT reduction: {fmt(red.get(HIGH_OVERLAP), '.1f', '%')}",
+        f"High-overlap TTFT reduction: {fmt(red.get(HIGH_OVERLAP), '+.1f', '%')}",
         f"High-overlap throughput gain: {fmt(gain.get(HIGH_OVERLAP), '.2f', 'x')}",
-        f"No-overlap TTFT reduction: {fmt(red.get(NO_OVERLAP), '.1f', '%')}",
+        f"No-overlap TTFT reduction: {fmt(red.get(NO_OVERLAP), '+.1f', '%')}",
         f"No-overlap throughput gain: {fmt(gain.get(NO_OVERLAP), '.2f', 'x')}",
     ]
 
@@ -206,14 +206,20 @@ def fleet_table(f: FleetSummary) -> Table:
 
 
 def groups_table(f: FleetSummary) -> Table:
-    rows = tuple((str(i + 1), ", ".join(g.hosts), "majority" if g.majority else "drift")
+    """Each group of identical fingerprints, with its cohort; a group is ``drift`` when
+    its hosts differ from their cohort's majority."""
+    cohort = {h: c.label for c in f.cohorts for h in c.hosts}
+    drifting = {d.host for d in f.drift}
+    rows = tuple((str(i + 1), ", ".join(g.hosts), cohort.get(g.hosts[0]) or "the fleet",
+                  "drift" if drifting & set(g.hosts) else "reference")
                  for i, g in enumerate(f.fingerprint_groups))
-    return Table(("Group", "Hosts", "Role"), rows)
+    return Table(("Group", "Hosts", "Cohort", "Role"), rows)
 
 
 def drift_table(f: FleetSummary) -> Table:
-    rows = tuple((d.host, d.field, str(d.value), str(d.majority_value)) for d in f.drift)
-    return Table(("Host", "Field", "Value", "Majority value"), rows)
+    rows = tuple((d.host, d.cohort or "the fleet", d.field, str(d.value),
+                  str(d.majority_value)) for d in f.drift)
+    return Table(("Host", "Cohort", "Field", "Value", "Cohort's majority value"), rows)
 
 
 def departures_table(f: FleetSummary) -> Table:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import yaml
+from prefixbench.measure.yamlfile import YamlFileError, load_yaml_file
 
 __all__ = ["ABS_BOUNDS", "DEFAULT_TOLERANCES", "DIRECTIONS", "REL_MAX", "Direction",
            "Tolerance", "ToleranceError", "Tolerances", "load_tolerances"]
@@ -113,9 +113,9 @@ def load_tolerances(path: str | Path) -> Tolerances:
     """
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ToleranceError(f"{p}: unreadable ({exc})") from exc
+        data = load_yaml_file(p) or {}
+    except YamlFileError as exc:
+        raise ToleranceError(str(exc)) from None
     if not isinstance(data, Mapping):
         raise ToleranceError(f"{p}: expected a mapping with 'tolerances' and/or 'scope'")
     unknown = set(data) - {"tolerances", "scope"}

@@ -247,7 +247,9 @@ def _timing_verdict(host: RoleView, role_name: str, rule: Rule, t: Thresholds
         else cached.median_ttft_ms.median,
         "ratio": iv.estimate, "ratio_low": iv.low, "ratio_high": iv.high,
         "ttft_reduction_pct": (1 - iv.estimate) * 100, "threshold": threshold,
-        "repetitions": iv.repetitions, "pairs": iv.pairs}), iv
+        "repetitions": iv.repetitions, "pairs": iv.pairs,
+        "repetitions_to_decide": (repetitions_to_decide(iv, threshold)
+                                  if status == INCONCLUSIVE else None)}), iv
 
 
 def lower_ttft(host: RoleView, t: Thresholds) -> Verdict:

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
@@ -13,7 +14,8 @@ from typing import Any, Final
 from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.layout import SUMMARY
 from prefixbench.measure.records import json_safe
-from prefixbench.report.doclinks import docs_base
+from prefixbench.report.actions import action_lines
+from prefixbench.report.doclinks import DOCS_BASE_ENV, INLINE_BASE, docs_base
 from prefixbench.report.document import render_html, render_markdown
 from prefixbench.report.load import load_run
 from prefixbench.report.model import Summary
@@ -90,12 +92,16 @@ def write_outputs(
             raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
         path = root / FORMATS[fmt]
         if fmt == "json":
-            text = json.dumps(json_safe(summary.to_dict()), indent=2, sort_keys=True,
-                              allow_nan=False) + "\n"
+            text = json.dumps(json_safe({**summary.to_dict(),
+                                         "next_steps": action_lines(summary)}),
+                              indent=2, sort_keys=True, allow_nan=False) + "\n"
         elif fmt == "md":
             text = render_markdown(summary, base)
         elif fmt == "html":
-            text = render_html(summary, base)
+            # Handed over as one file: its links point at the sections it carries, unless
+            # the docs are published (PREFIXBENCH_DOCS_BASE) or a base was given.
+            text = render_html(summary, docs if docs is not None else (
+                os.environ.get(DOCS_BASE_ENV, "").strip() and base) or INLINE_BASE)
         else:
             text = results_csv(root, accept_unchecksummed=bool(summary.unchecksummed))
         write_text_atomic(path, text)
