@@ -139,14 +139,14 @@ def test_the_host_release_filter_applies_the_segment_check() -> None:
     found = _filters()["prefixbench_host_release"](
         {"prefixbench_neuron_release": "2.32.0",
          "vllm_service_neuron_config": {"kv_segment_size_buckets": [768]}},
-        "trn2-a", {}, [])
+        "trn2-a", {}, {})
     assert found["refusal"].startswith("trn2-a: kv_segment_size_buckets [768] not "
                                        "supported on Neuron 2.32.0: use one of [512]")
     assert found["settings"] == {}
     fine = _filters()["prefixbench_host_release"](
         {"prefixbench_neuron_release": "2.32.0",
          "vllm_service_neuron_config": {"kv_segment_size_buckets": [1024]}},
-        "trn2-a", {}, [])
+        "trn2-a", {}, {})
     assert fine["refusal"] == "" and fine["settings"]["prefixbench_neuron_release"] == "2.32.0"
 
 

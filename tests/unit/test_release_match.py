@@ -84,14 +84,17 @@ def test_a_bare_host_gets_the_newest_release_or_the_named_one() -> None:
     assert resolve({}, [], "2.31.0-vllm-beta").release == BETA
 
 
-def test_a_mixed_host_is_refused_in_one_line_naming_the_nearest_release() -> None:
+def test_a_mixed_host_is_refused_in_one_line_naming_each_packages_release() -> None:
+    # 2.31.0's packages with 2.32.0's driver (n2-manifest.json at v2.32.0: dkms 2.30.2.0).
     mixed = {**DLAMI_0720, "aws-neuronx-dkms": "2.30.2.0"}
     found = resolve(mixed, [VENV_0720])
     assert found.release is None
     line = found.refusal
     assert "\n" not in line and line.startswith("h1: ")
-    assert "nearest is 2.31.0-vllm-beta" in line
-    assert "aws-neuronx-dkms 2.30.2.0 (wants 2.29.0.0)" in line
+    assert "mix releases" in line
+    assert "aws-neuronx-dkms 2.30.2.0 (2.32.0)" in line
+    assert "aws-neuronx-tools 2.31.13.0 (2.31.0-vllm-beta)" in line
+    assert "bring every Neuron package to one release" in line
     assert "nothing was changed" in line
 
 
