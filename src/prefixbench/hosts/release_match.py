@@ -133,13 +133,15 @@ def candidates(packages: Mapping[str, str], venvs: Sequence[Venv],
                rels: Sequence[Release]) -> list[Release]:
     """The releases the host's debs and DLAMI venvs agree with, best first: one whose own
     DLAMI venv is there, then one without a DLAMI, then one whose DLAMI venv is missing;
-    the newest first within each."""
+    the newest first within each. A release whose versions of the installed debs are all
+    unknown is none of them."""
     paths = {v.path for v in venvs}
 
     def rank(rel: Release) -> tuple[int, tuple[tuple[int, ...], str]]:
         own = rel.dlami.get("venv")
         return (2 if own in paths else 1 if not own else 0, rel.order)
-    fits = [r for r in rels if not differences(r, packages, venvs)]
+    fits = [r for r in rels if set(r.known_apt()) & set(packages)
+            and not differences(r, packages, venvs)]
     return sorted(fits, key=rank, reverse=True)
 
 

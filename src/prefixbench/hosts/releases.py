@@ -19,7 +19,9 @@ from typing import Any, Final
 import yaml
 
 from prefixbench.hosts import release_fields as fields
-from prefixbench.hosts.release_fields import ReleaseError
+
+#: A manifest is missing, malformed or incomplete; the message names the fix.
+ReleaseError = fields.ReleaseError
 
 RELEASES_DIR: Final = Path(__file__).resolve().parents[1] / "data" / "neuron_releases"
 SCHEMA: Final = 2
