@@ -221,3 +221,28 @@ def test_the_probe_module_finds_an_unlisted_venv_and_reads_it(
     facts = host_read.facts_from_probe(result)
     venvs = {v.path: v for v in facts.venvs}
     assert venvs[str(found)].is_vllm_neuron and not venvs[str(other)].is_vllm_neuron
+
+
+def test_the_record_and_the_report_say_the_release_was_read_and_what_was_not_checked(
+) -> None:
+    from prefixbench.hosts import collect  # noqa: PLC0415
+    from prefixbench.hosts.fingerprint import Fingerprint  # noqa: PLC0415
+    from prefixbench.report import headline  # noqa: PLC0415
+
+    installed, facts = fixture("neuron-newer-than-known")
+    found = resolve(installed, facts)
+    settings = settings_of(found, prefixbench_instance_type="trn2.48xlarge",
+                           prefixbench_platform="neuron")
+    packages = {n: [{"version": v}] for n, v in installed.items()}
+    data = collect.fingerprint("h1", settings, {"packages": packages})
+    assert data["neuron_release"] == releases.HOST_READ
+    assert data["neuron_packages"]["aws-neuronx-runtime-lib"] == "2.36.12.0-0a1b2c3d4"
+    said = data["sources"]["neuron_release"]
+    assert said.startswith("Neuron read from the host, newer than any release this bundle "
+                           "knows; could not check: ")
+    assert "prefix_caching.segment_sizes (assumed from 2.32.0)" in said
+    fp = Fingerprint.from_dict(data)
+    line = headline._read_releases([fp, None])
+    assert line == f" h1: {said}."
+    on_manifest = Fingerprint.from_dict({**data, "sources": {}})
+    assert headline._read_releases([on_manifest]) == ""
