@@ -246,3 +246,28 @@ def test_the_record_and_the_report_say_the_release_was_read_and_what_was_not_che
     assert line == f" h1: {said}."
     on_manifest = Fingerprint.from_dict({**data, "sources": {}})
     assert headline._read_releases([on_manifest]) == ""
+
+
+def test_the_roles_filters_run_a_read_host_from_its_settings() -> None:
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location(
+        "prefixbench_filters", Path(__file__).resolve().parents[2] / "plugins" / "filter" /
+        "prefixbench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    filters = module.FilterModule().filters()
+    data = json.loads((FACTS / "neuron-newer-than-known.json").read_text())
+    packages = {n: [{"version": v}] for n, v in data["packages"].items()}
+    base = {"prefixbench_neuron_release": "auto", "vllm_env_adopt_venv": "auto"}
+    found = filters["prefixbench_host_release"](base, "h1", packages, data["probe"])
+    assert found["refusal"] == "" and found["how"] == "read"
+    settings = {**base, **found["settings"]}
+    # What roles/neuron_sdk and roles/vllm_env hand the filters: the host's settings.
+    pins = filters["prefixbench_release"](settings, "6.8.0-1024-aws")["apt_pins"]
+    assert "aws-neuronx-runtime-lib=2.36.12.0*" in pins  # the version read: nothing moves
+    assert filters["prefixbench_missing_packages"](settings, packages) == []
+    assert filters["prefixbench_drift"](settings, packages, "h1") == []
+    assert filters["prefixbench_adoptable"]({"rc": 0, "stdout": "0.31.0.2.0.0+0000000"},
+                                            settings)

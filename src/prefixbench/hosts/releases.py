@@ -379,8 +379,9 @@ def installable(rels: Sequence[Release]) -> list[Release]:
 
 
 #: The settings key carrying a release read from the host, manifest-shaped
-#: (``hosts.host_read``); ``prefixbench_neuron_release`` is then ``host-read``.
-HOST_RELEASE_KEY: Final = "prefixbench_host_release"
+#: (``hosts.host_read``); ``prefixbench_neuron_release`` is then ``host-read``, or the id
+#: of the manifest whose unknown facts the host completed.
+HOST_RELEASE_KEY: Final = "neuron_release_read"
 
 
 def for_settings(settings: Mapping[str, Any]) -> Release:
