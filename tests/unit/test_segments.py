@@ -1,0 +1,1 @@
+"""predict.segments: the hit tokens a warm request skips in whole prefill segments."""
