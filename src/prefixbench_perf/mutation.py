@@ -63,6 +63,16 @@ EQUIVALENT: Final[dict[str, str]] = {
         'rsplit(".") without maxsplit: the last component is the same',
     _SE + "x_scheduler_of__mutmut_13":
         'rsplit(".", 2): the last component is the same',
+    _TOL + "x_load_tolerances__mutmut_6":
+        "read_text(encoding=None): the locale's encoding, UTF-8 on this machine (and under "
+        "any UTF-8 locale), so no test run here can tell it apart",
+    _TOL + "x_load_tolerances__mutmut_8":
+        'read_text(encoding="UTF-8") is "utf-8": codec names are case-insensitive',
+    _TOL + "x_load_tolerances__mutmut_60":
+        "per.get(name, None): per starts as DEFAULT_TOLERANCES, whose keys are DIRECTIONS', "
+        "and a name outside DIRECTIONS was refused above: the default is never taken",
+    _TOL + "x_load_tolerances__mutmut_62":
+        "per.get(name): the same default never taken as mutant 60",
 }
 
 

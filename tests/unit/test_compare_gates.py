@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from report_runs import fixture_bench, make_run, scale_times
 
-from prefixbench.report.compare import MetricComparison, _judge, compare
+from prefixbench.measure.records import ResultKey
+from prefixbench.report.compare import Gap, MetricComparison, _judge, compare
 from prefixbench.report.tolerances import (
     Tolerance,
     ToleranceError,
@@ -167,7 +168,7 @@ def test_a_file_overrides_only_what_it_names(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ("- 1\n", "expected a mapping with 'tolerances' and/or 'scope'"),
-    ("scope: fleet\nextra: 1\n", "unknown key(s) extra"),
+    ("scope: fleet\nextra: 1\nmore: 2\n", "unknown key(s) extra, more"),
     ("tolerances:\n  p99_ttft_ms: {rel: 0.1}\n", "unknown metric 'p99_ttft_ms'; known: "
      "hit_ratio, median_ttft_ms, output_throughput, ttft_reduction_pct"),
     ("tolerances:\n  median_ttft_ms: 0.1\n", "median_ttft_ms must be a mapping with"),
@@ -192,3 +193,56 @@ def test_zero_and_the_bounds_are_accepted(tmp_path: Path) -> None:
     assert tol.for_metric("c/w/output_throughput") == Tolerance()
     # median_ttft_ms has no bounded unit: any absolute number of milliseconds.
     assert tol.for_metric("c/w/median_ttft_ms").abs == 5000.0
+
+
+def test_a_gap_says_which_run_lacks_the_bench_and_why() -> None:
+    key = ResultKey("h1", "cached", "high_overlap", 2)
+    only_here = Gap(key, None, "no result file")
+    assert only_here.label == "h1 cached/high_overlap rep2"
+    assert only_here.line() == ("MISSING DATA: h1 cached/high_overlap rep2: in this run only; "
+                                "the reference: no result file")
+    assert not only_here.rejected
+    only_there = Gap(key, "result rejected, checksum mismatch [x]", None)
+    assert only_there.line() == ("MISSING DATA: h1 cached/high_overlap rep2: in the reference "
+                                 "only; this run: result rejected, checksum mismatch [x]")
+    assert only_there.rejected
+    neither = Gap(key, "a", "b")
+    assert neither.line() == ("MISSING DATA: h1 cached/high_overlap rep2: in neither run; "
+                              "this run: a; the reference: b")
+    assert neither.to_dict() == {"host": "h1", "configuration": "cached",
+                                 "workload": "high_overlap", "repetition": 2,
+                                 "run": "a", "reference": "b"}
+
+
+def test_a_metric_line_and_record() -> None:
+    item = MetricComparison("fleet", "c/w/median_ttft_ms", 120.0, 100.0, 10.0,
+                            "regression", "worse by 20")
+    assert item.line() == "REGRESSION: fleet:c/w/median_ttft_ms: 100 -> 120: worse by 20"
+    assert item.to_dict() == {"scope": "fleet", "name": "c/w/median_ttft_ms",
+                              "current": 120.0, "reference": 100.0, "delta": 20.0,
+                              "allowed": 10.0, "status": "regression", "why": "worse by 20"}
+    missing = MetricComparison("h1", "c/w/hit_ratio", None, 0.5, None, "missing")
+    assert missing.delta is None
+    assert missing.line() == "MISSING: h1:c/w/hit_ratio: 0.5 -> n/a: "
+    assert MetricComparison("h1", "n", 1.0, None, None, "missing").line() == \
+        "MISSING: h1:n: n/a -> 1: "
+
+
+def test_the_comparison_record_lists_regressions_missing_and_gaps(tmp_path: Path) -> None:
+    ref = _run(tmp_path, "ref")
+    cur = _run(tmp_path, "cur", transform=_slower(2.0), hosts=("host-a",))
+    result = compare(cur, ref, _tolerances(tmp_path, "scope: hosts\n"))
+    saved = result.to_dict()
+    assert saved["schema_version"] == 1
+    assert (saved["run_id"], saved["reference_run_id"]) == ("cur", "ref")
+    assert saved["tolerances"]["scope"] == "hosts"
+    assert f"host-a:{TTFT}" in saved["regressions"]
+    assert saved["regressions"] == [i.label for i in result.items if i.status == "regression"]
+    assert saved["missing"] == []
+    # host-b ran in the reference only: each of its benches is missing data.
+    assert {g["host"] for g in saved["missing_data"]} == {"host-b"}
+    assert all(g["run"] == "the host is not in this run" for g in saved["missing_data"])
+    assert len(saved["items"]) == len(result.items)
+    assert not result.complete and not result.ok
+    assert result.rejected == []
+    assert "host-a's median over rep 1, in both runs" in result.items[0].why

@@ -40,5 +40,7 @@ def test_a_segment_is_at_least_one_token() -> None:
     with pytest.raises(ValueError, match="a prefill segment is at least 1 token, got 0"):
         SegmentCount(0)
     one = SegmentCount(1)
+    one.add(1)           # a one-token hit is one whole one-token segment
+    assert one.totals() == (1, 1)
     one.add(7)
-    assert one.totals() == (7, 1)
+    assert one.totals() == (8, 2)
