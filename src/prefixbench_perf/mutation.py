@@ -49,6 +49,8 @@ NO_TESTS: Final = frozenset({5, 33})
 _SE = "prefixbench.servers.served_engine."
 _SEG = "prefixbench.predict.segments."
 _TOL = "prefixbench.report.tolerances."
+#: mutmut's separator between a class and its method in a mutant's name ("ǁ").
+_M = "\u01c1"
 
 #: Mutants no test can tell from the original, each with why (mutmut's names; they hold
 #: while the function they belong to is unchanged).
@@ -63,6 +65,10 @@ EQUIVALENT: Final[dict[str, str]] = {
         'rsplit(".") without maxsplit: the last component is the same',
     _SE + "x_scheduler_of__mutmut_13":
         'rsplit(".", 2): the last component is the same',
+    f"{_TOL}x{_M}Tolerances{_M}for_metric__mutmut_8":
+        'rsplit("/") without maxsplit: the last component is the same',
+    f"{_TOL}x{_M}Tolerances{_M}for_metric__mutmut_11":
+        'rsplit("/", 2): the last component is the same',
     _TOL + "x_load_tolerances__mutmut_6":
         "read_text(encoding=None): the locale's encoding, UTF-8 on this machine (and under "
         "any UTF-8 locale), so no test run here can tell it apart",

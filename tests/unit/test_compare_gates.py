@@ -108,30 +108,31 @@ def test_one_host_slower_fails_its_own_gate(tmp_path: Path) -> None:
 
 
 # The rule worked by hand: allowed = max(rel x |reference|, abs).
-@pytest.mark.parametrize(("name", "cur", "ref", "tol", "status", "allowed"), [
+@pytest.mark.parametrize(("name", "cur", "ref", "tol", "expected"), [
     # lower is better: reference 100 ms, rel 0.1 -> 10 ms allowed.
-    ("c/w/median_ttft_ms", 110.0, 100.0, Tolerance(rel=0.1, abs=1.0), "ok", 10.0),
-    ("c/w/median_ttft_ms", 110.5, 100.0, Tolerance(rel=0.1, abs=1.0), "regression", 10.0),
-    ("c/w/median_ttft_ms", 90.0, 100.0, Tolerance(rel=0.1, abs=1.0), "ok", 10.0),
-    ("c/w/median_ttft_ms", 89.5, 100.0, Tolerance(rel=0.1, abs=1.0), "improvement", 10.0),
+    ("c/w/median_ttft_ms", 110.0, 100.0, Tolerance(rel=0.1, abs=1.0), ("ok", 10.0)),
+    ("c/w/median_ttft_ms", 110.5, 100.0, Tolerance(rel=0.1, abs=1.0), ("regression", 10.0)),
+    ("c/w/median_ttft_ms", 90.0, 100.0, Tolerance(rel=0.1, abs=1.0), ("ok", 10.0)),
+    ("c/w/median_ttft_ms", 89.5, 100.0, Tolerance(rel=0.1, abs=1.0), ("improvement", 10.0)),
     # abs wins when it is the larger: reference 5 ms, 0.5 ms relative, 1 ms absolute.
-    ("c/w/median_ttft_ms", 5.9, 5.0, Tolerance(rel=0.1, abs=1.0), "ok", 1.0),
-    ("c/w/median_ttft_ms", 6.1, 5.0, Tolerance(rel=0.1, abs=1.0), "regression", 1.0),
+    ("c/w/median_ttft_ms", 5.9, 5.0, Tolerance(rel=0.1, abs=1.0), ("ok", 1.0)),
+    ("c/w/median_ttft_ms", 6.1, 5.0, Tolerance(rel=0.1, abs=1.0), ("regression", 1.0)),
     # higher is better.
-    ("c/w/output_throughput", 89.0, 100.0, Tolerance(rel=0.1), "regression", 10.0),
-    ("c/w/output_throughput", 111.0, 100.0, Tolerance(rel=0.1), "improvement", 10.0),
-    ("w/ttft_reduction_pct", 34.0, 40.0, Tolerance(abs=5.0), "regression", 5.0),
-    ("w/ttft_reduction_pct", 46.0, 40.0, Tolerance(abs=5.0), "improvement", 5.0),
+    ("c/w/output_throughput", 89.0, 100.0, Tolerance(rel=0.1), ("regression", 10.0)),
+    ("c/w/output_throughput", 111.0, 100.0, Tolerance(rel=0.1), ("improvement", 10.0)),
+    ("w/ttft_reduction_pct", 34.0, 40.0, Tolerance(abs=5.0), ("regression", 5.0)),
+    ("w/ttft_reduction_pct", 46.0, 40.0, Tolerance(abs=5.0), ("improvement", 5.0)),
     # a negative reference: the rule takes its size (|-40| x 0.1 = 4).
-    ("w/ttft_reduction_pct", -45.0, -40.0, Tolerance(rel=0.1), "regression", 4.0),
+    ("w/ttft_reduction_pct", -45.0, -40.0, Tolerance(rel=0.1), ("regression", 4.0)),
     # the hit ratio counts either way, and is never an improvement.
-    ("cached/w/hit_ratio", 0.52, 0.50, Tolerance(abs=0.01), "regression", 0.01),
-    ("cached/w/hit_ratio", 0.48, 0.50, Tolerance(abs=0.01), "regression", 0.01),
-    ("cached/w/hit_ratio", 0.505, 0.50, Tolerance(abs=0.01), "ok", 0.01),
+    ("cached/w/hit_ratio", 0.52, 0.50, Tolerance(abs=0.01), ("regression", 0.01)),
+    ("cached/w/hit_ratio", 0.48, 0.50, Tolerance(abs=0.01), ("regression", 0.01)),
+    ("cached/w/hit_ratio", 0.505, 0.50, Tolerance(abs=0.01), ("ok", 0.01)),
 ])
 def test_each_metric_is_judged_in_its_own_direction(
-        name: str, cur: float, ref: float, tol: Tolerance, status: str,
-        allowed: float) -> None:
+        name: str, cur: float, ref: float, tol: Tolerance,
+        expected: tuple[str, float]) -> None:
+    status, allowed = expected
     got, got_allowed, why = _judge(name, cur, ref, tol)
     assert (got, got_allowed) == (status, pytest.approx(allowed))
     direction = {"median_ttft_ms": "lower is better", "output_throughput": "higher is better",
@@ -156,6 +157,7 @@ def test_a_file_overrides_only_what_it_names(tmp_path: Path) -> None:
     assert tol.for_metric("baseline/w/output_throughput") == Tolerance(rel=0.10)
     assert tol.for_metric("w/ttft_reduction_pct") == Tolerance(abs=5.0)
     assert tol.for_metric("w/unknown_kind") == Tolerance()
+    assert tol.for_metric("hit_ratio") == Tolerance(abs=0.02)  # a bare kind is its own name
     assert tol.to_dict() == {"scope": "fleet", "tolerances": {
         "hit_ratio": {"rel": 0.0, "abs": 0.02},
         "median_ttft_ms": {"rel": 0.15, "abs": 1.0},
