@@ -7,6 +7,7 @@ module reads them:
 
     python -m prefixbench_perf.mutation modules            # the modules, in order
     python -m prefixbench_perf.mutation pending MODULE     # its mutants not yet run
+    python -m prefixbench_perf.mutation pending --recheck MODULE  # and its survivors
     python -m prefixbench_perf.mutation scores [--markdown]
     python -m prefixbench_perf.mutation survivors [MODULE] # the ones to kill or to name
 
@@ -144,12 +145,15 @@ def survivors(codes: dict[str, int | None]) -> list[str]:
             if v is not None and v not in KILLED | TIMEOUT and k not in EQUIVALENT]
 
 
-def pending(module: str, codes: dict[str, int | None] | None) -> list[str]:
-    """What to hand ``mutmut run``: the mutants not run yet, or the module's glob before
-    mutmut generated its mutants."""
+def pending(module: str, codes: dict[str, int | None] | None, *,
+            recheck: bool = False) -> list[str]:
+    """What to hand ``mutmut run``: the mutants not run yet (and, with ``recheck``, the
+    survivors again: after tests were added), or the module's glob before mutmut
+    generated its mutants."""
     if codes is None:
         return [module + ".*"]
-    return [k for k, v in codes.items() if v is None]
+    again = set(survivors(codes)) if recheck else set()
+    return [k for k, v in codes.items() if v is None or k in again]
 
 
 def table(rows: list[list[str]], markdown: bool) -> str:
@@ -167,9 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("command", choices=("modules", "pending", "scores", "survivors"))
     ap.add_argument("module", nargs="?", help="a module of MODULES (pending, survivors)")
     ap.add_argument("--markdown", action="store_true", help="scores as a Markdown table")
+    ap.add_argument("--recheck", action="store_true",
+                    help="pending: the survivors too (run them again after adding tests)")
     ap.add_argument("--root", type=Path, default=Path.cwd(),
                     help="the checkout holding mutants/ (default: here)")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
     if args.module is not None and args.module not in MODULES:
         print(f"mutation: unknown module {args.module!r}; known: {', '.join(MODULES)}",
               file=sys.stderr)
@@ -180,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.module is None:
             print("mutation: pending needs a module", file=sys.stderr)
             return 2
-        print("\n".join(pending(args.module, exit_codes(args.root, args.module))))
+        print("\n".join(pending(args.module, exit_codes(args.root, args.module),
+                                 recheck=args.recheck)))
     elif args.command == "survivors":
         for module in [args.module] if args.module else MODULES:
             print("\n".join(survivors(exit_codes(args.root, module) or {})))

@@ -48,6 +48,8 @@ def test_the_score_leaves_out_equivalents_and_counts_untested_as_survived(
                                          f"{module}.x_a__mutmut_3"]
     assert mutation.pending(module, codes) == [f"{module}.x_a__mutmut_5"]
     assert mutation.pending(module, None) == [f"{module}.*"]
+    assert mutation.pending(module, codes, recheck=True) == [
+        f"{module}.x_a__mutmut_2", f"{module}.x_a__mutmut_3", f"{module}.x_a__mutmut_5"]
     meta = mutation.meta_path(tmp_path, module)
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"exit_code_by_key": codes}))
