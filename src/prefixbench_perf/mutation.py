@@ -186,11 +186,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.module is None:
             print("mutation: pending needs a module", file=sys.stderr)
             return 2
-        print("\n".join(pending(args.module, exit_codes(args.root, args.module),
-                                 recheck=args.recheck)))
+        for name in pending(args.module, exit_codes(args.root, args.module),
+                            recheck=args.recheck):
+            print(name)
     elif args.command == "survivors":
         for module in [args.module] if args.module else MODULES:
-            print("\n".join(survivors(exit_codes(args.root, module) or {})))
+            for name in survivors(exit_codes(args.root, module) or {}):
+                print(name)
     else:
         rows = []
         not_run = []
