@@ -50,6 +50,7 @@ NO_TESTS: Final = frozenset({5, 33})
 _SE = "prefixbench.servers.served_engine."
 _SEG = "prefixbench.predict.segments."
 _TOL = "prefixbench.report.tolerances."
+_RM = "prefixbench.hosts.release_match."
 #: mutmut's separator between a class and its method in a mutant's name ("ǁ").
 _M = "\u01c1"
 
@@ -70,6 +71,19 @@ EQUIVALENT: Final[dict[str, str]] = {
         'rsplit("/") without maxsplit: the last component is the same',
     f"{_TOL}x{_M}Tolerances{_M}for_metric__mutmut_11":
         'rsplit("/", 2): the last component is the same',
+    _RM + "x_candidates__mutmut_8":
+        "rank 3 for a release whose own DLAMI venv is there, not 2: the order of the ranks "
+        "(3 > 1 > 0) is the same",
+    _RM + "x_venvs_from_probe__mutmut_11":
+        'stdout missing read as str(None) = "None": a line naming no distribution, as ""',
+    _RM + "x_venvs_from_probe__mutmut_13":
+        "stdout missing read as str(None), as mutant 11",
+    _RM + "x_venvs_from_probe__mutmut_16":
+        'stdout missing read as "XXXX": a line naming no distribution, as ""',
+    _RM + "x_venvs_from_probe__mutmut_19":
+        "rpartition for partition: the probe (roles/neuron_sdk/tasks/release.yml) prints "
+        "`name version` with one space, and neither a distribution name nor a PEP 440 "
+        "version holds one",
     _TOL + "x_load_tolerances__mutmut_6":
         "read_text(encoding=None): the locale's encoding, UTF-8 on this machine (and under "
         "any UTF-8 locale), so no test run here can tell it apart",

@@ -4,6 +4,10 @@ Debian Policy 5.6.12 "Version"), so a move down is seen however the digits are w
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from prefixbench.hosts import release_match, releases
 
 RELS = releases.load_all()
@@ -182,3 +186,49 @@ def test_a_wrong_plugin_in_the_releases_own_venv_is_a_difference() -> None:
         release_match.Venv(str(NEWEST.dlami["venv"]), NEWEST.vllm, None)])
     assert found == [f"{NEWEST.dlami['venv']} vllm-neuron missing "
                      f"(wants {NEWEST.pip_packages['vllm-neuron']})"]
+
+
+BETA = releases.load_release("2.31.0-vllm-beta")
+
+
+def test_a_series_names_its_newest_release_among_those_given() -> None:
+    assert release_match.resolve("h1", "2.31", {}, [], allow_upgrade=False,
+                                 rels=[R2310, BETA]).release == BETA
+    with pytest.raises(releases.ReleaseError, match=r"9\.9\.9"):
+        _resolve({}, [], "9.9.9")
+
+
+def test_the_best_candidate_has_its_own_dlami_venv_then_no_dlami() -> None:
+    # Test doubles: BETA's packages are R2310's; a release without a DLAMI made newer
+    # than BETA must still come after BETA when BETA's own venv is on the host.
+    newer_plain = replace(R2310, release="9.0.0", version="9.0.0", date="2099-01-01")
+    packages = release_match.neuron_packages(_debs(BETA), [BETA, newer_plain])
+    venv = _own_venv(BETA)
+    assert release_match.candidates(packages, [venv], [newer_plain, BETA]) == \
+        [BETA, newer_plain]
+    # Without the venv, the release without a DLAMI comes first.
+    assert release_match.candidates(packages, [], [BETA, newer_plain]) == [newer_plain, BETA]
+
+
+def test_the_segment_sizes_a_hosts_settings_compile() -> None:
+    sizes = release_match.configured_segment_sizes
+    assert sizes({"vllm_service_neuron_config": {"kv_segment_size_buckets": ["1024"]},
+                  "prefixbench_sweep_segment_sizes": [512, 2048]}) == {
+        "kv_segment_size_buckets": [1024], "prefixbench_sweep_segment_sizes": [512, 2048]}
+    assert sizes({"vllm_service_neuron_config": "not a mapping"}) == {}
+    assert sizes({}) == {}
+
+
+def test_the_settings_a_host_runs_with_once_its_release_is_known() -> None:
+    found = _resolve(_debs(NEWEST), [_own_venv(NEWEST)])
+    assert release_match.settings_update({}, found) == {
+        "prefixbench_neuron_release": NEWEST.release,
+        "vllm_env_adopt_venv": NEWEST.dlami["venv"]}
+    assert release_match.settings_update({"vllm_env_adopt_venv": "/opt/mine"}, found) == {
+        "prefixbench_neuron_release": NEWEST.release}
+    assert release_match.settings_update({}, replace(found, release=None)) == {}
+
+
+def test_the_dlami_venvs_probed_are_those_of_the_releases_given() -> None:
+    assert release_match.dlami_venvs([R2310]) == []
+    assert release_match.dlami_venvs([R2310, BETA]) == [BETA.dlami["venv"]]
