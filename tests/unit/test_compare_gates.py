@@ -7,6 +7,7 @@ and the rule worked by hand, never compare's own output."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from report_runs import fixture_bench, make_run, scale_times
 
 from prefixbench.measure.records import ResultKey
-from prefixbench.report.compare import Gap, MetricComparison, _judge, compare
+from prefixbench.report.compare import Gap, MetricComparison, _fleet_items, _judge, compare
 from prefixbench.report.tolerances import (
     Tolerance,
     ToleranceError,
@@ -248,3 +249,31 @@ def test_the_comparison_record_lists_regressions_missing_and_gaps(tmp_path: Path
     assert not result.complete and not result.ok
     assert result.rejected == []
     assert "host-a's median over rep 1, in both runs" in result.items[0].why
+
+
+def test_the_fleet_median_is_over_the_hosts_with_the_figure_in_both_runs() -> None:
+    ttft, tput = "c/w/median_ttft_ms", "c/w/output_throughput"
+    cur = {"h1": {ttft: 10.0}, "h2": {ttft: 30.0}, "h3": {ttft: 1000.0, tput: 5.0}}
+    ref = {"h1": {ttft: 10.0, tput: 6.0}, "h2": {ttft: 30.0}, "h4": {ttft: 1.0}}
+    common = {ResultKey(h, "c", "w", 1) for h in ("h1", "h2")}
+    items = {i.name: i for i in _fleet_items(cur, ref, common, Tolerances())}
+    # h1 and h2 have TTFT in both runs; h3 is in this run only, h4 in the reference only.
+    assert (items[ttft].current, items[ttft].reference, items[ttft].status) == \
+        (20.0, 20.0, "ok")
+    assert items[ttft].why.endswith(
+        "; median over 2 host(s) (h1, h2), rep 1, the same in both runs")
+    # Throughput: h3 has it in this run, h1 in the reference: no host in both.
+    assert items[tput] == MetricComparison("fleet", tput, None, None, None, "missing",
+                                           "no host has this figure in both runs")
+    assert list(items) == [ttft, tput]
+
+
+def test_a_host_whose_results_are_all_gone_is_named_as_such(tmp_path: Path) -> None:
+    ref = _run(tmp_path, "ref")
+    cur = _run(tmp_path, "cur")
+    for conf in ("baseline", "cached"):
+        shutil.rmtree(cur / "host-b" / conf)
+    gaps = compare(cur, ref).gaps
+    assert gaps and {g.key.host for g in gaps} == {"host-b"}
+    assert {g.run_reason for g in gaps} == {
+        "no result at all from this host (it dropped out, or its results are gone)"}
