@@ -15,7 +15,14 @@ import pytest
 from report_runs import fixture_bench, make_run, scale_times
 
 from prefixbench.measure.records import ResultKey
-from prefixbench.report.compare import Gap, MetricComparison, _fleet_items, _judge, compare
+from prefixbench.report.compare import (
+    Gap,
+    MetricComparison,
+    _fleet_items,
+    _items,
+    _judge,
+    compare,
+)
 from prefixbench.report.tolerances import (
     Tolerance,
     ToleranceError,
@@ -277,3 +284,20 @@ def test_a_host_whose_results_are_all_gone_is_named_as_such(tmp_path: Path) -> N
     assert gaps and {g.key.host for g in gaps} == {"host-b"}
     assert {g.run_reason for g in gaps} == {
         "no result at all from this host (it dropped out, or its results are gone)"}
+
+
+def test_a_hosts_figure_in_one_run_only_is_missing_and_says_which() -> None:
+    ttft = "c/w/median_ttft_ms"
+    c = {ttft: 10.0, "c/w/output_throughput": 5.0}
+    r = {ttft: 10.0, "cached/w/hit_ratio": 0.5}
+    items = _items("h1", c, r, Tolerances(), "h1's median over rep 1, in both runs")
+    assert [i.name for i in items] == ["c/w/median_ttft_ms", "c/w/output_throughput",
+                                       "cached/w/hit_ratio"]
+    assert (items[0].status, items[0].why.endswith("; h1's median over rep 1, in both runs")) \
+        == ("ok", True)
+    assert items[1] == MetricComparison(
+        "h1", "c/w/output_throughput", 5.0, None, None, "missing",
+        "no value in the reference (its records lack this figure)")
+    assert items[2] == MetricComparison(
+        "h1", "cached/w/hit_ratio", None, 0.5, None, "missing",
+        "no value in this run (its records lack this figure)")
