@@ -71,6 +71,13 @@ EQUIVALENT: Final[dict[str, str]] = {
         'rsplit("/") without maxsplit: the last component is the same',
     f"{_TOL}x{_M}Tolerances{_M}for_metric__mutmut_11":
         'rsplit("/", 2): the last component is the same',
+    _RM + "x__public__mutmut_4":
+        'split("+") without maxsplit: the part before the first "+" is the same',
+    _RM + "x__public__mutmut_9":
+        'split("+", 2): the part before the first "+" is the same',
+    _RM + "x__public__mutmut_7":
+        '_public(None) as "XXXX", not "": a missing plugin is refused before it is compared '
+        "(adoptable_venv), and in differences neither equals a release's pinned plugin",
     _RM + "x_candidates__mutmut_8":
         "rank 3 for a release whose own DLAMI venv is there, not 2: the order of the ranks "
         "(3 > 1 > 0) is the same",

@@ -260,8 +260,10 @@ def test_the_comparison_record_lists_regressions_missing_and_gaps(tmp_path: Path
 
 def test_the_fleet_median_is_over_the_hosts_with_the_figure_in_both_runs() -> None:
     ttft, tput = "c/w/median_ttft_ms", "c/w/output_throughput"
-    cur = {"h1": {ttft: 10.0}, "h2": {ttft: 30.0}, "h3": {ttft: 1000.0, tput: 5.0}}
-    ref = {"h1": {ttft: 10.0, tput: 6.0}, "h2": {ttft: 30.0}, "h4": {ttft: 1.0}}
+    later = "d/w/median_ttft_ms"  # sorted after the missing one: still judged
+    cur = {"h1": {ttft: 10.0, later: 4.0}, "h2": {ttft: 30.0},
+           "h3": {ttft: 1000.0, tput: 5.0}}
+    ref = {"h1": {ttft: 10.0, tput: 6.0, later: 4.0}, "h2": {ttft: 30.0}, "h4": {ttft: 1.0}}
     common = {ResultKey(h, "c", "w", 1) for h in ("h1", "h2")}
     items = {i.name: i for i in _fleet_items(cur, ref, common, Tolerances())}
     # h1 and h2 have TTFT in both runs; h3 is in this run only, h4 in the reference only.
@@ -272,7 +274,8 @@ def test_the_fleet_median_is_over_the_hosts_with_the_figure_in_both_runs() -> No
     # Throughput: h3 has it in this run, h1 in the reference: no host in both.
     assert items[tput] == MetricComparison("fleet", tput, None, None, None, "missing",
                                            "no host has this figure in both runs")
-    assert list(items) == [ttft, tput]
+    assert list(items) == [ttft, tput, later]
+    assert (items[later].current, items[later].status) == (4.0, "ok")
 
 
 def test_a_host_whose_results_are_all_gone_is_named_as_such(tmp_path: Path) -> None:
@@ -295,6 +298,7 @@ def test_a_hosts_figure_in_one_run_only_is_missing_and_says_which() -> None:
                                        "cached/w/hit_ratio"]
     assert (items[0].status, items[0].why.endswith("; h1's median over rep 1, in both runs")) \
         == ("ok", True)
+    assert items[0].allowed == 1.0  # max(0.10 x 10 ms, 1 ms)
     assert items[1] == MetricComparison(
         "h1", "c/w/output_throughput", 5.0, None, None, "missing",
         "no value in the reference (its records lack this figure)")

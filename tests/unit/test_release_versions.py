@@ -45,13 +45,18 @@ def test_a_named_release_that_would_move_a_package_down_is_refused() -> None:
     wanted = R2320.known_apt()[TOOLS]
     installed = {n: f"{v}-0abc1234" for n, v in R2320.known_apt().items()}
     installed[TOOLS] = _above_as_a_number_below_as_text(wanted) + "-0abc1234"
+    dkms = "aws-neuronx-dkms"
+    installed[dkms] = _above_as_a_number_below_as_text(R2320.known_apt()[dkms])
     found = release_match.resolve("h1", R2320.release, installed, [], allow_upgrade=True,
                                   rels=RELS)
     assert found.release is None and found.how == "named"
-    assert found.refusal.startswith(
+    assert found.refusal == (
         f"h1: prefixbench_neuron_release {R2320.release} would move Neuron packages down "
-        f"({TOOLS} {_above_as_a_number_below_as_text(wanted)} -> {wanted}); ")
-    assert found.refusal.endswith("nothing was changed")
+        f"({dkms} {installed[dkms]} -> {R2320.known_apt()[dkms]}; "
+        f"{TOOLS} {_above_as_a_number_below_as_text(wanted)} -> {wanted}); the host is on "
+        "no release this bundle knows, and the bundle never moves a Neuron package down: "
+        "set prefixbench_neuron_release: auto to use the host as it is, or use a fresh "
+        "host; nothing was changed")
 
 
 # -- resolve, branch by branch: what the host gets and the one line that says so ---------
@@ -158,11 +163,13 @@ def test_the_probe_lines_become_venvs() -> None:
     results = [
         {"item": "/opt/broken", "rc": 1, "stdout": "vllm 0.1"},
         {"item": "/opt/a", "rc": 0, "stdout": "vllm 0.24.0\nvllm-neuron -\n"},
+        {"item": "/opt/c", "rc": 0, "stdout": "vllm\nvllm-neuron 0.1"},  # no version: none
         {"item": "/opt/b", "rc": 0, "stdout": " vllm 0.21.0 \nvllm-neuron 0.21.0.1.0.0+794754d"},
         {"rc": 0},
     ]
     assert release_match.venvs_from_probe(results) == [
         release_match.Venv("/opt/a", "0.24.0", None),
+        release_match.Venv("/opt/c", None, "0.1"),
         release_match.Venv("/opt/b", "0.21.0", "0.21.0.1.0.0+794754d"),
         release_match.Venv("", None, None),
     ]
