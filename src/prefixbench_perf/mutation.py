@@ -91,6 +91,9 @@ EQUIVALENT: Final[dict[str, str]] = {
         "rpartition for partition: the probe (roles/neuron_sdk/tasks/release.yml) prints "
         "`name version` with one space, and neither a distribution name nor a PEP 440 "
         "version holds one",
+    "prefixbench.report.compare.x__judge__mutmut_62":
+        'direction != "XXbothXX": for "both", worse is abs(...) >= 0 and allowed >= 0, so '
+        "-worse > allowed is false either way",
     _TOL + "x_load_tolerances__mutmut_6":
         "read_text(encoding=None): the locale's encoding, UTF-8 on this machine (and under "
         "any UTF-8 locale), so no test run here can tell it apart",

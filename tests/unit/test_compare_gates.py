@@ -145,7 +145,7 @@ def test_each_metric_is_judged_in_its_own_direction(
     assert (got, got_allowed) == (status, pytest.approx(allowed))
     direction = {"median_ttft_ms": "lower is better", "output_throughput": "higher is better",
                  "ttft_reduction_pct": "higher is better", "hit_ratio": "either way counts"}
-    assert direction[name.rsplit("/", 1)[-1]] in why
+    assert why.endswith(f"({direction[name.rsplit('/', 1)[-1]]})")
     if status == "regression":
         assert why.startswith("moved by" if name.endswith("hit_ratio") else "worse by")
 
@@ -305,3 +305,11 @@ def test_a_hosts_figure_in_one_run_only_is_missing_and_says_which() -> None:
     assert items[2] == MetricComparison(
         "h1", "cached/w/hit_ratio", None, 0.5, None, "missing",
         "no value in this run (its records lack this figure)")
+
+
+def test_a_bare_or_unknown_kind_is_judged_by_its_name() -> None:
+    assert _judge("median_ttft_ms", 89.0, 100.0, Tolerance(rel=0.1))[0] == "improvement"
+    # A kind without a direction counts either way.
+    status, _, why = _judge("c/w/other_figure", 0.9, 1.0, Tolerance(abs=0.05))
+    assert (status, why.startswith("moved by"), why.endswith("(either way counts)")) == \
+        ("regression", True, True)
