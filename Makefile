@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv system-deps specs lint test-fast test-unit test test-integration demo sim-up sim-down sim-status sim-verify tiny-model tiny-gptoss bench-overhead bench-scale bench-compile bench-cachesim bench-schedsim bench-ttft bench-whatif bench-report lock clean
+.PHONY: help venv system-deps specs lint test-fast test-unit test test-integration demo sim-up sim-down sim-status sim-verify tiny-model tiny-gptoss bench-overhead bench-scale bench-compile bench-cachesim bench-schedsim bench-ttft bench-whatif bench-report mutate lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -102,6 +102,11 @@ bench-whatif: venv  ## The what-if analyzer's speed and its overhead over the to
 
 bench-report: venv  ## report and compare on a synthetic run of 16 hosts x 3 repetitions (target < 10 s each); ARGS="--hosts 4 --repetitions 1"
 	$(BIN)/python -m prefixbench_perf.report_speed $(ARGS)
+
+# Mutation testing of the modules that decide, against the fast tier: a benchmark with a
+# time budget, not part of test-fast (docs/testing.md, "Mutation testing").
+mutate: venv  ## mutmut over the deciding modules, per-module scores; MUTATE_BUDGET=3600 MODULES="prefixbench.report.compare" FRESH=1
+	scripts/mutate
 
 lock: venv  ## Re-resolve requirements/controller.lock from controller.in
 	rm -rf .lockvenv && python3 -m venv .lockvenv 2>/dev/null || $(BIN)/python -m venv .lockvenv

@@ -83,7 +83,16 @@ def test_the_doctor_runs_the_units_own_grants_and_directives() -> None:
         p = doctor.plan(valid(vllm_service_sandbox=level), EXE)
         assert set(spec.grants) <= set(p["properties"])
         assert p["directives"] == list(spec.hardening)
-        assert p["proof"] == sandbox.proof_record(level, spec.sandbox_lines())
+        # The proof names the level and the unit's own lines, and is what a deploy of
+        # this unit accepts (not recomputed with proof_record, the function under test).
+        assert p["proof"]["level"] == level
+        assert p["proof"]["lines"] == list(spec.sandbox_lines())
+        assert sandbox.proof_problem("strict", spec.sandbox_lines(),
+                                     json.dumps(p["proof"])) == ""
+        if level != "strict":
+            strict = server.unit_spec(valid(vllm_service_sandbox="strict"), "cached", EXE)
+            assert "proved other directives" in sandbox.proof_problem(
+                "strict", strict.sandbox_lines(), json.dumps(p["proof"]))
 
 
 def test_a_stricter_level_deploys_only_where_the_doctor_proved_it() -> None:
