@@ -1,46 +1,57 @@
-"""predict.segments: a warm request saves only the prefill segments its hit covers whole.
+"""predict.segments: a warm request runs ceil((P - h) / S) prefill chunks, each padded to
+its bucket (aws-neuron-sdk v2.31.1 = v2.32.0, vllm-neuron/docs/design/vllm/
+prefix-caching.md, "Scheduler Integration": the next chunk starts at num_computed_tokens
+and is min(remaining, max_num_batched_tokens) tokens, padded to the bucket).
 
-The rule is the tutorial's (aws-neuron-sdk v2.32.0, vllm-neuron/docs/tutorials/
-tutorial-prefix-caching-gpt-oss-benchmarking.md, Step 2): "If the prefix fit inside a single
-segment, no segment would be fully cached and there would be nothing to skip". The figures
-below are that rule worked by hand."""
+Every expected figure below is that formula worked by hand, not the module's output."""
 
 from __future__ import annotations
 
 import pytest
 
-from prefixbench.predict.segments import SegmentCount
+from prefixbench.predict.segments import PrefillCount, chunks, padded_tokens
 
 
-def test_a_hit_counts_only_its_whole_segments() -> None:
-    count = SegmentCount(512)
-    count.add(511)       # inside one segment: nothing skipped
-    assert count.totals() == (0, 0)
-    count.add(512)       # exactly one segment
-    count.add(1023)      # one whole segment, 511 tokens of the next
-    count.add(2600)      # five whole segments (2560)
-    count.add(0)
-    assert count.totals() == (512 + 512 + 2560, 3)
+def test_chunks_are_the_ceiling_of_tokens_over_the_chunk() -> None:
+    assert chunks(1400, 1024) == 2     # 800 + 600 cold
+    assert chunks(600, 1024) == 1      # the same, 800 hit
+    assert chunks(1024, 1024) == 1
+    assert chunks(1025, 1024) == 2
+    assert chunks(0, 1024) == 0
+    with pytest.raises(ValueError, match="at least 1 token, got 0"):
+        chunks(10, 0)
 
 
-def test_add_all_is_add_for_each() -> None:
-    count = SegmentCount(1024)
-    count.add_all([3072, 1000, 2048])
-    assert count.totals() == (3072 + 2048, 2)
+def test_each_chunk_pads_to_the_smallest_bucket_that_holds_it() -> None:
+    # 1400 tokens at S = 1024: a full chunk (1024) and 376 tokens.
+    assert padded_tokens(1400, 1024, [1024]) == 2048          # the tutorial's [1024]
+    assert padded_tokens(1400, 1024, [128, 256, 512, 1024]) == 1024 + 512
+    assert padded_tokens(600, 1024, [128, 256, 512, 1024]) == 1024
+    assert padded_tokens(100, 1024, [128, 256, 512, 1024]) == 128
+    with pytest.raises(ValueError, match="buckets cannot be empty"):
+        padded_tokens(10, 1024, [])
 
 
-def test_without_segments_nothing_is_counted() -> None:
-    count = SegmentCount(None)
-    count.add_all([4096, 8192])
-    assert count.totals() == (None, None)
-    assert (count.saved_tokens, count.requests) == (0, 0)
+def test_a_replay_counts_chunks_cold_and_as_run() -> None:
+    count = PrefillCount(1024, [1024])
+    count.add(1400, 0)       # cold: 2 chunks, 2048 padded
+    count.add(1400, 800)     # warm, 800 hit: 1 chunk of 600 -> 1024 padded
+    count.add(4096, 3072)    # the tutorial's shape: 4 chunks cold, 1 warm
+    count.add(2024, 992)     # 1000 + 1024, hit 992: ceil(1032/1024) = 2 = cold's 2
+    totals = count.totals()
+    assert totals is not None
+    assert (totals.requests, totals.cold_chunks, totals.run_chunks) == (4, 2 + 2 + 4 + 2,
+                                                                       2 + 1 + 1 + 2)
+    assert totals.skipped_chunks == 4
+    assert totals.cold_padded == 10 * 1024
+    assert totals.run_padded == 6 * 1024
+    assert totals.skipping_requests == 2
+    assert totals.saved_share == pytest.approx(0.4)
 
 
-def test_a_segment_is_at_least_one_token() -> None:
-    with pytest.raises(ValueError, match="a prefill segment is at least 1 token, got 0"):
-        SegmentCount(0)
-    one = SegmentCount(1)
-    one.add(1)           # a one-token hit is one whole one-token segment
-    assert one.totals() == (1, 1)
-    one.add(7)
-    assert one.totals() == (8, 2)
+def test_on_the_cpu_platform_nothing_is_counted() -> None:
+    count = PrefillCount(None)
+    count.add(4096, 3072)
+    assert count.totals() is None
+    with pytest.raises(ValueError, match="at least 1 token, got 0"):
+        PrefillCount(0)
