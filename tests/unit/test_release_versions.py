@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from prefixbench.hosts import release_match, releases
+from prefixbench.hosts import host_read, release_match, releases
 
 RELS = releases.load_all()
 R2320 = releases.load_release("2.32.0")
@@ -54,7 +54,8 @@ def test_a_named_release_that_would_move_a_package_down_is_refused() -> None:
         f"h1: prefixbench_neuron_release {R2320.release} would move Neuron packages down "
         f"({dkms} {installed[dkms]} -> {R2320.known_apt()[dkms]}; "
         f"{TOOLS} {_above_as_a_number_below_as_text(wanted)} -> {wanted}); the host is on "
-        "no release this bundle knows, and the bundle never moves a Neuron package down: "
+        "a release this bundle does not know, and the bundle never moves a Neuron package "
+        "down: "
         "set prefixbench_neuron_release: auto to use the host as it is, or use a fresh "
         "host; nothing was changed")
 
@@ -62,7 +63,11 @@ def test_a_named_release_that_would_move_a_package_down_is_refused() -> None:
 # -- resolve, branch by branch: what the host gets and the one line that says so ---------
 
 R2310 = releases.load_release("2.31.0")
-NEWEST = releases.newest(RELS)
+#: What a bare host gets: the newest release whose every fact is published
+#: (``releases.installable``); releases newer than it leave facts unknown.
+BARE = releases.newest(releases.installable(RELS))
+#: The releases newer than BARE, each with facts AWS has not published.
+LATER = [r for r in RELS if r.order > BARE.order]
 
 
 def _debs(rel: releases.Release) -> dict[str, str]:
@@ -89,74 +94,170 @@ def _moves(rel: releases.Release, installed: dict[str, str]) -> list[str]:
             for n, v in rel.known_apt().items() if installed[n].split("-")[0] != v]
 
 
-def test_a_bare_host_gets_the_newest_release_and_its_dlami_venv() -> None:
-    found = _resolve({"python3": "3.12.3-0ubuntu2"}, [_own_venv(NEWEST)])
+def test_a_bare_host_gets_the_newest_installable_release_and_its_dlami_venv() -> None:
+    # The release data: every release newer than BARE leaves facts unknown, BARE none.
+    assert LATER and all(r.unknown() for r in LATER) and not BARE.unknown()
+    found = _resolve({"python3": "3.12.3-0ubuntu2"}, [_own_venv(BARE)])
+    why = "".join(f"; {r.release} is newer but AWS has not published its "
+                  f"{', '.join(r.unknown())}" for r in LATER)
     assert found.as_dict() == {
-        "release": NEWEST.release, "how": "bare", "venv": NEWEST.dlami["venv"],
-        "refusal": "",
-        "note": f"h1: no Neuron package installed; installing Neuron {NEWEST.label()} "
-                "(the newest; set prefixbench_neuron_release to pick another)"}
+        "release": BARE.release, "how": "bare", "venv": BARE.dlami["venv"],
+        "refusal": "", "read": {}, "unchecked": [],
+        "note": f"h1: no Neuron package installed; installing Neuron {BARE.label()}, the "
+                f"newest release the bundle can install from published facts{why} (set "
+                "prefixbench_neuron_release to pick another)"}
     # The default catalogue is the one the bundle ships.
     assert release_match.resolve("h1", "auto", {}, [], allow_upgrade=False).release == \
-        NEWEST
+        BARE
+    # With no release complete, a bare host is refused in one line.
+    refused = release_match.resolve("h1", "auto", {}, [], allow_upgrade=False, rels=LATER)
+    assert (refused.release, refused.how, refused.refusal) == (None, "bare", (
+        "h1: no Neuron package installed and no release this bundle knows has every fact "
+        "needed to install it; use a host from an AWS Neuron image (read from the host as "
+        "it is); nothing was changed"))
 
 
 def test_a_bare_host_gets_the_release_named() -> None:
     found = _resolve({}, [], R2310.release)
     assert found.as_dict() == {
         "release": R2310.release, "how": "named", "venv": "", "refusal": "",
+        "read": {}, "unchecked": [],
         "note": f"h1: no Neuron package installed; installing Neuron {R2310.label()}"}
 
 
 def test_a_host_on_a_release_is_used_as_it_is() -> None:
-    found = _resolve(_debs(NEWEST), [_own_venv(NEWEST)])
+    found = _resolve(_debs(BARE), [_own_venv(BARE)])
     assert found.as_dict() == {
-        "release": NEWEST.release, "how": "matched", "venv": NEWEST.dlami["venv"],
-        "refusal": "",
-        "note": f"h1: on Neuron {NEWEST.label()}, read from its packages; used as it is"}
-    named = _resolve(_debs(NEWEST), [_own_venv(NEWEST)], NEWEST.release)
+        "release": BARE.release, "how": "matched", "venv": BARE.dlami["venv"],
+        "refusal": "", "read": {}, "unchecked": [],
+        "note": f"h1: on Neuron {BARE.label()}, read from its packages; used as it is"}
+    named = _resolve(_debs(BARE), [_own_venv(BARE)], BARE.release)
     assert named.as_dict() == {
-        "release": NEWEST.release, "how": "named", "venv": NEWEST.dlami["venv"],
-        "refusal": "", "note": f"h1: on Neuron {NEWEST.label()}, as named"}
+        "release": BARE.release, "how": "named", "venv": BARE.dlami["venv"],
+        "refusal": "", "read": {}, "unchecked": [],
+        "note": f"h1: on Neuron {BARE.label()}, as named"}
 
 
-def test_a_host_matching_no_release_is_refused_naming_the_nearest() -> None:
-    installed = _debs(NEWEST)
-    installed["aws-neuronx-tools"] = "9.9.1.0-0abc1234"
-    installed["aws-neuronx-dkms"] = "9.9.2.0"
-    found = _resolve(installed, [])
-    assert (found.release, found.how, found.venv, found.note) == (None, "matched", "", "")
-    assert found.as_dict()["release"] == ""
-    assert found.refusal == (
-        f"h1: its Neuron packages match no release this bundle knows "
-        f"({', '.join(r.release for r in RELS)}); nearest is {NEWEST.release}, which "
-        f"differs in {'; '.join(_moves(NEWEST, installed))}; name a newer release with "
-        "prefixbench_neuron_release and neuron_sdk_allow_upgrade: true, or use a "
-        "host from a supported image; nothing was changed")
-    assert len(_moves(NEWEST, installed)) == 2
+def _newer_debs() -> dict[str, str]:
+    """Every Neuron deb BARE pins at 9.9.<n>.0: above every known release's version."""
+    return {n: f"9.9.{i}.0-0abc1234" for i, n in enumerate(BARE.known_apt())}
+
+
+def test_a_host_matching_no_release_is_read_from_the_host_or_refused_without_a_venv(
+) -> None:
+    # Before H1 this host was refused naming the nearest release ("name a newer release
+    # with prefixbench_neuron_release"); a host newer than every known release is now
+    # read from the host when it carries a vLLM Neuron venv, refused in one line if not.
+    installed = _newer_debs()
+    versions = ", ".join(f"{n} {v.split('-')[0]}" for n, v in sorted(installed.items()))
+    refused = _resolve(installed, [])
+    assert (refused.release, refused.how, refused.venv, refused.note, refused.read) == (
+        None, "read", "", "", {})
+    assert refused.as_dict()["release"] == "" and refused.as_dict()["unchecked"] == []
+    assert refused.refusal == (
+        f"h1: newer than any release this bundle knows ({versions}), and no vLLM Neuron "
+        f"venv (vllm and vllm-neuron) was found (looked at "
+        f"{', '.join(host_read.venv_patterns(RELS))} and vllm_env_adopt_venv): set "
+        "vllm_env_adopt_venv to the venv that holds them; nothing was changed")
+    # A venv holding only vLLM is not a vLLM Neuron venv.
+    assert _resolve(installed, [release_match.Venv("/opt/v", "0.24.0", None)]).refusal == \
+        refused.refusal
+    venv = release_match.Venv("/opt/newer", "9.0.0", "9.0.0.1.0.0+abc")
+    found = _resolve(installed, [venv])
+    assert (found.how, found.venv, found.refusal) == ("read", venv.path, "")
+    assert found.release is not None and found.release.release == releases.HOST_READ
+    assert found.read["release"] == releases.HOST_READ
+    assert found.read["apt"]["packages"] == {
+        n: v.split("-")[0] for n, v in installed.items()}
+    assert found.note.startswith(
+        "h1: Neuron read from the host, newer than any release this bundle knows: ")
+    assert found.as_dict()["unchecked"][-len(host_read.NEVER_CHECKED):] == \
+        list(host_read.NEVER_CHECKED)
+    # What is read goes to the host's settings beside the release's id.
+    assert release_match.settings_update({}, found) == {
+        "prefixbench_neuron_release": releases.HOST_READ,
+        releases.HOST_RELEASE_KEY: found.read, "vllm_env_adopt_venv": venv.path}
+
+
+def test_a_host_on_a_release_with_unknown_facts_is_completed_from_the_host() -> None:
+    # Its debs are one release's, but that release's data leaves facts unknown: the host
+    # is read (not "matched"), on that release, with what it could not check listed.
+    incomplete = next(r for r in LATER if r.known_apt())
+    venv = release_match.Venv("/opt/later", "9.0.0", "9.0.0.1.0.0")
+    found = _resolve(_debs(incomplete), [venv])
+    assert (found.how, found.venv, found.refusal) == ("read", venv.path, "")
+    assert found.release is not None and found.release.release == incomplete.release
+    assert found.read["title"] == f"{incomplete.title}, completed from the host"
+    assert found.note.startswith(
+        f"h1: Neuron read from the host, on Neuron {incomplete.release}, whose published "
+        "facts are incomplete: ")
+    assert found.as_dict()["unchecked"][-len(host_read.NEVER_CHECKED):] == \
+        list(host_read.NEVER_CHECKED)
+    # Without a vLLM Neuron venv it is refused, naming the release.
+    assert _resolve(_debs(incomplete), []).refusal.startswith(
+        f"h1: on Neuron {incomplete.release}, whose published facts are incomplete (")
+
+
+def test_a_host_between_known_releases_is_read_and_not_called_newer() -> None:
+    # BARE's debs with the tools above BARE's pin but below a later release's: no
+    # release's versions, not mixed, not newer than the bundle's releases. (A release
+    # whose deb versions are all unknown, as 2.34.0's are, must not make it "newer".)
+    installed = _debs(BARE)
+    installed[TOOLS] = _above_as_a_number_below_as_text(BARE.known_apt()[TOOLS])
+    stated = [r.known_apt()[TOOLS] for r in LATER if TOOLS in r.known_apt()]
+    assert stated and all(releases.version_tuple(installed[TOOLS])
+                          < releases.version_tuple(v) for v in stated)
+    venv = _own_venv(BARE)
+    found = _resolve(installed, [venv])
+    assert (found.how, found.venv, found.refusal) == ("read", venv.path, "")
+    assert found.read["title"] == (
+        "Neuron read from the host, packages no release this bundle knows")
+    assert found.note.startswith(
+        "h1: Neuron read from the host, on Neuron packages no release this bundle knows: ")
 
 
 def test_moving_a_host_up_needs_allow_upgrade() -> None:
     installed = _debs(R2310)
-    moves = "; ".join(_moves(NEWEST, installed))
-    refused = _resolve(installed, [], NEWEST.release)
+    moves = "; ".join(_moves(BARE, installed))
+    refused = _resolve(installed, [], BARE.release)
     assert (refused.release, refused.how, refused.venv, refused.note) == (None, "named", "", "")
     assert refused.refusal == (
-        f"h1: is on {R2310.release}; prefixbench_neuron_release {NEWEST.release} would "
+        f"h1: is on {R2310.release}; prefixbench_neuron_release {BARE.release} would "
         f"change {moves}; set neuron_sdk_allow_upgrade: true to move them up, or "
         "prefixbench_neuron_release: auto to use the host as it is; nothing was changed")
-    moved = _resolve(installed, [_own_venv(NEWEST)], NEWEST.release, allow_upgrade=True)
+    moved = _resolve(installed, [_own_venv(BARE)], BARE.release, allow_upgrade=True)
     assert moved.as_dict() == {
-        "release": NEWEST.release, "how": "named", "venv": NEWEST.dlami["venv"],
-        "refusal": "",
-        "note": f"h1: moving up from {R2310.release} to Neuron {NEWEST.label()}: {moves}"}
+        "release": BARE.release, "how": "named", "venv": BARE.dlami["venv"],
+        "refusal": "", "read": {}, "unchecked": [],
+        "note": f"h1: moving up from {R2310.release} to Neuron {BARE.label()}: {moves}"}
 
 
 def test_a_host_on_no_known_release_moving_up_says_so() -> None:
     installed = _debs(R2310)
-    installed["aws-neuronx-tools"] = "2.0.0.0"  # below every release's pin
-    refused = _resolve(installed, [], NEWEST.release)
-    assert refused.refusal.startswith("h1: is on no release this bundle knows; ")
+    tools = _above_as_a_number_below_as_text(R2310.known_apt()[TOOLS])
+    installed[TOOLS] = tools  # above 2.31.0's pin, below BARE's: no release's
+    refused = _resolve(installed, [], BARE.release)
+    assert refused.refusal.startswith(
+        f"h1: is on a release this bundle does not know; prefixbench_neuron_release "
+        f"{BARE.release} would change ")
+
+
+def test_a_host_older_than_every_known_release_is_refused() -> None:
+    # Before H1 this host (a deb below every release's pin) was "on no release this
+    # bundle knows" and could be moved up; it is now refused before any release is named.
+    installed = _debs(R2310)
+    installed[TOOLS] = "2.0.0.0"
+    oldest = min(RELS, key=lambda r: r.order).version
+    floor = min((r.known_apt()[TOOLS] for r in RELS if TOOLS in r.known_apt()),
+                key=releases.version_tuple)
+    for requested in ("auto", BARE.release):
+        refused = _resolve(installed, [], requested, allow_upgrade=True)
+        assert (refused.release, refused.how) == (None, "matched")
+        assert refused.refusal == (
+            f"h1: its Neuron packages are older than {oldest}, the oldest release this "
+            f"bundle runs ({TOOLS} 2.0.0.0 (oldest known {floor})): use a host from an "
+            f"image of Neuron {oldest} or later, or a bare Ubuntu host (the bundle installs "
+            "Neuron there); nothing was changed")
 
 
 def test_the_probe_lines_become_venvs() -> None:
@@ -176,23 +277,23 @@ def test_the_probe_lines_become_venvs() -> None:
 
 
 def test_the_releases_own_dlami_venv_is_adopted_first() -> None:
-    other = release_match.Venv("/opt/another", NEWEST.vllm, str(NEWEST.dlami["plugin"]))
-    own = _own_venv(NEWEST)
-    assert release_match.adoptable_venv(NEWEST, [other, own]) == own.path
-    assert release_match.adoptable_venv(NEWEST, [other]) == other.path
+    other = release_match.Venv("/opt/another", BARE.vllm, str(BARE.dlami["plugin"]))
+    own = _own_venv(BARE)
+    assert release_match.adoptable_venv(BARE, [other, own]) == own.path
+    assert release_match.adoptable_venv(BARE, [other]) == other.path
     # The plugin is compared by its public version: the local part is the build's.
-    public = NEWEST.pip_packages["vllm-neuron"]
-    local = _own_venv(NEWEST, plugin=f"{public}+abc+def")
-    assert release_match.adoptable_venv(NEWEST, [local]) == local.path
-    assert release_match.adoptable_venv(NEWEST, [_own_venv(NEWEST, plugin="0.0.1")]) == ""
+    public = BARE.pip_packages["vllm-neuron"]
+    local = _own_venv(BARE, plugin=f"{public}+abc+def")
+    assert release_match.adoptable_venv(BARE, [local]) == local.path
+    assert release_match.adoptable_venv(BARE, [_own_venv(BARE, plugin="0.0.1")]) == ""
 
 
 def test_a_wrong_plugin_in_the_releases_own_venv_is_a_difference() -> None:
-    found = release_match.differences(NEWEST, {}, [
+    found = release_match.differences(BARE, {}, [
         release_match.Venv("/opt/other", None, None),
-        release_match.Venv(str(NEWEST.dlami["venv"]), NEWEST.vllm, None)])
-    assert found == [f"{NEWEST.dlami['venv']} vllm-neuron missing "
-                     f"(wants {NEWEST.pip_packages['vllm-neuron']})"]
+        release_match.Venv(str(BARE.dlami["venv"]), BARE.vllm, None)])
+    assert found == [f"{BARE.dlami['venv']} vllm-neuron missing "
+                     f"(wants {BARE.pip_packages['vllm-neuron']})"]
 
 
 BETA = releases.load_release("2.31.0-vllm-beta")
@@ -227,12 +328,12 @@ def test_the_segment_sizes_a_hosts_settings_compile() -> None:
 
 
 def test_the_settings_a_host_runs_with_once_its_release_is_known() -> None:
-    found = _resolve(_debs(NEWEST), [_own_venv(NEWEST)])
+    found = _resolve(_debs(BARE), [_own_venv(BARE)])
     assert release_match.settings_update({}, found) == {
-        "prefixbench_neuron_release": NEWEST.release,
-        "vllm_env_adopt_venv": NEWEST.dlami["venv"]}
+        "prefixbench_neuron_release": BARE.release,
+        "vllm_env_adopt_venv": BARE.dlami["venv"]}
     assert release_match.settings_update({"vllm_env_adopt_venv": "/opt/mine"}, found) == {
-        "prefixbench_neuron_release": NEWEST.release}
+        "prefixbench_neuron_release": BARE.release}
     assert release_match.settings_update({}, replace(found, release=None)) == {}
 
 

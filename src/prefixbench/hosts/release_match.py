@@ -280,9 +280,11 @@ def _read(host: str, packages: Mapping[str, str], venvs: Sequence[Venv], *,
     line when it carries no vLLM Neuron venv."""
     usable = sorted((v for v in venvs if v.is_vllm_neuron),
                     key=lambda v: version_tuple(_public(v.plugin)), reverse=True)
-    top = newest(rels)
+    # Each deb against the newest release stating its version: a release whose versions
+    # are all unknown does not make every host "newer".
     newer = base is None and all(
-        version_tuple(v) >= version_tuple(top.known_apt().get(n, "0"))
+        version_tuple(v) >= max((version_tuple(p) for r in rels
+                                 if (p := r.known_apt().get(n))), default=())
         for n, v in packages.items())
     what = (f"on Neuron {base.release}, whose published facts are incomplete" if base
             else "newer than any release this bundle knows" if newer
