@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from prefixbench.hosts import instances, releases
+from prefixbench.hosts import efa, instances, releases
 from prefixbench.servers.sandbox import (
     FIRST_START_LEVEL,
     OPEN_FILES_LIMIT,
@@ -206,6 +206,9 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
     env: dict[str, str] = {}
     if settings.get("prefixbench_platform", "neuron") == "neuron":
         env.update(neuron_environment(settings))
+        # NEURON_SKIP_EFA_AFFINITY=1 where the host has no EFA, as read from it
+        # (prefixbench.hosts.efa: AWS's quickstart, or the server fails to start).
+        env.update(efa.environment(settings))
         ready = int(settings.get("vllm_service_engine_ready_timeout") or 0)
         if ready > 0:
             env[ENGINE_READY_TIMEOUT_VAR] = str(ready)
