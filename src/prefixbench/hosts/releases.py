@@ -77,6 +77,9 @@ class Release:
     bench_requirements: tuple[str, ...] = ()
     #: The venv distributions whose versions key the compile cache.
     compile_distributions: tuple[str, ...] = ()
+    #: Where the release's server keeps its compiled graphs, relative to VLLM_CACHE_ROOT
+    #: (``compile_key.cache_dir``); "" when the release does not say (nothing shared).
+    compile_cache_dir: str = ""
     #: vLLM's GPU-only dependencies as pip resolves its pins ``{name: version}``, and
     #: their download size in MB (what an own venv installs, as AWS's image does).
     gpu_only: Mapping[str, str] = field(default_factory=dict)
@@ -276,6 +279,17 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _relative_dir(value: Any, where: str) -> str:
+    """A directory below another (``neuron/compile_cache``): "" when absent."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)*", value) \
+            or ".." in value.split("/"):
+        raise ReleaseError(f"{where} must be a relative directory such as "
+                           "neuron/compile_cache")
+    return value
+
+
 def _env(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
@@ -314,6 +328,8 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
                                         f"{origin}: bench_client.requirements"),
         "compile_distributions": _str_list(sections["compile_key"].get("distributions"),
                                            f"{origin}: compile_key.distributions"),
+        "compile_cache_dir": _relative_dir(sections["compile_key"].get("cache_dir"),
+                                           f"{origin}: compile_key.cache_dir"),
         **_gpu_only(sections["gpu_only"], origin),
         "library_path": _library_path(sections["server"], origin),
         "library_path_source": str(sections["server"].get("library_path_source") or ""),

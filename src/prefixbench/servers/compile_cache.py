@@ -55,6 +55,7 @@ from prefixbench.servers.server import COMPILE_CACHE_SUBDIRS
 
 __all__ = [
     "CPU_COMPILER_DISTRIBUTIONS",
+    "artifacts_subdir",
     "cache_dir",
     "compile_key",
     "distributions",
@@ -63,6 +64,7 @@ __all__ = [
     "read_distributions",
     "role",
     "store_of",
+    "unshared_reason",
 ]
 
 #: Bumped when the material changes shape, so old store entries are never matched.
@@ -112,13 +114,45 @@ def read_distributions(settings: Mapping[str, Any]) -> list[str]:
 Role = str
 
 
-def cache_dir(settings: Mapping[str, Any]) -> str:
-    """The directory the platform's server keeps its compiled graphs in."""
+def artifacts_subdir(settings: Mapping[str, Any]) -> str:
+    """Where the host's server keeps its compiled graphs, below VLLM_CACHE_ROOT: on
+    Neuron where the host's release puts them (its manifest's ``compile_key.cache_dir``;
+    "" when the release does not say), on cpu Inductor's cache."""
     platform = str(settings.get("prefixbench_platform", "neuron"))
+    if platform == "neuron":
+        return releases.for_settings(settings).compile_cache_dir
     if platform not in COMPILE_CACHE_SUBDIRS:
         raise ValueError(f"no compile cache known for platform {platform!r}")
+    return COMPILE_CACHE_SUBDIRS[platform]
+
+
+def cache_dir(settings: Mapping[str, Any]) -> str:
+    """The directory the server's compiled graphs are counted, packed and restored in:
+    :func:`artifacts_subdir` below VLLM_CACHE_ROOT, or the root itself where the release
+    does not say (only counted there: such a host compiles its own,
+    :func:`unshared_reason`)."""
     root = str(settings["vllm_service_cache_root"]).rstrip("/")
-    return f"{root}/{COMPILE_CACHE_SUBDIRS[platform]}"
+    sub = artifacts_subdir(settings)
+    return f"{root}/{sub}" if sub else root
+
+
+def unshared_reason(platform: str | None, release: str | None) -> str:
+    """Why the graphs of a host on ``platform`` and Neuron ``release`` (as its
+    fingerprint read them) cannot be shared, "" when they can: its release does not say
+    where its server keeps them, so nothing could be packed or restored (2.33's native
+    route and its precompile cache; a release read from the host, where the location
+    would only be assumed). Such a host compiles its own, and its record says why."""
+    if platform != "neuron" or not release:
+        return ""
+    try:
+        rel = releases.load_release(release)
+    except releases.ReleaseError:
+        return ""  # distributions() says what is wrong with the release
+    if rel.compile_cache_dir:
+        return ""
+    return (f"Neuron {rel.release} does not say where its server keeps compiled graphs "
+            "(no compile_key.cache_dir in its data): this host compiles its own, nothing "
+            "is restored or published")
 
 
 def store_of(settings: Mapping[str, Any], default_dir: str, host_python: str
@@ -150,6 +184,9 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
     the model's revision, or the venv's answer for each of :func:`distributions`: a
     version, or null for one not installed): such a host is left out of sharing rather
     than keyed on less than it compiles from."""
+    why = unshared_reason(fingerprint.get("platform"), fingerprint.get("neuron_release"))
+    if why:
+        raise ValueError(why)
     unit = f"vllm-{configuration}.service"
     unit_sha = (fingerprint.get("units") or {}).get(unit)
     revision = (fingerprint.get("model") or {}).get("revision")
