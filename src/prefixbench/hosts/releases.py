@@ -34,7 +34,7 @@ _VERSION_RE: Final = re.compile(r"^\d+(\.\d+)*$")
 _KNOWN_KEYS: Final = frozenset({"schema", "release", "version", "date", "title", "sources",
                                 "apt", "pip", "os", "notes", "python", "dlami", "server",
                                 "bench_client", "compile_key", "gpu_only",
-                                "prefix_caching"})
+                                "prefix_caching", "compile_route"})
 _ENV_NAME_RE: Final = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _PY_RE: Final = re.compile(r"^3\.\d+$")
 _SOURCE_RE: Final = re.compile(r"^(git\+)?https://\S+@[0-9a-f]{7,40}$")
@@ -80,6 +80,9 @@ class Release:
     #: Where the release's server keeps its compiled graphs, relative to VLLM_CACHE_ROOT
     #: (``compile_key.cache_dir``); "" when the release does not say (nothing shared).
     compile_cache_dir: str = ""
+    #: What a unit sets to compile on the release's route (``compile_route.environment``:
+    #: on 2.33+ the native route named, which turns its precompile cache on).
+    compile_route_environment: Mapping[str, str] = field(default_factory=dict)
     #: vLLM's GPU-only dependencies as pip resolves its pins ``{name: version}``, and
     #: their download size in MB (what an own venv installs, as AWS's image does).
     gpu_only: Mapping[str, str] = field(default_factory=dict)
@@ -311,7 +314,8 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
     if not isinstance(date, str) or not _DATE_RE.match(date):
         raise ReleaseError(f"{origin}: date must be AWS's release date as \"YYYY-MM-DD\"")
     sections = {}
-    for key in ("server", "bench_client", "compile_key", "gpu_only", "prefix_caching"):
+    for key in ("server", "bench_client", "compile_key", "gpu_only", "prefix_caching",
+                "compile_route"):
         part = data.get(key) or {}
         if not isinstance(part, Mapping):
             raise ReleaseError(f"{origin}: {key} must be a mapping")
@@ -330,6 +334,8 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
                                            f"{origin}: compile_key.distributions"),
         "compile_cache_dir": _relative_dir(sections["compile_key"].get("cache_dir"),
                                            f"{origin}: compile_key.cache_dir"),
+        "compile_route_environment": _env(sections["compile_route"].get("environment"),
+                                          f"{origin}: compile_route.environment"),
         **_gpu_only(sections["gpu_only"], origin),
         "library_path": _library_path(sections["server"], origin),
         "library_path_source": str(sections["server"].get("library_path_source") or ""),

@@ -41,7 +41,9 @@ TRN3_ONLY_ENVIRONMENT: Final = frozenset(
 def neuron_environment(settings: Mapping[str, Any]) -> dict[str, str]:
     """The release's environment for a Neuron unit (the Trn3-only part on Trn3)."""
     rel = releases.for_settings(settings)
-    env = dict(rel.server_environment)
+    # The release's compilation route (2.33+: the native route named, so that its
+    # precompile cache is on; the manifest's compile_route), then the tutorial's.
+    env = {**rel.compile_route_environment, **rel.server_environment}
     if instances.family(str(settings.get("prefixbench_instance_type", ""))) == "trn3":
         env.update(rel.trn3_environment)
     return env
