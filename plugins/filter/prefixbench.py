@@ -9,7 +9,15 @@ from typing import Any
 
 from prefixbench.bench import client_launch, experiment
 from prefixbench.config import plan
-from prefixbench.hosts import collect, doctor, efa, provision, release_match, releases
+from prefixbench.hosts import (
+    collect,
+    doctor,
+    efa,
+    host_read,
+    provision,
+    release_match,
+    releases,
+)
 from prefixbench.measure.layout import RunLayout
 from prefixbench.servers import compile_cache, sandbox, server, sweep, teardown
 
@@ -51,9 +59,13 @@ def prefixbench_api_key_ok(api_key: str) -> bool:
     return bool(server.API_KEY_PATTERN.match(str(api_key)))
 
 
-def prefixbench_release(name: str, kernel: str = "") -> dict[str, Any]:
+#: A release id, or a host's settings once its release is read (``releases.release_of``).
+NameOrSettings = str | Mapping[str, Any]
+
+
+def prefixbench_release(name: NameOrSettings, kernel: str = "") -> dict[str, Any]:
     """A release manifest as the neuron_sdk role uses it: pins, prerequisites, versions."""
-    rel = releases.load_release(name)
+    rel = releases.release_of(name)
     return {
         "release": rel.release,
         "apt_pins": rel.apt_pins(),
@@ -65,23 +77,26 @@ def prefixbench_release(name: str, kernel: str = "") -> dict[str, Any]:
     }
 
 
-def prefixbench_dlami_venvs(settings: Mapping[str, Any]) -> list[str]:
-    """The venvs to probe for the host's release: every known DLAMI's (with
-    ``vllm_env_adopt_venv: auto``), else the one the setting names (none when empty)."""
-    adopt = str(settings.get("vllm_env_adopt_venv", releases.AUTO))
-    return release_match.dlami_venvs() if adopt == releases.AUTO else [adopt] if adopt else []
+def prefixbench_venv_probe_args(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The prefixbench_neuron_venvs module's arguments: AWS's DLAMI venv globs (with
+    ``vllm_env_adopt_venv: auto``), else the venv the setting names (none when empty)."""
+    return host_read.probe_arguments(releases.load_all(),
+                                     str(settings.get("vllm_env_adopt_venv", releases.AUTO)))
 
 
 def prefixbench_host_release(settings: Mapping[str, Any], host: str,
                              packages: Mapping[str, Any],
-                             venv_probe: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The host's Neuron release read from its debs and DLAMI venvs:
-    ``{release, how, venv, refusal, note, settings}`` (``settings``: what to merge into
+                             venv_probe: Mapping[str, Any]) -> dict[str, Any]:
+    """The host's Neuron release read from its debs and the vLLM Neuron venvs found on it
+    (the prefixbench_neuron_venvs module's result): ``{release, how, venv, refusal, note,
+    read, unchecked, settings}`` (``settings``: what to merge into
     ``prefixbench_settings``; empty when refused)."""
+    facts = host_read.facts_from_probe(venv_probe)
     found = release_match.checked(host, release_match.resolve(
         host, str(settings["prefixbench_neuron_release"]),
-        provision.installed_versions(packages), release_match.venvs_from_probe(venv_probe),
-        allow_upgrade=bool(settings.get("neuron_sdk_allow_upgrade"))), settings)
+        provision.installed_versions(packages), facts.venvs,
+        allow_upgrade=bool(settings.get("neuron_sdk_allow_upgrade")), facts=facts),
+        settings)
     return {**found.as_dict(), "settings": release_match.settings_update(settings, found)}
 
 
@@ -92,9 +107,9 @@ def prefixbench_neuron_package_names(settings: Mapping[str, Any]) -> list[str]:
     return sorted({n for rel in releases.load_all() for n in rel.apt_packages})
 
 
-def prefixbench_adoptable(probe: Mapping[str, Any], name: str) -> bool:
+def prefixbench_adoptable(probe: Mapping[str, Any], name: NameOrSettings) -> bool:
     """Whether a probed virtualenv's vllm-neuron version is the release's."""
-    return provision.adoptable(releases.load_release(name), probe.get("rc"),
+    return provision.adoptable(releases.release_of(name), probe.get("rc"),
                                str(probe.get("stdout", "")))
 
 
@@ -138,22 +153,22 @@ def prefixbench_doctor_report(hostvars: Mapping[str, Any], hosts: Sequence[str]
     return report
 
 
-def prefixbench_os_refusal(name: str, distribution: str, version: str,
+def prefixbench_os_refusal(name: NameOrSettings, distribution: str, version: str,
                            major_version: str = "") -> str:
     """Empty when the release supports the OS, else the sentence that refuses it."""
-    return provision.os_refusal(releases.load_release(name), distribution, version,
+    return provision.os_refusal(releases.release_of(name), distribution, version,
                                 major_version) or ""
 
 
-def prefixbench_drift(name: str, packages: Mapping[str, Any], host: str) -> list[str]:
+def prefixbench_drift(name: NameOrSettings, packages: Mapping[str, Any], host: str) -> list[str]:
     """One line per pinned Neuron package installed at another version."""
     installed = provision.installed_versions(packages)
-    return [d.line(host) for d in provision.drift(releases.load_release(name), installed)]
+    return [d.line(host) for d in provision.drift(releases.release_of(name), installed)]
 
 
-def prefixbench_missing_packages(name: str, packages: Mapping[str, Any]) -> list[str]:
+def prefixbench_missing_packages(name: NameOrSettings, packages: Mapping[str, Any]) -> list[str]:
     """Pinned Neuron packages that are not installed."""
-    return provision.missing(releases.load_release(name), provision.installed_versions(packages))
+    return provision.missing(releases.release_of(name), provision.installed_versions(packages))
 
 
 def prefixbench_not_held(packages: Sequence[str], selections: str) -> list[str]:
@@ -181,10 +196,10 @@ def prefixbench_pip_plan(settings: Mapping[str, Any]) -> dict[str, Any]:
     return provision.pip_install_plan(releases.for_settings(settings), settings)
 
 
-def prefixbench_python_problem(name: str, host: str, facts: Mapping[str, Any], python: str,
-                               python_version: str) -> list[str]:
+def prefixbench_python_problem(name: NameOrSettings, host: str, facts: Mapping[str, Any],
+                               python: str, python_version: str) -> list[str]:
     """[] when the vLLM environment's interpreter can run the release's wheels, else one line."""
-    line = provision.python_problem(releases.load_release(name), host, facts, python,
+    line = provision.python_problem(releases.release_of(name), host, facts, python,
                                     python_version)
     return [line] if line else []
 
@@ -255,10 +270,10 @@ def prefixbench_fingerprint(host: str, settings: Mapping[str, Any],
     return collect.fingerprint(host, settings, raw)
 
 
-def prefixbench_host_problems(name: str, host: str, facts: Mapping[str, Any],
+def prefixbench_host_problems(name: NameOrSettings, host: str, facts: Mapping[str, Any],
                               packages: Mapping[str, Any], allow_upgrade: bool) -> list[str]:
     """What must stop provisioning on a host: unsupported OS, version drift."""
-    return provision.host_problems(releases.load_release(name), host, facts, packages,
+    return provision.host_problems(releases.release_of(name), host, facts, packages,
                                    bool(allow_upgrade))
 
 
@@ -358,7 +373,7 @@ class FilterModule:
             "prefixbench_tiktoken_downloads": prefixbench_tiktoken_downloads,
             "prefixbench_release": prefixbench_release,
             "prefixbench_adoptable": prefixbench_adoptable,
-            "prefixbench_dlami_venvs": prefixbench_dlami_venvs,
+            "prefixbench_venv_probe_args": prefixbench_venv_probe_args,
             "prefixbench_host_release": prefixbench_host_release,
             "prefixbench_neuron_package_names": prefixbench_neuron_package_names,
             "prefixbench_adoption_note": prefixbench_adoption_note,

@@ -21,10 +21,12 @@ def release_literals() -> set[str]:
         out |= set(rel.known_apt().values())
         out |= {v for v in rel.pip_packages.values() if v}
         out |= {v for k, v in rel.dlami.items() if k in ("venv", "plugin", "ssm_parameter")}
-    common = set.intersection(*(set(r.server_environment) for r in rels))
+    # Over the releases that state them (a manifest may leave them unknown).
+    common = set.intersection(*(set(r.server_environment) for r in rels
+                                if "server.environment" not in r.unknown_facts))
     out |= {n for r in rels for n in r.server_environment} - common
     # The unit's library directories some release's image sets and another's does not.
-    common = set.intersection(*(set(r.library_path) for r in rels))
+    common = set.intersection(*(set(r.library_path) for r in rels if r.library_path))
     out |= {d for r in rels for d in r.library_path} - common
     return out
 

@@ -89,7 +89,8 @@ def test_the_0_21_stacks_compiler_packages_are_in_the_key() -> None:
 def test_a_neuron_hosts_key_reads_its_releases_distributions_and_only_those() -> None:
     # The release manifest's compile_key.distributions: a release's key has exactly its
     # names, in its order, whatever else the venv holds; on cpu, the package's own list.
-    for rel in releases.load_all():
+    # (A manifest that leaves them unknown, 2.33.0 and 2.34.0, keys a host read from itself.)
+    for rel in releases.installable(releases.load_all()):
         host = {**FINGERPRINT, "platform": "neuron", "neuron_release": rel.release}
         material = compile_cache.key_material(host, VERSIONS, SETTINGS, "cached")
         assert tuple(material["distributions"]) == rel.compile_distributions, rel.release
@@ -151,8 +152,9 @@ def test_the_fingerprint_task_reads_every_distribution_the_key_needs() -> None:
                 if "prefixbench_fingerprint_read" in t)
     assert read["distributions"] == (
         "{{ prefixbench_settings | prefixbench_fingerprint_distributions }}")
-    # What that filter answers covers the key's names on every release, and on cpu.
-    for rel in releases.load_all():
+    # What that filter answers covers the key's names on every installable release, and on
+    # cpu (a host read from itself: servers.compile_cache reads its settings' release).
+    for rel in releases.installable(releases.load_all()):
         names = compile_cache.read_distributions(
             {"prefixbench_platform": "neuron", "prefixbench_neuron_release": rel.release})
         assert set(rel.compile_distributions) <= set(names), rel.release
@@ -361,3 +363,16 @@ def test_a_release_that_does_not_say_where_its_graphs_are_never_shares(
     # Never across releases: the same host on another known release keys differently.
     assert key({**host, "neuron_release": "2.32.0"}) != key(
         {**host, "neuron_release": "2.31.1"})
+
+
+def test_a_host_on_2_33_compiles_its_own_and_the_fingerprint_still_reads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 2.33.0's data say no compile_key.cache_dir (its native route's location is not
+    # published): the key says why, and the fingerprint task still gets its list.
+    neuron = {**SETTINGS, "prefixbench_platform": "neuron",
+              "prefixbench_neuron_release": "2.33.0"}
+    host = {**FINGERPRINT, "platform": "neuron", "neuron_release": "2.33.0"}
+    with pytest.raises(ValueError, match="Neuron 2.33.0 does not say where"):
+        compile_cache.key_material(host, VERSIONS, neuron, "cached")
+    assert compile_cache.read_distributions(neuron)[:2] == ["vllm", "vllm-neuron"]
+    assert compile_cache.cache_dir(neuron) == "/var/cache/vllm-prefixbench"

@@ -63,8 +63,13 @@ def test_each_release_carries_its_own_library_path_and_segment_sizes() -> None:
         "/opt/aws/neuron/lib", "/opt/amazon/efa/lib", "/opt/amazon/efa/lib64")
     # The plugin's docs at each tag: {512, 1024, 2048, 4096} (8192 at 2.32.0 only in the
     # configuration reference, not confirmed by its tutorial or design doc).
-    for rel in by_id.values():
+    for rel in releases.installable(list(by_id.values())):
         assert rel.segment_sizes == (512, 1024, 2048, 4096), rel.release
+    # 2.33.0 and 2.34.0: no page readable here states them; unknown, not guessed.
+    for name in ("2.33.0", "2.34.0"):
+        assert by_id[name].segment_sizes == () and by_id[name].library_path == ()
+        assert {"prefix_caching.segment_sizes", "server.library_path"} <= set(
+            by_id[name].unknown_facts)
     assert releases.segment_sizes() == (512, 1024, 2048, 4096)
 
 
@@ -114,7 +119,8 @@ def test_preflight_refuses_a_size_no_release_supports() -> None:
     problems = _segment_problems(prefixbench_neuron_release="auto")
     assert problems == [
         "h1: kv_segment_size_buckets [8192] not supported on any Neuron release this "
-        "bundle knows (2.31.0, 2.31.0-vllm-beta, 2.31.1, 2.32.0): use one of [512], [1024], "
+        "bundle knows the sizes of (2.31.0, 2.31.0-vllm-beta, 2.31.1, 2.32.0): use one of "
+        "[512], [1024], "
         "[2048], [4096] (prefix_caching.segment_sizes in prefixbench/data/neuron_releases/)"]
 
 
@@ -139,14 +145,14 @@ def test_the_host_release_filter_applies_the_segment_check() -> None:
     found = _filters()["prefixbench_host_release"](
         {"prefixbench_neuron_release": "2.32.0",
          "vllm_service_neuron_config": {"kv_segment_size_buckets": [768]}},
-        "trn2-a", {}, [])
+        "trn2-a", {}, {})
     assert found["refusal"].startswith("trn2-a: kv_segment_size_buckets [768] not "
                                        "supported on Neuron 2.32.0: use one of [512]")
     assert found["settings"] == {}
     fine = _filters()["prefixbench_host_release"](
         {"prefixbench_neuron_release": "2.32.0",
          "vllm_service_neuron_config": {"kv_segment_size_buckets": [1024]}},
-        "trn2-a", {}, [])
+        "trn2-a", {}, {})
     assert fine["refusal"] == "" and fine["settings"]["prefixbench_neuron_release"] == "2.32.0"
 
 

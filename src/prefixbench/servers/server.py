@@ -51,9 +51,10 @@ def neuron_environment(settings: Mapping[str, Any]) -> dict[str, str]:
 
 #: How long vLLM's API server waits for its engine cores at start-up (vllm 0.21
 #: ``vllm/envs.py``: ``VLLM_ENGINE_READY_TIMEOUT_S``, default 600 s; enforced in
-#: ``vllm/v1/engine/core_client.py``). Neuron's disaggregated-inference recipe for gpt-oss
-#: sets 5400 for a cold compile (aws-neuron/aws-neuron-sdk@34aaa57c
-#: vllm-neuron/docs/model-recipes/gpt-oss.md). Set from vllm_service_engine_ready_timeout.
+#: ``vllm/v1/engine/core_client.py``). Neuron's gpt-oss tutorial sets 5400 for the 120B
+#: servers' cold compile (aws-neuron/aws-neuron-sdk at v2.31.1 and v2.32.0,
+#: vllm-neuron/docs/tutorials/tutorial-gpt-oss.md: "export VLLM_ENGINE_READY_TIMEOUT_S=5400").
+#: Set from vllm_service_engine_ready_timeout.
 ENGINE_READY_TIMEOUT_VAR: Final = "VLLM_ENGINE_READY_TIMEOUT_S"
 #: Where openai-harmony reads the tiktoken vocabulary from instead of downloading it
 #: (openai/harmony@v0.0.8 src/tiktoken_ext/public_encodings.rs; vllm-project/recipes
