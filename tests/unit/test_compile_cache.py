@@ -372,7 +372,7 @@ def test_a_host_on_2_33_compiles_its_own_and_the_fingerprint_still_reads(
     neuron = {**SETTINGS, "prefixbench_platform": "neuron",
               "prefixbench_neuron_release": "2.33.0"}
     host = {**FINGERPRINT, "platform": "neuron", "neuron_release": "2.33.0"}
-    with pytest.raises(ValueError, match="Neuron 2.33.0 does not say where"):
+    with pytest.raises(ValueError, match=r"Neuron 2\.33\.0 does not say where"):
         compile_cache.key_material(host, VERSIONS, neuron, "cached")
     assert compile_cache.read_distributions(neuron)[:2] == ["vllm", "vllm-neuron"]
     assert compile_cache.cache_dir(neuron) == "/var/cache/vllm-prefixbench"
