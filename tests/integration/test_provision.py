@@ -139,9 +139,11 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert f"{trn2.name}: no Neuron package installed; installing Neuron 2.32.0" in proc.stdout
     assert f"{dlami_host.name}: on Neuron 2.31.0-vllm-beta" in proc.stdout
+    # (The note is long: the yaml result format folds it, so read it with its lines joined.)
+    flat = " ".join(proc.stdout.split())
     assert (f"{newer_host.name}: Neuron read from the host, newer than any release this "
-            "bundle knows: ") in proc.stdout, proc.stdout[-6000:]
-    assert f"vllm-neuron {newer_release.PLUGIN}" in proc.stdout, proc.stdout[-6000:]
+            "bundle knows: ") in flat, proc.stdout[-6000:]
+    assert f"vllm-neuron {newer_release.PLUGIN}" in flat, proc.stdout[-6000:]
     bare = [h for h in fleet.hosts if h not in (dlami_host, newer_host)]
     for host in bare:
         assert f"{host.name}: no Neuron package installed; installing Neuron 2.32.0" \

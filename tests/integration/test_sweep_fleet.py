@@ -233,5 +233,5 @@ def test_capacity_sweep_measures_the_predicted_curve(
     assert "could not check" in fp["sources"]["neuron_release"], fp
     assert f"{newer_release.VENV}/bin/vllm serve " in unit, unit
     assert ("Neuron read from the host, newer than any release this bundle knows"
-            in out), out[-6000:]
+            in " ".join(out.split())), out[-6000:]
     assert "--scheduler-cls prefixbench_neuron_scheduler.NeuronScheduler" in unit, unit
