@@ -9,7 +9,15 @@ from typing import Any
 
 from prefixbench.bench import client_launch, experiment
 from prefixbench.config import plan
-from prefixbench.hosts import collect, doctor, host_read, provision, release_match, releases
+from prefixbench.hosts import (
+    collect,
+    doctor,
+    efa,
+    host_read,
+    provision,
+    release_match,
+    releases,
+)
 from prefixbench.measure.layout import RunLayout
 from prefixbench.servers import compile_cache, sandbox, server, sweep, teardown
 
@@ -323,6 +331,14 @@ def prefixbench_compile_store(settings: Mapping[str, Any], default_dir: str,
     return compile_cache.store_of(settings, default_dir, host_python)
 
 
+def prefixbench_host_efa(settings: Mapping[str, Any], result: Mapping[str, Any]
+                         ) -> dict[str, Any]:
+    """The host's EFA as read (module prefixbench_host_efa): ``{settings, note}``, the
+    settings to merge into ``prefixbench_settings`` (prefixbench.hosts.efa)."""
+    update = efa.settings_update(settings, result or {})
+    return {"settings": update, "note": efa.note({**settings, **update}, result or None)}
+
+
 class FilterModule:
     """Expose the filters."""
 
@@ -330,6 +346,7 @@ class FilterModule:
         return {
             "prefixbench_plan": prefixbench_plan,
             "prefixbench_unit_spec": prefixbench_unit_spec,
+            "prefixbench_host_efa": prefixbench_host_efa,
             "prefixbench_fingerprint_distributions": prefixbench_fingerprint_distributions,
             "prefixbench_env_file": prefixbench_env_file,
             "prefixbench_sandbox_proof_problem": prefixbench_sandbox_proof_problem,

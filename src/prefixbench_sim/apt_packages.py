@@ -11,7 +11,7 @@ anywhere also gets one simulation-only older version), plus ``linux-headers-<ker
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -120,8 +120,11 @@ def debian_version(name: str, upstream: str) -> str:
     return upstream
 
 
-def repo_versions(rels: Iterable[releases.Release]) -> dict[str, dict[str, bool]]:
-    """``{package: {upstream version: simulation-only?}}`` for every manifest package."""
+def repo_versions(rels: Iterable[releases.Release], extra: Mapping[str, str] | None = None
+                  ) -> dict[str, dict[str, bool]]:
+    """``{package: {upstream version: simulation-only?}}`` for every manifest package, and
+    ``extra`` (simulation-only: the release no manifest knows,
+    :data:`prefixbench_sim.newer_release.APT`)."""
     known: dict[str, set[str]] = {}
     for rel in rels:
         for name, version in rel.known_apt().items():
@@ -131,6 +134,8 @@ def repo_versions(rels: Iterable[releases.Release]) -> dict[str, dict[str, bool]
         out[name] = dict.fromkeys(sorted(versions), False)
         if len(versions) == 1:
             out[name][simulated_older(next(iter(versions)))] = True
+    for name, version in sorted((extra or {}).items()):
+        out.setdefault(name, {})[version] = True
     return out
 
 
@@ -218,10 +223,11 @@ def tools_script(version: str) -> bytes:
     return new.encode()
 
 
-def all_specs(rels: Sequence[releases.Release], catalog_json: str, kernel: str) -> list[DebSpec]:
+def all_specs(rels: Sequence[releases.Release], catalog_json: str, kernel: str,
+              extra: Mapping[str, str] | None = None) -> list[DebSpec]:
     specs = [
         neuron_spec(name, upstream, sim_only, catalog_json)
-        for name, versions in repo_versions(rels).items()
+        for name, versions in repo_versions(rels, extra).items()
         for upstream, sim_only in versions.items()
     ]
     specs.append(headers_spec(kernel))

@@ -13,10 +13,12 @@ A host uses it exactly as it would use ``https://apt.repos.neuron.amazonaws.com`
     deb [signed-by=/etc/apt/keyrings/neuron.asc] http://10.213.0.1:8080/neuron-apt bookworm main
 
 The packages carry the real names and the versions of every Neuron release manifest in
-``data/neuron_releases/`` (``null`` versions skipped). A package named with a single
-version anywhere also gets one simulation-only older version, so a test can put a host
-at a version other than the release's. Like the real runtime-lib and collectives debs,
-those two carry a Debian suffix (``2.33.10.0-<hash>``), so roles must pin ``=<version>*``.
+``data/neuron_releases/`` (``null`` versions skipped), and those of the simulated
+release no manifest knows (:mod:`prefixbench_sim.newer_release`, simulation-only). A
+package named with a single version anywhere also gets one simulation-only older
+version, so a test can put a host at a version other than the release's. Like the real
+runtime-lib and collectives debs, those two carry a Debian suffix
+(``2.33.10.0-<hash>``), so roles must pin ``=<version>*``.
 There is also a ``linux-headers-<kernel>`` package for the kernel this machine runs
 (the containers share it), so a role's ``linux-headers-{{ ansible_facts.kernel }}``
 step runs unchanged.
@@ -53,6 +55,7 @@ from pathlib import Path
 from typing import Final
 
 from prefixbench.hosts import instances, releases
+from prefixbench_sim import newer_release
 from prefixbench_sim._build import (
     BuildError,
     atomic_write,
@@ -252,6 +255,13 @@ class AptRepo:
     packages: tuple[str, ...]
 
 
+def served_specs(rels: Sequence[releases.Release], catalog_json: str, kernel: str
+                 ) -> list[DebSpec]:
+    """Every deb the repository serves: each manifest's packages and the simulated
+    release's no manifest knows."""
+    return all_specs(rels, catalog_json, kernel, newer_release.APT)
+
+
 def build_apt_repo(
     www: Path,
     *,
@@ -267,7 +277,7 @@ def build_apt_repo(
         raise BuildError(f"no release manifests in {releases_dir}")
     cat_json = instances.catalog_json(instances.load_catalog(catalog_file))
     key = ensure_key(key_home or cache_dir() / "apt-key")
-    specs = all_specs(rels, cat_json, kern)
+    specs = served_specs(rels, cat_json, kern)
     names = tuple(f"{s.name}={s.version}" for s in specs)
     repo = www / REPO_DIRNAME
     stamp = repo / ".inputs.sha256"

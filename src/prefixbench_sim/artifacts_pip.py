@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixbench.hosts import releases
+from prefixbench_sim import newer_release
 from prefixbench_sim._build import (
     BuildError,
     atomic_write,
@@ -118,8 +119,10 @@ def standin_version(release: releases.Release) -> str | None:
 
 
 def standin_versions() -> list[str]:
-    """The vllm-neuron versions of every release manifest that names one."""
-    return sorted({v for r in releases.load_all() if (v := standin_version(r)) is not None})
+    """The vllm-neuron versions of every release manifest that names one, and the
+    simulated release's that no manifest knows (:mod:`prefixbench_sim.newer_release`)."""
+    return sorted({v for r in releases.load_all() if (v := standin_version(r)) is not None}
+                  | {newer_release.PLUGIN})
 
 #: The hosts run Debian 12's Python 3.11.
 HOST_PYTHON_MINOR: Final = (3, 11)

@@ -27,12 +27,14 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="bring the fleet to N hosts (idempotent)")
     up.add_argument("count", type=int, nargs="?", default=3, help="number of hosts (default 3)")
     dress = sub.add_parser("dress", help="give a running bare host a flavour (dlami: set up "
-                           "the way the Neuron DLAMI and AWS's guide leave a host)")
+                           "the way the Neuron DLAMI and AWS's guide leave a host; newer: "
+                           "the DLAMI of a release no manifest knows)")
     dress.add_argument("host", help="e.g. trn2-sim-2")
-    dress.add_argument("flavour", choices=("dlami",))
+    dress.add_argument("flavour", choices=("dlami", "newer"))
     dress.add_argument("--release", default="2.31.0-vllm-beta",
                        help="the release whose DLAMI to dress as (2.31.0-vllm-beta: the "
-                            "vLLM 0.21 DLAMI of 2026-07-20; 2.32.0: today's)")
+                            "vLLM 0.21 DLAMI of 2026-07-20; 2.32.0: the vLLM 0.24 DLAMI); "
+                            "ignored for newer")
     sub.add_parser("down", help="power off and remove every host, namespace and mount")
     sub.add_parser("status", help="show each host and its vllm-* units")
     return p

@@ -53,14 +53,15 @@ from pathlib import Path
 from typing import Final
 
 from prefixbench.hosts import releases
-from prefixbench_sim import layout
+from prefixbench_sim import layout, newer_release
 from prefixbench_sim.artifacts_apt import AWS_SUITE
 from prefixbench_sim.artifacts_pip import LOCK_NAME, standin_version
 from prefixbench_sim.fleet import Fleet
 from prefixbench_sim.layout import SimHost
+from prefixbench_sim.newer_release import Dressing
 from prefixbench_sim.system import SimFleetError
 
-FLAVOURS: Final = ("bare", "dlami")
+FLAVOURS: Final = ("bare", "dlami", "newer")
 
 #: Marker the dressing leaves, so that dressing an already dressed host is a no-op.
 MARKER: Final = "/var/lib/prefixbench-sim/flavour"
@@ -83,16 +84,28 @@ def _interpreter_id(rootfs: Path) -> str:
     return f"{target} {rootfs.stat().st_mtime_ns}"
 
 
-def dlami_script(release: releases.Release, suite: str = AWS_SUITE,
+def dressing_of(flavour: str, release: str) -> Dressing:
+    """What ``flavour`` puts on a host: a known release's DLAMI (``dlami``), or the
+    DLAMI of a release no manifest knows (``newer``: :mod:`prefixbench_sim.newer_release`)."""
+    if flavour == "newer":
+        return newer_release.NEWER
+    rel = releases.load_release(release)
+    return newer_release.of_release(rel, standin_version(rel))
+
+
+def dlami_script(dressing: Dressing | releases.Release, suite: str = AWS_SUITE,
                  artifact_url: str = layout.ARTIFACT_URL, *, venv_ready: bool = False) -> str:
     """The shell script (run as root inside the host) that makes a bare host a DLAMI one;
     with ``venv_ready`` the venv is already in place (unpacked from the cache)."""
+    if isinstance(dressing, releases.Release):
+        dressing.require_complete()
+        dressing = newer_release.of_release(dressing, standin_version(dressing))
     repo = f"{artifact_url}neuron-apt"
-    pins = " ".join(shlex.quote(p) for p in release.apt_pins())
-    plugin = standin_version(release)
-    dlami_venv = release.dlami.get("venv")
+    pins = " ".join(shlex.quote(p) for p in dressing.apt_pins())
+    plugin = dressing.plugin
+    dlami_venv = dressing.venv
     if not plugin or not dlami_venv:
-        raise ValueError(f"Neuron SDK {release.release} names no vllm-neuron version or "
+        raise ValueError(f"Neuron SDK {dressing.label} names no vllm-neuron version or "
                          "DLAMI venv")
     index = f"{artifact_url}pip/simple"
     trusted = artifact_url.split("//", 1)[1].split(":", 1)[0]
@@ -121,7 +134,7 @@ apt-get install -y -q "linux-headers-$(uname -r)" {pins}
 {build}# AWS's hardening of the device rule (GROUP="neuron", MODE="0660") starts with the group.
 getent group neuron >/dev/null || groupadd -r neuron
 mkdir -p "$(dirname {MARKER})"
-echo "dlami {release.release}" > {MARKER}
+echo "dlami {dressing.label}" > {MARKER}
 cat {MARKER}
 """
 
@@ -132,12 +145,12 @@ def dress(fleet: Fleet, host: SimHost, flavour: str, release: str = "2.31.0-vllm
         raise SimFleetError(f"unknown host flavour {flavour!r} (known: {', '.join(FLAVOURS)})")
     if flavour == "bare":
         return "bare"
-    rel = releases.load_release(release)
+    dressing = dressing_of(flavour, release)
     paths = fleet.paths
     merged = paths.merged(host.name)
-    venv = str(rel.dlami.get("venv", "")).lstrip("/")
+    venv = dressing.venv.lstrip("/")
     tarball = paths.cache / "dlami-venv-{}-{}.tar".format(Path(venv).name, venv_cache_key(
-        (paths.www / "pip" / LOCK_NAME).read_bytes(), standin_version(rel) or "", venv,
+        (paths.www / "pip" / LOCK_NAME).read_bytes(), dressing.plugin, venv,
         _interpreter_id(paths.rootfs)))
     dressed = (merged / MARKER.lstrip("/")).exists()
     unpacked = not dressed and bool(venv) and tarball.is_file()
@@ -145,7 +158,7 @@ def dress(fleet: Fleet, host: SimHost, flavour: str, release: str = "2.31.0-vllm
         subprocess.run(["rm", "-rf", str(merged / venv)], check=True)
         subprocess.run(["tar", "-xf", str(tarball), "-C", str(merged)], check=True,
                        timeout=600)
-    script = dlami_script(rel, venv_ready=unpacked)
+    script = dlami_script(dressing, venv_ready=unpacked)
     proc = fleet.exec(host, ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
                              "HOME=/root", "sh", "-c", script], timeout=1200)
     if proc.returncode != 0:

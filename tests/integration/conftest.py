@@ -57,10 +57,13 @@ def sim_fleet() -> Iterator[SimFleetHandle]:
 
 #: The hosts that the fixtures below set up the way a Neuron DLAMI and AWS's guide leave
 #: one (prefixbench_sim.flavours): last quarter's image (the vLLM 0.21 DLAMI of
-#: 2026-07-20) and today's (2.32, vLLM 0.24); the other two stay bare. Every later test
-#: (provision, units, the side-by-side runs, faults) therefore runs on every flavour.
+#: 2026-07-20), and the DLAMI of a release no manifest knows (flavour ``newer``:
+#: prefixbench_sim.newer_release, the day AWS ships a release the bundle has no data for);
+#: the other two stay bare. Every later test (provision, units, the side-by-side runs,
+#: faults) therefore runs on every flavour. The 2.32 DLAMI's dressing is covered offline
+#: (tests/unit/test_flavours.py).
 DLAMI_HOST: Final = "trn2-sim-2"
-TODAY_DLAMI_HOST: Final = "trn2-sim-3"
+NEWER_HOST: Final = "trn2-sim-3"
 
 
 @pytest.fixture(scope="session")
@@ -72,11 +75,12 @@ def dlami_hosts(sim_fleet: SimFleetHandle, sim_artifacts: Path) -> dict[str, Sim
 
     from prefixbench_sim import flavours  # noqa: PLC0415 - integration only
 
-    releases = {DLAMI_HOST: "2.31.0-vllm-beta", TODAY_DLAMI_HOST: "2.32.0"}
-    hosts = {name: sim_fleet.host(name) for name in releases}
-    with ThreadPoolExecutor(max_workers=len(releases)) as pool:
-        dressing = [pool.submit(flavours.dress, sim_fleet.fleet, hosts[name], "dlami", release)
-                    for name, release in releases.items()]
+    dressings = {DLAMI_HOST: ("dlami", "2.31.0-vllm-beta"), NEWER_HOST: ("newer", "")}
+    hosts = {name: sim_fleet.host(name) for name in dressings}
+    with ThreadPoolExecutor(max_workers=len(dressings)) as pool:
+        dressing = [pool.submit(flavours.dress, sim_fleet.fleet, hosts[name], flavour,
+                                release or "2.31.0-vllm-beta")
+                    for name, (flavour, release) in dressings.items()]
         for done in dressing:
             done.result()
     return hosts
@@ -90,20 +94,22 @@ def dlami_host(dlami_hosts: dict[str, SimHost]) -> SimHost:
 
 
 @pytest.fixture(scope="session")
-def today_dlami_host(dlami_hosts: dict[str, SimHost]) -> SimHost:
-    """``trn2-sim-3`` dressed as a host from today's DLAMI (Neuron 2.32.0, vLLM 0.24; its
-    venv at the 0.24 DLAMI's path). The KV-capacity sweep runs on it (side_by_side)."""
-    return dlami_hosts[TODAY_DLAMI_HOST]
+def newer_host(dlami_hosts: dict[str, SimHost]) -> SimHost:
+    """``trn2-sim-3`` dressed as a host from the DLAMI of a release no manifest knows
+    (packages above every manifest's, its venv at a path none names, a plugin version none
+    lists). The KV-capacity sweep runs on it (side_by_side): the whole benchmark playbook
+    on a release read from the host."""
+    return dlami_hosts[NEWER_HOST]
 
 
 @pytest.fixture(scope="session")
 def side_by_side(request: pytest.FixtureRequest, sim_fleet: SimFleetHandle, *,
                  sim_artifacts: Path, repo_root: Path, ansible_env: dict[str, str],
                  tmp_path_factory: pytest.TempPathFactory, dlami_host: SimHost,
-                 today_dlami_host: SimHost) -> Iterator[SideBySide]:
+                 newer_host: SimHost) -> Iterator[SideBySide]:
     """The single-host scenarios of this session (helpers/side_by_side.py), each on its
     own host, all started at once by the first test that asks (deselected ones are not)."""
-    del sim_artifacts, dlami_host, today_dlami_host  # built and dressed before they start
+    del sim_artifacts, dlami_host, newer_host  # built and dressed before they start
     selected = {item.name.split("[", 1)[0] for item in request.session.items}
     wanted = [name for name, s in SCENARIOS.items() if s.test in selected]
     yield from started(sim_fleet, repo_root, ansible_env,

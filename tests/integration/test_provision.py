@@ -3,10 +3,12 @@ a second run with nothing changed, and check mode that tells the truth.
 
 The fleet has every host flavour: two bare Debian hosts, ``trn2-sim-2`` set up the way
 the vLLM 0.21 DLAMI of 2026-07-20 leaves a host (2.31.0's packages, its vLLM venv at the
-DLAMI path, the Neuron apt source as AWS's image writes it) and ``trn2-sim-3`` as today's
-2.32 DLAMI (vLLM 0.24). Each host's release is read from it (prefixbench_neuron_release:
-auto): the DLAMI hosts keep theirs, their venvs adopted with nothing installed into them
-and apt still working; the bare host gets the newest release; a host mixing releases is
+DLAMI path, the Neuron apt source as AWS's image writes it) and ``trn2-sim-3`` as the
+DLAMI of a release no manifest knows (flavour newer: packages above every manifest's, its
+venv at a path none names). Each host's release is read from it
+(prefixbench_neuron_release: auto): the DLAMI hosts keep theirs, the newer one read from
+the host and used as it is, their venvs adopted with nothing installed into them and apt
+still working; the bare host gets the newest release; a host mixing releases is
 refused, and a release below a host's is refused even with upgrades allowed."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from prefixbench_sim import newer_release
 from prefixbench_sim.layout import SimHost
 from prefixbench_sim.testing import SimFleetHandle, recap
 from prefixbench_sim.testing import run_playbook as playbook
@@ -30,7 +33,7 @@ STATE = ("{ ls -l --time-style=+%s /etc/apt/sources.list.d /etc/apt/keyrings /op
          "find /opt -maxdepth 6 -name '*.dist-info' 2>/dev/null | sort; } | sha256sum")
 
 DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_21_0_1_0_0"
-TODAY_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_24_0_1_1_0"
+NEWER_VENV = newer_release.VENV
 
 
 def full_recap(proc: subprocess.CompletedProcess[str],
@@ -63,15 +66,15 @@ def write_conflicting_lock(www: Path) -> str:
 
 
 def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: SimHost, *,
-                   today_dlami_host: SimHost, repo_root: Path,
+                   newer_host: SimHost, repo_root: Path,
                    ansible_env: dict[str, str]) -> None:
     fleet = sim_fleet
     trn2 = fleet.hosts[0]
-    assert trn2 not in (dlami_host, today_dlami_host)
+    assert trn2 not in (dlami_host, newer_host)
     dlami_freeze = fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"])
     assert "vllm-neuron==0.21.0.1.0.0" in dlami_freeze
-    today_freeze = fleet.ssh(today_dlami_host, [f"{TODAY_VENV}/bin/pip", "freeze"])
-    assert "vllm-neuron==0.24.0.1.1.0+e8242a9" in today_freeze.split(), today_freeze
+    newer_freeze = fleet.ssh(newer_host, [f"{NEWER_VENV}/bin/pip", "freeze"])
+    assert f"vllm-neuron=={newer_release.PLUGIN}" in newer_freeze.split(), newer_freeze
     before = host_states(fleet)
 
     # 1. An unknown SDK release is refused in preflight.
@@ -104,13 +107,14 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     lines = [ln for ln in proc.stdout.splitlines() if "The user requested torch==2.9.0" in ln]
     assert lines and "The user requested torch==2.13.0+cpu" in lines[0], proc.stdout[-5000:]
     assert f"{trn2.name}: pip cannot resolve the set" in proc.stdout
-    for adopted in (dlami_host, today_dlami_host):  # adopted: nothing to resolve
+    for adopted in (dlami_host, newer_host):  # adopted: nothing to resolve
         assert adopted.name + ": pip cannot" not in proc.stdout
     assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values()), proc.stdout[-5000:]
     assert host_states(fleet) == before
 
     # 3. A host whose Neuron packages come from two releases (2.31.1's tools, 2.32.0's
-    # runtime) is refused in one line naming the nearest release, whatever the settings.
+    # runtime) is refused in one line naming each package's release, whatever the
+    # settings.
     debs = sim_artifacts / "neuron-apt"
     for pattern in ("aws-neuronx-tools_2.31.15.0*.deb", "aws-neuronx-runtime-lib_2.34.10.0*.deb"):
         deb = next(debs.rglob(pattern))
@@ -121,11 +125,10 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     proc, _ = playbook(repo_root, ansible_env, "playbooks/provision.yml",
                        "-e", "neuron_sdk_allow_upgrade=true")
     assert proc.returncode != 0
-    assert f"{trn2.name}: its Neuron packages match no release this bundle knows" \
-        in proc.stdout, proc.stdout[-5000:]
-    # One difference from 2.31.1 and from 2.32.0 each: the newer is named.
-    assert ("nearest is 2.32.0, which differs in aws-neuronx-tools 2.31.15.0 (wants "
-            "2.32.28.0)") in proc.stdout, proc.stdout[-5000:]
+    assert f"{trn2.name}: its Neuron packages mix releases (" in proc.stdout, \
+        proc.stdout[-5000:]
+    assert "aws-neuronx-tools 2.31.15.0 (2.31.1)" in proc.stdout, proc.stdout[-5000:]
+    assert "bring every Neuron package to one release" in proc.stdout
     assert all(r["changed"] == 0 for r in full_recap(proc, fleet).values())
     assert own_source_present(fleet) == []
     assert host_states(fleet) == mixed
@@ -136,17 +139,22 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert f"{trn2.name}: no Neuron package installed; installing Neuron 2.32.0" in proc.stdout
     assert f"{dlami_host.name}: on Neuron 2.31.0-vllm-beta" in proc.stdout
-    assert f"{today_dlami_host.name}: on Neuron 2.32.0" in proc.stdout, proc.stdout[-6000:]
-    bare = [h for h in fleet.hosts if h not in (dlami_host, today_dlami_host)]
+    # (The note is long: the yaml result format folds it, so read it with its lines joined.)
+    flat = " ".join(proc.stdout.split())
+    assert (f"{newer_host.name}: Neuron read from the host, newer than any release this "
+            "bundle knows: ") in flat, proc.stdout[-6000:]
+    assert f"vllm-neuron {newer_release.PLUGIN}" in flat, proc.stdout[-6000:]
+    bare = [h for h in fleet.hosts if h not in (dlami_host, newer_host)]
     for host in bare:
         assert f"{host.name}: no Neuron package installed; installing Neuron 2.32.0" \
             in proc.stdout
-    for host, tools in [*((h, "2.32.28.0") for h in [*bare, today_dlami_host]),
+    for host, tools in [*((h, "2.32.28.0") for h in bare),
+                        (newer_host, newer_release.APT["aws-neuronx-tools"]),
                         (dlami_host, "2.31.13.0")]:
         assert fleet.sh(host, "dpkg-query -W -f='${Version}' aws-neuronx-tools"
                         ).startswith(tools), host.name
     assert f"{dlami_host.name}: adopting {DLAMI_VENV}" in proc.stdout
-    assert f"{today_dlami_host.name}: adopting {TODAY_VENV}" in proc.stdout
+    assert f"{newer_host.name}: adopting {NEWER_VENV}" in proc.stdout
 
     # 4b. A release below a host's is refused, even with upgrades allowed: nothing moves.
     converged = host_states(fleet)
@@ -163,14 +171,14 @@ def test_provision(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: S
     # The DLAMI-flavoured hosts: their venvs adopted and left exactly as they were, no
     # second venv, their own apt sources kept (none added beside them), and apt still works.
     assert fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"]) == dlami_freeze
-    assert fleet.ssh(today_dlami_host, [f"{TODAY_VENV}/bin/pip", "freeze"]) == today_freeze
+    assert fleet.ssh(newer_host, [f"{NEWER_VENV}/bin/pip", "freeze"]) == newer_freeze
     # Dressed from AWS's 2026-07-20 artifacts: the plugin's build label, tools 2.31.13 and
     # the apt line as AWS's vLLM 0.21 image writes it (suite jammy, dearmored keyring).
     assert "vllm-neuron==0.21.0.1.0.0+794754d" in dlami_freeze.split()
     assert fleet.sh(dlami_host, "cat /etc/apt/sources.list.d/neuron.list").startswith(
         "deb [signed-by=/etc/apt/keyrings/neuron.gpg] ") and " jammy main" in fleet.sh(
         dlami_host, "cat /etc/apt/sources.list.d/neuron.list")
-    for adopted in (dlami_host, today_dlami_host):
+    for adopted in (dlami_host, newer_host):
         assert fleet.sh(adopted, "test -e /opt/vllm-prefixbench && echo yes || echo no"
                         ).strip() == "no", adopted.name
         update = fleet.sh(adopted, "apt-get update 2>&1")

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from helpers.side_by_side import SideBySide
 
+from prefixbench.hosts import releases
+from prefixbench_sim import newer_release
 from prefixbench_sim.testing import SimFleetHandle
 
 pytestmark = pytest.mark.integration
@@ -123,9 +125,9 @@ def test_sweep_over_two_segment_sizes(sim_fleet: SimFleetHandle, side_by_side: S
 
 
 CAPACITY_RUN_ID = "integration-capacity"
-#: The host the KV-capacity sweep runs on (helpers/side_by_side.py): today's DLAMI.
-TODAY_DLAMI_HOST = "trn2-sim-3"
-TODAY_VENV = "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_24_0_1_1_0"
+#: The host the KV-capacity sweep runs on (helpers/side_by_side.py): the DLAMI of a
+#: release no manifest knows (flavour newer).
+NEWER_HOST = "trn2-sim-3"
 #: vars/capacity.yml's KV sizes (blocks of 32, the simulated fleet's Neuron block size;
 #: the null block among them): 48 usable blocks hold one request at max_model_len 1536
 #: (the least vLLM starts with), 88 part of the working set, 144 all of it.
@@ -218,11 +220,18 @@ def test_capacity_sweep_measures_the_predicted_curve(
     # Afterwards the host runs the inventory's units again, without the override.
     unit = sim_fleet.sh(host, "cat /etc/systemd/system/vllm-cached.service")
     assert "--num-gpu-blocks-override" not in unit
-    # The whole run was on today's DLAMI (2.32.0, vLLM 0.24): its release read from the
-    # host, its venv adopted and serving, scheduled as Neuron does.
-    assert host.name == TODAY_DLAMI_HOST
+    # The whole run was on the DLAMI of a release no manifest knows: its release read from
+    # the host (the versions it runs, what could not be checked), its venv found at a path
+    # no manifest names and adopted, serving, scheduled as Neuron does.
+    assert host.name == NEWER_HOST
     fp = json.loads((run_dir / "sweep" / f"kv{SMALL}" / host.name / "fingerprint.json")
                     .read_text())
-    assert fp["neuron_release"] == "2.32.0", fp
-    assert f"{TODAY_VENV}/bin/vllm serve " in unit, unit
+    assert fp["neuron_release"] == releases.HOST_READ, fp
+    assert fp["neuron_packages"]["aws-neuronx-tools"].startswith(
+        newer_release.APT["aws-neuronx-tools"]), fp
+    assert fp["vllm_neuron_version"] == newer_release.PLUGIN, fp
+    assert "could not check" in fp["sources"]["neuron_release"], fp
+    assert f"{newer_release.VENV}/bin/vllm serve " in unit, unit
+    assert ("Neuron read from the host, newer than any release this bundle knows"
+            in " ".join(out.split())), out[-6000:]
     assert "--scheduler-cls prefixbench_neuron_scheduler.NeuronScheduler" in unit, unit

@@ -53,7 +53,7 @@ def test_the_key_follows_what_changes_the_graphs_and_nothing_else() -> None:
     assert key({**FINGERPRINT, "host": "sim-2", "collected_at": "later"}) == base
     assert key({**FINGERPRINT, "family": "trn3"}) == base
     # On Neuron the NeuronCore generation is: Trn2 and Trn3 never share graphs.
-    neuron = {**SETTINGS, "prefixbench_platform": "neuron"}
+    neuron = {**SETTINGS, "prefixbench_platform": "neuron", "prefixbench_neuron_release": "2.32.0"}
     assert key({**FINGERPRINT, "platform": "neuron"}, settings=neuron) != key(
         {**FINGERPRINT, "platform": "neuron", "family": "trn3"}, settings=neuron)
     changed = [
@@ -63,8 +63,7 @@ def test_the_key_follows_what_changes_the_graphs_and_nothing_else() -> None:
         key({**FINGERPRINT, "units": {"vllm-cached.service": "d" * 64}}),
         key({**FINGERPRINT, "model": {"revision": "sha256:" + "e" * 64}}),
         key({**FINGERPRINT, "platform": "neuron"}),
-        key({**FINGERPRINT, "platform": "neuron", "family": "trn3"},
-            settings={**SETTINGS, "prefixbench_platform": "neuron"}),
+        key({**FINGERPRINT, "platform": "neuron", "family": "trn3"}, settings=neuron),
         key({**FINGERPRINT, "neuron_packages": {"aws-neuronx-runtime-lib": "2.30.0"}}),
         key(settings={**SETTINGS, "vllm_service_environment": {"NEURON_CC_FLAGS": "-O1"}}),
         key(settings={**SETTINGS, "vllm_service_cache_root": "/srv/cache"}),
@@ -176,8 +175,11 @@ def test_a_host_without_a_unit_checksum_or_model_revision_does_not_share() -> No
 def test_the_cache_directory_is_the_platforms() -> None:
     assert compile_cache.cache_dir(SETTINGS) == "/var/cache/vllm-prefixbench/inductor"
     # vLLM Neuron's local cache: $VLLM_CACHE_ROOT/neuron/compile_cache/<hash>/.
-    assert compile_cache.cache_dir({**SETTINGS, "prefixbench_platform": "neuron"}) == \
-        "/var/cache/vllm-prefixbench/neuron/compile_cache"
+    # (vllm-neuron/docs/design/compilation/compilation_cache.md as at v2.32.0).
+    for rel in ("2.31.1", "2.32.0"):
+        assert compile_cache.cache_dir({**SETTINGS, "prefixbench_platform": "neuron",
+                                        "prefixbench_neuron_release": rel}) == \
+            "/var/cache/vllm-prefixbench/neuron/compile_cache"
     # The unit puts Inductor's cache exactly there on the simulated fleet.
     env = server.environment({**SETTINGS, "vllm_service_host": "127.0.0.1"}, "cached", "/r")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == compile_cache.cache_dir(SETTINGS)
@@ -335,3 +337,42 @@ def test_the_module_warns_once_and_goes_on_for_a_corrupt_archive(
         monkeypatch, capsys, utils=CC_UTILS)
     assert found["manifest"] is None  # the size no longer matches the manifest
     assert json.loads((store / "ck-1.json").read_text())["key"] == "ck-1"
+
+
+def test_a_release_that_does_not_say_where_its_graphs_are_never_shares(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A test double of a release whose data has no compile_key.cache_dir (2.33's native
+    # route and its precompile cache are not located by any page read; a release read
+    # from the host would only assume one): its hosts compile their own.
+    real = releases.load_release
+
+    def load(name: str) -> releases.Release:
+        rel = real("2.32.0")
+        return replace(rel, release=name, compile_cache_dir="") if name == "2.99.0" else rel
+
+    monkeypatch.setattr(releases, "load_release", load)
+    host = {**FINGERPRINT, "platform": "neuron", "neuron_release": "2.99.0"}
+    with pytest.raises(ValueError, match="does not say where its server keeps compiled"):
+        compile_cache.key_material(host, VERSIONS, SETTINGS, "cached")
+    neuron = {**SETTINGS, "prefixbench_platform": "neuron",
+              "prefixbench_neuron_release": "2.99.0"}
+    # Counted in VLLM_CACHE_ROOT itself, so the record still says whether it compiled.
+    assert compile_cache.cache_dir(neuron) == "/var/cache/vllm-prefixbench"
+    assert compile_cache.unshared_reason("neuron", "2.32.0") == ""
+    assert compile_cache.unshared_reason("cpu", "2.99.0") == ""
+    # Never across releases: the same host on another known release keys differently.
+    assert key({**host, "neuron_release": "2.32.0"}) != key(
+        {**host, "neuron_release": "2.31.1"})
+
+
+def test_a_host_on_2_33_compiles_its_own_and_the_fingerprint_still_reads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 2.33.0's data say no compile_key.cache_dir (its native route's location is not
+    # published): the key says why, and the fingerprint task still gets its list.
+    neuron = {**SETTINGS, "prefixbench_platform": "neuron",
+              "prefixbench_neuron_release": "2.33.0"}
+    host = {**FINGERPRINT, "platform": "neuron", "neuron_release": "2.33.0"}
+    with pytest.raises(ValueError, match=r"Neuron 2\.33\.0 does not say where"):
+        compile_cache.key_material(host, VERSIONS, neuron, "cached")
+    assert compile_cache.read_distributions(neuron)[:2] == ["vllm", "vllm-neuron"]
+    assert compile_cache.cache_dir(neuron) == "/var/cache/vllm-prefixbench"

@@ -16,7 +16,7 @@ import pytest
 from module_runner import run_module
 
 from prefixbench.hosts import host_read, provision, release_match, releases
-from prefixbench.servers import server
+from prefixbench.servers import compile_cache, server
 
 FACTS = Path(__file__).resolve().parents[1] / "fixtures" / "host_facts"
 RELS = releases.load_all()
@@ -89,14 +89,22 @@ def test_a_host_newer_than_any_known_release_runs_with_its_assumed_values_flagge
     assert found.venv == "/opt/aws_neuronx_venv_pytorch_inference_vllm_0_31_0"
     # Read: the plugin's code names only the new timeout variable; only libnrt's directory
     # exists. The value is the one 2.32.0's manifest cites (the tutorial at v2.32.0).
+    # The compile route is the newest release's that names one (2.34.0: the native route,
+    # its precompile cache on), assumed and flagged.
     settings = settings_of(found, prefixbench_instance_type="trn2.48xlarge")
     assert server.neuron_environment(settings) == {
         "NEURON_LIBTORCH_COMPILATION_TIMEOUT":
-            R2320.server_environment["NEURON_LIBTORCH_COMPILATION_TIMEOUT"]}
+            R2320.server_environment["NEURON_LIBTORCH_COMPILATION_TIMEOUT"],
+        "VLLM_NEURON_BACKEND": "neuron_native"}
     assert releases.for_settings(settings).library_path == ("/opt/aws/neuron/lib",)
     unchecked = found.as_dict()["unchecked"]
     assert "prefix_caching.segment_sizes (assumed from 2.32.0)" in unchecked
     assert "bench_client.requirements (assumed from 2.34.0)" in unchecked
+    assert "compile_route.environment (assumed from 2.34.0)" in unchecked
+    # Where its graphs are kept is never assumed: they are not shared (each host compiles).
+    assert releases.for_settings(settings).compile_cache_dir == ""
+    assert "read from the host does not say where" in compile_cache.unshared_reason(
+        "neuron", releases.for_settings(settings))
     assert "could not check: " in found.note
 
 

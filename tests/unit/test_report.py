@@ -669,6 +669,7 @@ def test_time_and_cost_per_host(tmp_path: Path) -> None:
     assert "lockstep" not in flat
     assert ("with the hosts at their own pace, the default, the host's own bench client "
             "start") in flat
+    assert "compiled its own graphs, not shared" not in md
     base = fixture_bench("baseline", "high_overlap")["output_throughput"]
     cached = fixture_bench("cached", "high_overlap")["output_throughput"]
     per_m = [36.0 / (x * 3600) * 1e6 for x in (base, cached)]
@@ -708,3 +709,25 @@ def test_the_report_replays_nothing_it_does_not_show(tmp_path: Path,
     assert "what-if" not in text and "expected (served tokens)" in text
     step9 = json.loads((run / "summary.json").read_text())["hosts"][0]["step9"]
     assert all(row["predicted"] is None for row in step9)
+
+
+def test_the_report_says_which_host_compiled_its_own_and_why(tmp_path: Path) -> None:
+    # A host whose release does not say where its graphs are (compile_cache.unshared_reason)
+    # has no key: the record keeps why (roles/prefix_bench/tasks/compile_record.yml).
+    run = make_run(tmp_path, ("host-a", "host-b"))
+    why = ("Neuron 2.33.0 does not say where its server keeps compiled graphs (no "
+           "compile_key.cache_dir in its data): this host compiles its own, nothing is "
+           "restored or published")
+    (run / "host-a" / "cached" / "compile.json").write_text(json.dumps(
+        {"key": None, "why_not_shared": why, "compiled": True, "role": "off"}))
+    (run / "host-b" / "cached" / "compile.json").write_text(json.dumps(
+        {"key": "ck-" + "0" * 32, "why_not_shared": None, "compiled": True,
+         "role": "leader"}))
+    s = build_summary(run)
+    host_a, host_b = s.host("host-a").time, s.host("host-b").time
+    assert host_a is not None and host_a.unshared == {"cached": why}
+    assert host_b is not None and host_b.unshared == {}
+    write_outputs(s, run)
+    md = (run / "report.md").read_text()
+    assert f"host-a compiled its own graphs, not shared: {why}." in md
+    assert "host-b compiled its own" not in md

@@ -385,6 +385,13 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "where "
             "`prefixbench doctor -e vllm_service_sandbox=strict` has proven it; off: no "
             "confinement (the grants stay).", "aws", choices=("aws", "strict", "off")),
+    Setting("vllm_service_efa", "str", "Whether the host has EFA (Elastic Fabric "
+            "Adapter). auto: read from each host before its units are written (an RDMA "
+            "device bound to the efa driver under /sys/class/infiniband); where it has "
+            "none (trn2.3xlarge, an image without the efa driver) both units set "
+            "NEURON_SKIP_EFA_AFFINITY=1, AWS's workaround for a server that otherwise fails "
+            "to start; present or absent: as named, nothing read.", "auto",
+            choices=("auto", "present", "absent")),
     Setting("vllm_service_user", "str", "Unprivileged system user that runs both servers.",
             "vllm", pattern=_NAME_PATTERN),
     Setting("vllm_service_device_group", "str", "Group the service user joins to open "

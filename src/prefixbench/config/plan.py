@@ -10,7 +10,7 @@ from prefixbench.bench import criteria, experiment
 from prefixbench.config import modelfit
 from prefixbench.config.settings import warnings_of
 from prefixbench.config.workload_estimate import estimate, expected_lines, sends_line, sizing_of
-from prefixbench.hosts import releases
+from prefixbench.hosts import efa, releases
 from prefixbench.servers import sandbox
 
 #: The tutorial's workloads, in its order, used when the inventory names none.
@@ -41,6 +41,8 @@ class HostPlan:
     release: str = ""
     #: What an own venv gets of vLLM's GPU-only dependencies.
     gpu_only: str = ""
+    #: Whether the host's EFA is read and what the units do without it.
+    efa: str = ""
 
     @property
     def benches(self) -> int:
@@ -71,6 +73,7 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         sandbox=_sandbox_line(settings),
         release=release_line(settings) if settings else "",
         gpu_only=gpu_only_line(settings) if settings else "",
+        efa=efa.plan_line(settings) if settings else "",
     )
 
 
@@ -190,6 +193,8 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
             lines.append(f"  {p.release}")
         if p.gpu_only:
             lines.append(f"  {p.gpu_only}")
+        if p.efa:
+            lines.append(f"  {p.efa}")
     total = sum(p.benches for p in plans)
     lines.append(f"total: {len(plans)} hosts, {total} benches")
     return lines

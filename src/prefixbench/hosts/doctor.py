@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixbench.config import modelfit
-from prefixbench.hosts import instances
+from prefixbench.hosts import efa, instances
 from prefixbench.hosts.provision import device_problems
 from prefixbench.servers import sandbox, server
 
@@ -51,6 +51,9 @@ FIXES: Final = {
              "downloads it (check model_cache_dir and its free space)",
     "vocabulary": "the tiktoken vocabulary is missing: provision copies it "
                   "(model_cache_tiktoken_dir)",
+    "efa": "the host has no EFA and the unit does not skip EFA affinity: deploy again "
+           "(the units set NEURON_SKIP_EFA_AFFINITY=1 where the host has none; "
+           "vllm_service_efa: auto), or set vllm_service_efa: absent",
     "runtime": "the runtime does not start under the unit: the detail says how (libnrt "
                "not on LD_LIBRARY_PATH: check aws-neuronx-runtime-lib; an NRT status: "
                "stop any server holding the NeuronCores, `systemctl stop 'vllm-*'`, and "
@@ -118,6 +121,8 @@ def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
         "model_bytes": int(modelfit.checkpoint_gib(settings) * 2**30),
         "vocab_dir": (str(settings.get("model_cache_tiktoken_dir", ""))
                       if settings.get("model_cache_tiktoken") else ""),
+        # EFA devices, or the unit's NEURON_SKIP_EFA_AFFINITY=1 (prefixbench.hosts.efa).
+        "efa_dir": efa.SYSFS_DIR if neuron else "",
         # Start the platform's runtime (doctor_probe.NEURON_RUNTIME / CPU_RUNTIME).
         "runtime": platform,
     }

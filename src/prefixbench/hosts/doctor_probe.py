@@ -19,6 +19,9 @@ controller). The configuration comes as a JSON file named by ``argv[1]``:
 ``nofile``        the open-files limit the server needs
 ``model_dir``     the model's directory; ``model_bytes`` the room it needs when absent
 ``vocab_dir``     the tiktoken vocabulary directory ("" when the model needs none)
+``efa_dir``       where the kernel lists RDMA devices (``/sys/class/infiniband``; "" off
+                  Neuron): the ``efa`` check counts those bound to the efa driver and, where
+                  there are none, checks the unit sets ``NEURON_SKIP_EFA_AFFINITY=1``
 ``runtime``       the platform whose runtime the ``runtime`` check starts: "neuron" (libnrt's
                   ``nrt_init`` on one NeuronCore, then ``nrt_close``) or "cpu" (torch and
                   vLLM's platform); ``runtime_timeout`` its seconds
@@ -135,6 +138,27 @@ def _check_vocab(cfg: dict[str, Any]) -> tuple[bool, str]:
     return True, f"{vocab}: {len(files)} file(s)"
 
 
+#: AWS's workaround where the host has no EFA (prefixbench.hosts.efa: the server fails
+#: to start without it, deploy/environments/quickstart-deploy-dlc.rst at v2.32.0).
+EFA_SKIP_VAR = "NEURON_SKIP_EFA_AFFINITY"
+
+
+def _check_efa(cfg: dict[str, Any]) -> tuple[bool, str]:
+    root = str(cfg.get("efa_dir") or "")
+    if not root:
+        return True, "no EFA needed"
+    entries = sorted(Path(root).iterdir()) if Path(root).is_dir() else []
+    links = [(e.name, e / "device" / "driver") for e in entries]
+    efa = [name for name, link in links if link.exists() and link.resolve().name == "efa"]
+    if efa:
+        return True, f"{len(efa)} EFA device(s): {', '.join(efa)}"
+    skip = os.environ.get(EFA_SKIP_VAR, "")
+    if skip == "1":
+        return True, f"no EFA device under {root}; the unit sets {EFA_SKIP_VAR}=1"
+    return False, (f"no EFA device under {root} and the unit does not set "
+                   f"{EFA_SKIP_VAR}=1 ({EFA_SKIP_VAR}={skip!r}): the server fails to start")
+
+
 #: The smallest thing that opens a NeuronCore, no model and no compile: AWS's own
 #: skeleton of a libnrt application, ``nrt_init(NRT_FRAMEWORK_TYPE_NO_FW, "", "")`` then
 #: ``nrt_close()`` (aws-neuron/aws-neuron-sdk@v2.31.1 and @v2.32.0
@@ -203,7 +227,7 @@ def _check_runtime(cfg: dict[str, Any]) -> tuple[bool, str]:
 CHECKS = {
     "imports": _check_imports, "compiler": _check_compiler, "devices": _check_devices,
     "cache": _check_cache, "open_files": _check_nofile, "model": _check_model,
-    "vocabulary": _check_vocab, "runtime": _check_runtime,
+    "vocabulary": _check_vocab, "efa": _check_efa, "runtime": _check_runtime,
 }
 
 
@@ -224,8 +248,8 @@ def main(argv: list[str]) -> int:
     only = set(cfg.get("only") or CHECKS)
     out: dict[str, Any] = {}
     for name, check in CHECKS.items():
-        if name not in only:
-            continue
+        if name not in only or (name == "efa" and not cfg.get("efa_dir")):
+            continue  # EFA matters on Neuron alone
         try:
             ok, detail = check(cfg)
         except Exception as exc:  # noqa: BLE001 - a crashing check is a failed one

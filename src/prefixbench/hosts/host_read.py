@@ -150,6 +150,16 @@ def build(host: str, packages: Mapping[str, str], venv: Venv, *, facts: HostFact
             library = there
             prov["server.library_path"] = f"{src} (the directories that exist)"
     key_rel = take("compile_key.distributions", lambda r: bool(r.compile_distributions))
+    # The compilation route: the newest release's that names one (2.33+: the native route
+    # and its precompile cache), assumed. Where the graphs are kept is never assumed: only
+    # a manifest that says so shares them (servers.compile_cache.unshared_reason).
+    route: dict[str, str] = {}
+    prov["compile_route.environment"] = "no known release names a route"
+    if any(r.compile_route_environment for r in [*rels, *([base] if base else [])]):
+        route = dict(take("compile_route.environment",
+                          lambda r: bool(r.compile_route_environment)
+                          ).compile_route_environment)
+    cache_dir = base.compile_cache_dir if base is not None else ""
     bench_rel = take("bench_client.requirements", lambda r: bool(r.bench_requirements))
     minor = ".".join(venv.python.split(".")[:2])
     prov["python.supported"] = f"{src}: the venv's interpreter" if minor else "not read"
@@ -177,7 +187,10 @@ def build(host: str, packages: Mapping[str, str], venv: Venv, *, facts: HostFact
         "bench_client": {"requirements": list(bench_rel.bench_requirements),
                          "source": prov["bench_client.requirements"]},
         "compile_key": {"distributions": list(key_rel.compile_distributions),
+                        **({"cache_dir": cache_dir} if cache_dir else {}),
                         "source": prov["compile_key.distributions"]},
+        "compile_route": {"environment": route,
+                          "source": prov["compile_route.environment"]},
         "os": os_support, "provenance": prov,
         "notes": "could not check: " + "; ".join(unchecked(prov)),
     }

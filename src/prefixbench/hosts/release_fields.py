@@ -83,7 +83,8 @@ def gpu_only(part: Mapping[str, Any], origin: str) -> dict[str, Any]:
 #: What a manifest may mark unknown as a whole (beyond a null package version).
 UNKNOWABLE: Final = frozenset({"server.library_path", "server.environment",
                                "prefix_caching.segment_sizes", "compile_key.distributions",
-                               "dlami.venv", "pip.sources", "python.supported"})
+                               "dlami.venv", "pip.sources", "python.supported",
+                               "compile_key.cache_dir"})
 
 
 def unknown_facts(value: Any, origin: str) -> dict[str, str]:

@@ -39,7 +39,8 @@ _VERSION_RE: Final = re.compile(r"^\d+(\.\d+)*$")
 _KNOWN_KEYS: Final = frozenset({"schema", "release", "version", "date", "title", "sources",
                                 "apt", "pip", "os", "notes", "python", "dlami", "server",
                                 "bench_client", "compile_key", "gpu_only",
-                                "prefix_caching", "unknown", "provenance"})
+                                "prefix_caching", "unknown", "provenance",
+                                "compile_route"})
 #: The id of a release read from a host (``hosts.host_read``), not from a manifest file.
 HOST_READ: Final = "host-read"
 _PY_RE: Final = re.compile(r"^3\.\d+$")
@@ -79,6 +80,12 @@ class Release:
     bench_requirements: tuple[str, ...] = ()
     #: The venv distributions whose versions key the compile cache.
     compile_distributions: tuple[str, ...] = ()
+    #: Where the release's server keeps its compiled graphs, relative to VLLM_CACHE_ROOT
+    #: (``compile_key.cache_dir``); "" when the release does not say (nothing shared).
+    compile_cache_dir: str = ""
+    #: What a unit sets to compile on the release's route (``compile_route.environment``:
+    #: on 2.33+ the native route named, which turns its precompile cache on).
+    compile_route_environment: Mapping[str, str] = field(default_factory=dict)
     #: vLLM's GPU-only dependencies as pip resolves its pins ``{name: version}``, and
     #: their download size in MB (what an own venv installs, as AWS's image does).
     gpu_only: Mapping[str, str] = field(default_factory=dict)
@@ -275,6 +282,17 @@ def parse_release(data: Any, origin: str = "<manifest>") -> Release:
     )
 
 
+def _relative_dir(value: Any, where: str) -> str:
+    """A directory below another (``neuron/compile_cache``): "" when absent."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)*", value) \
+            or ".." in value.split("/"):
+        raise ReleaseError(f"{where} must be a relative directory such as "
+                           "neuron/compile_cache")
+    return value
+
+
 def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any]:
     """The schema-2 keys: version, date, title, server, bench_client, compile_key."""
     version = data.get("version")
@@ -288,7 +306,8 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
     if not isinstance(date, str) or not (_DATE_RE.match(date) or release == HOST_READ):
         raise ReleaseError(f"{origin}: date must be AWS's release date as \"YYYY-MM-DD\"")
     sections = {}
-    for key in ("server", "bench_client", "compile_key", "gpu_only", "prefix_caching"):
+    for key in ("server", "bench_client", "compile_key", "gpu_only", "prefix_caching",
+                "compile_route"):
         part = data.get(key) or {}
         if not isinstance(part, Mapping):
             raise ReleaseError(f"{origin}: {key} must be a mapping")
@@ -311,6 +330,10 @@ def _extras(data: Mapping[str, Any], origin: str, release: str) -> dict[str, Any
                                         f"{origin}: bench_client.requirements"),
         "compile_distributions": fields.str_list(sections["compile_key"].get("distributions"),
                                            f"{origin}: compile_key.distributions"),
+        "compile_cache_dir": _relative_dir(sections["compile_key"].get("cache_dir"),
+                                           f"{origin}: compile_key.cache_dir"),
+        "compile_route_environment": fields.env(sections["compile_route"].get("environment"),
+                                                f"{origin}: compile_route.environment"),
         **fields.gpu_only(sections["gpu_only"], origin),
         "library_path": fields.library_path(sections["server"], origin,
                                             "server.library_path" in unknown),

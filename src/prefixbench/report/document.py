@@ -399,6 +399,10 @@ def _compile_line(s: Summary) -> str:
     compiled, starts = compilations([h.time for h in s.hosts if h.time is not None])
     if not starts:
         return ""
+    unshared = sorted({(h.time.host, why) for h in s.hosts if h.time is not None
+                       for why in h.time.unshared.values()})
+    alone = "".join(f" {host} compiled its own graphs, not shared: {why}."
+                    for host, why in unshared)
     return (f" Graphs: {compiled} of {starts} server starts compiled; the others restored "
             f"them from the fleet's compile cache or reused their own (compiled: the start "
-            f"added graphs to its cache).")
+            f"added graphs to its cache).{alone}")

@@ -47,6 +47,9 @@ class HostTime:
     idle_s: Mapping[str, float] = field(default_factory=dict)
     #: configuration -> seconds its start waited for its compile key's leader to publish.
     leader_wait_s: Mapping[str, float] = field(default_factory=dict)
+    #: configuration -> why its graphs were not shared (``compile.json``
+    #: ``why_not_shared``: the host compiled its own), where they were not.
+    unshared: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def idle_total_s(self) -> float | None:
@@ -75,7 +78,7 @@ class HostTime:
                 "startup_s": dict(self.startup_s), "graphs": dict(self.graphs),
                 "instance_hours": self.instance_hours, "price_per_hour": self.price_per_hour,
                 "cost": self.cost, "idle_s": dict(self.idle_s),
-                "leader_wait_s": dict(self.leader_wait_s),
+                "leader_wait_s": dict(self.leader_wait_s), "unshared": dict(self.unshared),
                 "idle_total_s": self.idle_total_s, "idle_cost": self.idle_cost}
 
 
@@ -113,7 +116,20 @@ def host_time(run_dir: Path, host: str, spans: Sequence[tuple[str, str]],
               if (how := _graphs(path)) is not None}
     waits = {conf: wait for conf, path in layout.server_records(host, COMPILE).items()
              if (wait := _leader_wait(path))}
-    return HostTime(host, wall, startup, price_per_hour, graphs, idle, waits)
+    unshared = {conf: why for conf, path in layout.server_records(host, COMPILE).items()
+                if (why := _unshared(path))}
+    return HostTime(host, wall, startup, price_per_hour, graphs, idle, waits, unshared)
+
+
+def _unshared(path: Path) -> str:
+    """Why a start's graphs were not shared (``compile.json``), "" when they were."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(data, Mapping) or data.get("key"):
+        return ""
+    return str(data.get("why_not_shared") or "")
 
 
 def _leader_wait(path: Path) -> float | None:

