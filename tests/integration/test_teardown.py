@@ -61,8 +61,9 @@ def test_teardown(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: Si
         assert "\nE:" not in update, update
     # The bare host's Neuron packages stay (only their holds are released); the DLAMI
     # host keeps its venv, exactly, and its own apt source.
-    # (a bare host got the newest release: prefixbench_neuron_release auto)
-    newest = releases.newest(releases.load_all())
+    # (a bare host got the newest installable release: prefixbench_neuron_release auto;
+    # a release with unpublished facts, 2.33.0 and 2.34.0, is never installed)
+    newest = releases.newest(releases.installable(releases.load_all()))
     assert fleet.sh(bare, "dpkg-query -W -f='${Version}' aws-neuronx-runtime-lib"
                     ).startswith(str(newest.apt_packages["aws-neuronx-runtime-lib"]))
     assert fleet.ssh(dlami_host, [f"{DLAMI_VENV}/bin/pip", "freeze"]) == dlami_freeze

@@ -389,7 +389,8 @@ def load_all(directory: Path = RELEASES_DIR) -> list[Release]:
 
 
 def newest(rels: Sequence[Release]) -> Release:
-    """The newest of ``rels`` (what a bare host gets unless a release is named)."""
+    """The newest of ``rels`` (of :func:`installable` ones: what a bare host gets unless a
+    release is named)."""
     if not rels:
         raise ReleaseError("no Neuron SDK release manifest is known")
     return max(rels, key=lambda r: r.order)
