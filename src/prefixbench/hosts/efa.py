@@ -24,8 +24,9 @@ from typing import Any, Final
 
 #: The variable AWS's quickstart prepends where the host has no EFA.
 SKIP_VAR: Final = "NEURON_SKIP_EFA_AFFINITY"
-SOURCE: Final = ("AWS's quickstart-deploy-dlc at v2.31.1 and v2.32.0: without EFA the "
-                 "server fails to start")
+SOURCE: Final = ("aws-neuron/aws-neuron-sdk deploy/environments/quickstart-deploy-dlc.rst, "
+                 "the copy at commit 43a8962 (2026-08-13): without EFA the server fails "
+                 "to start")
 #: Where the kernel lists RDMA devices, and the driver name of an EFA device.
 SYSFS_DIR: Final = "/sys/class/infiniband"
 DRIVER: Final = "efa"
