@@ -2,7 +2,7 @@
 
 Sources (the module's docstring): vLLM 0.32's ``EngineArgs`` (``--scheduler-cls``,
 ``--[no-]async-scheduling``: argparse, the last occurrence wins) and aws-neuron-sdk
-``vllm-neuron/docs/guides/reference-configuration.md`` at commit 43a8962 ("Scheduling
+``vllm-neuron/docs/guides/reference-configuration.md`` at v2.31.1 and v2.32.0 ("Scheduling
 options": async needs on-device sampling; "Sampling options": ``on_device_sampling_config``
 is a mapping of sampling parameters, any mapping configures it, ``{}`` included)."""
 

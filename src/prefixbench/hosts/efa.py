@@ -3,8 +3,9 @@
 AWS's quickstart for the vLLM server on Neuron: "If EFA (Elastic Fabric Adapter) is not
 installed on your host instance, the server will fail to start. To work around this,
 prepend ``NEURON_SKIP_EFA_AFFINITY=1`` to the ``vllm serve`` command"
-(aws-neuron/aws-neuron-sdk ``deploy/environments/quickstart-deploy-dlc.rst`` at v2.31.1
-and v2.32.0, Step 3's note; the page is unchanged in the copy of commit 43a8962). A
+(aws-neuron/aws-neuron-sdk ``deploy/environments/quickstart-deploy-dlc.rst``, Step 3's
+note, the same sentence at tags v2.31.1 (c19b2e6) and v2.32.0 (a3247f5), read in those
+tags on 2026-12-05; 2.33 and 2.34 pages were not reachable here). A
 trn2.3xlarge has no EFA interface, and a plain Ubuntu image has no EFA driver.
 
 The host says which it is: an EFA interface the kernel drives appears as an RDMA device
@@ -24,9 +25,8 @@ from typing import Any, Final
 
 #: The variable AWS's quickstart prepends where the host has no EFA.
 SKIP_VAR: Final = "NEURON_SKIP_EFA_AFFINITY"
-SOURCE: Final = ("aws-neuron/aws-neuron-sdk deploy/environments/quickstart-deploy-dlc.rst, "
-                 "the copy at commit 43a8962 (2026-08-13): without EFA the server fails "
-                 "to start")
+SOURCE: Final = ("aws-neuron/aws-neuron-sdk deploy/environments/quickstart-deploy-dlc.rst "
+                 "at v2.31.1 and v2.32.0: without EFA the server fails to start")
 #: Where the kernel lists RDMA devices, and the driver name of an EFA device.
 SYSFS_DIR: Final = "/sys/class/infiniband"
 DRIVER: Final = "efa"

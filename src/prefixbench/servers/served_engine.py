@@ -13,8 +13,8 @@ and the record says so.
   :mod:`prefixbench_sim.neuron_scheduler`); ``...Async...`` schedules asynchronously.
 * No ``--scheduler-cls`` on Neuron: the plugin installs its own scheduler, async when
   on-device sampling is configured and ``--no-async-scheduling`` is absent (aws-neuron-sdk
-  ``vllm-neuron/docs/guides/reference-configuration.md``, the version dated 2026-08-13 at
-  commit 43a8962, read here; its tag was not confirmed: "Scheduling options": async is on
+  ``vllm-neuron/docs/guides/reference-configuration.md``, the same rows at tags v2.31.1
+  (c19b2e6) and v2.32.0 (a3247f5), read in those tags: "Scheduling options": async is on
   by default and "Requires on-device sampling"; "Sampling options":
   ``on_device_sampling_config`` is "Required for async scheduling").
 * No ``--scheduler-cls`` elsewhere (vLLM on CPU): vLLM's own ``Scheduler``; the CPU
