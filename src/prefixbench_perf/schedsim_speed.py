@@ -22,24 +22,18 @@ printed beside it, also counts whatever else the machine runs).
 from __future__ import annotations
 
 import argparse
-import os
-import random
 import time
 from array import array
 
 from prefixbench.engines.schedhybrid import scheduler_sim_for
 from prefixbench.engines.schedneuron import neuron_scheduler_sim
 from prefixbench.engines.schedsim import SchedulerSim
-from prefixbench_perf.stream_args import add_stream_arguments
-
-
-def _pin_one_core() -> str:
-    affinity = getattr(os, "sched_getaffinity", None)
-    if affinity is None:  # pragma: no cover - not Linux
-        return "not pinned"
-    core = min(affinity(0))
-    os.sched_setaffinity(0, {core})
-    return f"pinned to core {core}"
+from prefixbench_perf.stream_args import (
+    PromptStream,
+    add_server_arguments,
+    add_stream_arguments,
+    pin_one_core,
+)
 
 
 def main() -> int:
@@ -47,10 +41,7 @@ def main() -> int:
     add_stream_arguments(ap)
     ap.set_defaults(prompts=200_000, prefix_len=192, suffix_len=64, block_size=16,
                     capacity_blocks=4096)
-    ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--output-len", type=int, default=16)
-    ap.add_argument("--max-num-seqs", type=int, default=32)
-    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    add_server_arguments(ap)
     ap.add_argument("--kv-cache", choices=("full", "hybrid"), default="full")
     ap.add_argument("--sliding-window", type=int, default=128)
     ap.add_argument("--async-scheduling", action="store_true",
@@ -60,16 +51,8 @@ def main() -> int:
     ap.add_argument("--neuron-sync", action="store_true",
                     help="NeuronScheduler rather than NeuronAsyncScheduler")
     args = ap.parse_args()
-    pinned = _pin_one_core()
-
-    rnd = random.Random(0)  # noqa: S311 - benchmark data, not secrets
-    pool_len = 4_000_000
-    pool = array("I")
-    pool.frombytes(rnd.randbytes(4 * pool_len))
-    prefixes = [pool[i * args.prefix_len:(i + 1) * args.prefix_len]
-                for i in range(args.num_prefixes)]
-    start = args.num_prefixes * args.prefix_len
-    span = pool_len - start - args.suffix_len
+    pinned = pin_one_core()
+    stream = PromptStream(args, pool_len=4_000_000)
     sim = scheduler_sim_for(args.kv_cache, args.block_size, args.capacity_blocks or None,
                             sliding_window=args.sliding_window,
                             max_num_seqs=args.max_num_seqs,
@@ -85,10 +68,7 @@ def main() -> int:
     while done < args.prompts:
         n = min(args.chunk, args.prompts - done)
         t0 = time.perf_counter()
-        batch: list[array[int]] = []
-        for i in range(done, done + n):
-            k = start + (i * 7919) % span  # a different window of the pool per prompt
-            batch.append(prefixes[rnd.randrange(args.num_prefixes)] + pool[k:k + args.suffix_len])
+        batch: list[array[int]] = [stream.prompt(i) for i in range(done, done + n)]
         t1 = time.perf_counter()
         cpu, took = _send(sim, batch, args, last=done + n >= args.prompts)
         run, wall = run + cpu, wall + took

@@ -15,15 +15,17 @@ docs/performance.md). Must reach at least 10,000 requests/s at concurrency 32.
 from __future__ import annotations
 
 import argparse
-import random
 import time
-from array import array
 
 from prefixbench.engines.schedneuron import neuron_scheduler_sim
 from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.steptime import StepCost, replay_seconds, timed
-from prefixbench_perf.schedsim_speed import _pin_one_core
-from prefixbench_perf.stream_args import add_stream_arguments
+from prefixbench_perf.stream_args import (
+    PromptStream,
+    add_server_arguments,
+    add_stream_arguments,
+    pin_one_core,
+)
 
 
 def main() -> int:
@@ -31,23 +33,11 @@ def main() -> int:
     add_stream_arguments(ap)
     ap.set_defaults(prompts=100_000, prefix_len=192, suffix_len=64, block_size=16,
                     capacity_blocks=4096)
-    ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--output-len", type=int, default=16)
-    ap.add_argument("--max-num-seqs", type=int, default=32)
-    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    add_server_arguments(ap)
     args = ap.parse_args()
-    pinned = _pin_one_core()
-    rnd = random.Random(0)  # noqa: S311 - benchmark data, not secrets
-    pool = array("I")
-    pool.frombytes(rnd.randbytes(4 * 1_000_000))
-    prefixes = [pool[i * args.prefix_len:(i + 1) * args.prefix_len]
-                for i in range(args.num_prefixes)]
-    start = args.num_prefixes * args.prefix_len
-    span = len(pool) - start - args.suffix_len
-    prompts = []
-    for i in range(args.prompts):
-        k = start + (i * 7919) % span
-        prompts.append(prefixes[rnd.randrange(args.num_prefixes)] + pool[k:k + args.suffix_len])
+    pinned = pin_one_core()
+    stream = PromptStream(args, pool_len=1_000_000)
+    prompts = [stream.prompt(i) for i in range(args.prompts)]
     outs = [args.output_len] * len(prompts)
     zero = [0.0] * len(prompts)
     cpu_cost = StepCost("cpu", 0.0, 1.9e-3, 0.0, 18e-9)
