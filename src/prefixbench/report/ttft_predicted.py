@@ -33,8 +33,8 @@ from prefixbench.predict.ttftreplay import TtftComparison, arrival_seconds, comp
 from prefixbench.predict.whatif import prefix_repetition_tokens
 from prefixbench.report.load import RunData
 
-__all__ = ["HostCalibration", "TtftRow", "for_host", "host_fits", "render_markdown",
-           "ttft_rows"]
+__all__ = ["HostCalibration", "TtftRow", "for_host", "host_fits", "outside_seconds",
+           "render_markdown", "ttft_rows"]
 
 @dataclass(frozen=True)
 class TtftRow:
@@ -72,9 +72,24 @@ def _neuron_padding(chunk: int, max_num_seqs: int) -> dict[str, Any]:
     return {"buckets": (chunk,), "segment": chunk, "decode_buckets": (max_num_seqs,)}
 
 
+def outside_seconds(record: BenchmarkRecord) -> float | None:
+    """The time a bench's requests spent outside the engine: the client's median TTFT
+    less the server's own mean queue and prefill time per request (``engine_*`` of the
+    record's metrics delta, :mod:`prefixbench.measure.metrics`); None when the server's
+    page lacks them. The median, not the mean, of the client's TTFT: the time outside the
+    engine has the long tail (a first request's connection, the client's own stalls), the
+    engine's prefill of one prompt length does not."""
+    counters = (record.metrics_delta or {}).get("counters") or {}
+    queue, prefill = counters.get("engine_queue_seconds"), counters.get("engine_prefill_seconds")
+    count = counters.get("engine_prefill_requests")
+    if queue is None or prefill is None or not count:
+        return None
+    return max(0.0, record.bench_result.median_ttft_ms / 1e3 - (queue + prefill) / count)
+
+
 def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = "cpu",
               max_num_seqs: int = 1) -> TimeFit | None:
-    obs, spreads, p99s = [], [], []
+    obs, spreads, p99s, outside = [], [], [], []
     for r in baselines:
         b = r.bench_result
         if int(r.workload.get("max_concurrency") or 0) != 1:
@@ -82,11 +97,14 @@ def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = 
         obs += observations(b)
         spreads.append(float(b.data.get("std_ttft_ms") or 0.0) / b.median_ttft_ms)
         p99s.append(b.p99_ttft_ms / 1e3)
+        outside.append(outside_seconds(r))
     if not obs:
         return None
     padding = _neuron_padding(chunk, max_num_seqs) if platform == "neuron" else {}
+    known = [s for s in outside if s is not None]
     return fit_cost(obs, platform=platform, chunk=chunk, spread=statistics.median(spreads),
                     measured_p99_s=min(p99s), **padding,
+                    request_s=statistics.median(known) if len(known) == len(outside) else None,
                     source={"benches": [str(r.key) for r in baselines]})
 
 
