@@ -84,7 +84,8 @@ def outside_seconds(record: BenchmarkRecord) -> float | None:
     count = counters.get("engine_prefill_requests")
     if queue is None or prefill is None or not count:
         return None
-    return max(0.0, record.bench_result.median_ttft_ms / 1e3 - (queue + prefill) / count)
+    return max(0.0, float(record.bench_result.median_ttft_ms) / 1e3
+               - (float(queue) + float(prefill)) / float(count))
 
 
 def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = "cpu",
