@@ -29,7 +29,13 @@ from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.workloads import Workload
 from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.predict.ttftfit import TimeFit, fit_cost, observations
-from prefixbench.predict.ttftreplay import TtftComparison, arrival_seconds, compare, predict_ttft
+from prefixbench.predict.ttftreplay import (
+    TtftComparison,
+    arrival_seconds,
+    compare,
+    predict_ttft,
+    startup_sets_p99,
+)
 from prefixbench.predict.whatif import prefix_repetition_tokens
 from prefixbench.report.load import RunData
 
@@ -168,6 +174,7 @@ def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
                if platform == "neuron" else
                SchedulerSim(block_size, None, max_num_seqs=max_num_seqs,
                             max_num_batched_tokens=max_num_batched_tokens))
+        fresh = True  # nothing sent to this server yet
         for r in mine:
             if r.key.configuration != cached or r.key.repetition != 1:
                 continue
@@ -183,9 +190,23 @@ def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
                                          burstiness=w.burstiness, seed=r.seed),
                 concurrency=max(1, w.max_concurrency or n), pre_requests=pre)
             b = r.bench_result
+            startup = startup_sets_p99(n, first_after_start=_first_after_start(r, fresh, pre))
+            fresh = False
             rows.append(TtftRow(host, r.key.workload,
-                                compare(pred, b.median_ttft_ms, b.p99_ttft_ms), fit))
+                                compare(pred, b.median_ttft_ms, b.p99_ttft_ms,
+                                        startup_p99=startup), fit))
     return rows
+
+
+def _first_after_start(record: BenchmarkRecord, fresh: bool, pre_requests: int) -> bool:
+    """Whether the bench's first measured request is the server's first: nothing sent
+    before it (the server's ``vllm:request_success`` 0 before the bench when the record
+    has the snapshot, else the first bench of the configuration in time order) and no
+    ready check or warmup request."""
+    if pre_requests:
+        return False
+    served = (record.metrics_before or {}).get("request_success")
+    return fresh if served is None else float(served) == 0.0
 
 
 def _setting(records: Sequence[BenchmarkRecord], key: str) -> int | None:
