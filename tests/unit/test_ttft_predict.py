@@ -28,7 +28,12 @@ from prefixbench.predict.ttftreplay import (
 from prefixbench.report.build import build_summary
 from prefixbench.report.document import render_markdown as report_markdown
 from prefixbench.report.load import load_run
-from prefixbench.report.ttft_predicted import outside_seconds, render_markdown, ttft_rows
+from prefixbench.report.ttft_predicted import (
+    neuron_padding,
+    outside_seconds,
+    render_markdown,
+    ttft_rows,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 #: The recorded server (fixtures README): --max-num-batched-tokens 1024, --max-num-seqs 4,
@@ -279,3 +284,35 @@ def test_the_first_request_after_start_up_sets_the_p99_of_at_most_100_requests()
 
 def _fake_prediction(median_s: float, p99_s: float) -> TtftPrediction:
     return TtftPrediction((median_s,), median_s, p99_s, _baseline_fit())
+
+
+def test_neuron_padding_follows_the_servers_own_buckets() -> None:
+    # As the plugin resolves them (vllm_neuron/utils/bucket_utils.py,
+    # resolve_segmented_prefill_config; neuron-scheduler.md "Bucket Configuration"):
+    # below max_model_len and nothing configured, automatic segmented prefill with the
+    # one bucket [max_num_batched_tokens], the segment that size
+    assert neuron_padding(1024, 4, max_model_len=8192) == {
+        "buckets": (1024,), "segment": 1024, "decode_buckets": (4,)}
+    # configured prefill buckets are the server's, whatever the chunk
+    got = neuron_padding(1024, 4, max_model_len=8192,
+                         neuron_config={"num_batched_tokens_buckets": [512, 1024],
+                                        "num_seqs_buckets": [4, 1, 2]})
+    assert got == {"buckets": (512, 1024), "segment": 1024, "decode_buckets": (1, 2, 4)}
+    # kv_segment_size_buckets alone: the model runner sets the prefill buckets to them
+    assert neuron_padding(2048, 4, max_model_len=8192,
+                          neuron_config={"kv_segment_size_buckets": [2048]})["buckets"] == (
+        2048,)
+    # single-shot prefill (chunk not below max_model_len): powers of two from 128
+    assert neuron_padding(1024, 4, max_model_len=1024)["buckets"] == (128, 256, 512, 1024)
+
+
+def test_the_report_pads_to_the_buckets_its_records_name(tmp_path: Path) -> None:
+    config = {"num_batched_tokens_buckets": [512, 1024], "kv_segment_size_buckets": [1024],
+              "num_seqs_buckets": [1, 2, 4]}
+
+    def neuron(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        return {"max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK, "max_model_len": 8192,
+                "expected_platform": "neuron", "neuron_config": config}
+    rows = build_summary(make_run(tmp_path, ("host-a",), expected=neuron)).hosts[0].ttft_predicted
+    assert rows[0]["prefill_buckets"] == [512, 1024] and rows[0]["decode_buckets"] == [1, 2, 4]
+    assert rows[0]["segment"] == 1024
