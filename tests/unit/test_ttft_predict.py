@@ -14,19 +14,41 @@ from report_runs import make_run, scale_times
 
 from prefixbench.engines.prefix_repetition import generate_prompts
 from prefixbench.engines.schedsim import SchedulerSim
-from prefixbench.engines.steptime import StepCost, chunk_work, decode_work
+from prefixbench.engines.steptime import StepCost, chunk_work, decode_work, replay_seconds, timed
 from prefixbench.measure.bench_json import load_bench_result
 from prefixbench.predict.ttftfit import Observation, TimeFit, fit_cost, observations
-from prefixbench.predict.ttftreplay import arrival_seconds, compare, percentile, predict_ttft
+from prefixbench.predict.ttftreplay import (
+    TtftPrediction,
+    arrival_seconds,
+    compare,
+    percentile,
+    predict_ttft,
+    startup_sets_p99,
+)
 from prefixbench.report.build import build_summary
 from prefixbench.report.document import render_markdown as report_markdown
 from prefixbench.report.load import load_run
-from prefixbench.report.ttft_predicted import render_markdown, ttft_rows
+from prefixbench.report.ttft_predicted import (
+    neuron_padding,
+    outside_seconds,
+    render_markdown,
+    ttft_rows,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-seed-procedure"
 #: The recorded server (fixtures README): --max-num-batched-tokens 1024, --max-num-seqs 4,
 #: KV block size 128; the workloads 3072 + 1024 tokens, 128 out, seed 0.
 CHUNK, SEQS, BLOCK = 1024, 4, 128
+
+
+#: The time outside the engine on the two baselines: the client's median TTFT less the
+#: server's queue + prefill time per request, read by hand from the fixtures (bench JSON
+#: ``median_ttft_ms``; /metrics deltas of ``vllm:request_queue_time_seconds_sum``,
+#: ``..._prefill_time_seconds_sum`` and ``_count``): 158.549 - (0.0013216 + 7.4421425) /
+#: 50 s = 9.680 ms and 154.475 - (0.0012287 + 7.2777069) / 50 s = 8.896 ms; the median.
+OUTSIDE_HIGH_MS = 158.54895900019983 - (0.0013215570024840417 + 7.4421424560009655) / 50 * 1e3
+OUTSIDE_NO_MS = 154.4752625000001 - (0.0012286570004107489 + 7.2777069140000) / 50 * 1e3
+OUTSIDE_MS = (OUTSIDE_HIGH_MS + OUTSIDE_NO_MS) / 2
 
 
 def _baseline_fit() -> TimeFit:
@@ -149,9 +171,13 @@ def test_the_report_puts_the_prediction_beside_the_measured_ttft(tmp_path: Path)
     assert abs(by["no_overlap"].median_error) <= 0.12
     assert abs(by["sustained_c4"].median_error) <= 0.12
     # fixtures README: high_overlap's p99 (292.6 ms, its first request after start-up)
-    # is above the baseline's (205.5 ms) though no cached request computes more: beyond
-    # the stated error, and said so; the others' p99 within it
-    assert not by["high_overlap"].agrees and "p99" in by["high_overlap"].verdict()
+    # is above the baseline's (205.5 ms) though no cached request computes more. It ran
+    # first on a fresh server, 50 requests, no warmup: its p99 is that first request, not
+    # modelled, so shown and not judged (the verdict says so); the others' p99 are judged
+    hi = by["high_overlap"]
+    assert hi.startup_p99 and abs(hi.p99_error) > 0.25 and hi.agrees
+    assert "first request after start-up" in hi.verdict()
+    assert not by["no_overlap"].startup_p99 and not by["sustained_c4"].startup_p99
     assert abs(by["no_overlap"].p99_error) <= 0.25
     assert abs(by["sustained_c4"].p99_error) <= 0.25
     text = render_markdown(rows)
@@ -197,8 +223,9 @@ def test_no_prediction_without_the_servers_settings(tmp_path: Path) -> None:
 def test_on_neuron_a_warm_tutorial_request_runs_one_chunk_of_four(tmp_path: Path) -> None:
     # prefix-caching.md ("Scheduler Integration"): ceil((4096 - 3072) / 1024) = 1 chunk
     # instead of ceil(4096 / 1024) = 4, each padded to the one 1024 bucket; the Neuron fit
-    # puts the prefill on padded tokens, so the warm median is the baselines' (158.549
-    # and 154.475 ms, their mean the fit's target) over 4.
+    # puts the prefill on padded tokens, so the warm median is the time outside the
+    # engine (OUTSIDE_MS) plus a quarter of the rest of the baselines' median (158.549
+    # and 154.475 ms, their mean the fit's target).
     def neuron(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
         return {"max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK,
                 "expected_platform": "neuron"}
@@ -206,5 +233,86 @@ def test_on_neuron_a_warm_tutorial_request_runs_one_chunk_of_four(tmp_path: Path
     rows = {r["workload"]: r for r in summary.hosts[0].ttft_predicted}
     assert rows["high_overlap"]["platform"] == "neuron"
     assert rows["high_overlap"]["predicted_median_ttft_ms"] == pytest.approx(
-        (158.549 + 154.475) / 2 / 4, rel=1e-3)
+        OUTSIDE_MS + ((158.549 + 154.475) / 2 - OUTSIDE_MS) / 4, rel=1e-3)
     assert "never checked on Trainium" in report_markdown(summary)
+
+
+def test_the_time_outside_the_engine_is_read_from_the_servers_metrics(tmp_path: Path) -> None:
+    records = {(r.key.configuration, r.key.workload): r
+               for r in load_run(make_run(tmp_path, ("host-a",))).records}
+    assert outside_seconds(records[("baseline", "high_overlap")]) * 1e3 == pytest.approx(
+        OUTSIDE_HIGH_MS, rel=1e-6)
+    assert outside_seconds(records[("baseline", "no_overlap")]) * 1e3 == pytest.approx(
+        OUTSIDE_NO_MS, rel=1e-6)
+    fit = _report_rows(tmp_path)[0].fit
+    # held, not fitted; the fit still reproduces the baselines' median TTFT and ITL
+    assert fit.cost.request_s * 1e3 == pytest.approx(OUTSIDE_MS, rel=1e-6)
+    assert abs(fit.ttft_error) < 0.02 and "measured apart" in fit.summary()
+
+
+def test_a_request_sent_when_another_finishes_waits_for_the_running_decode_step() -> None:
+    # Closed loop, 2 slots: requests 0 and 1 (1 output token) are sent at 0; request 2,
+    # sent when 0 finishes, reaches the engine request_s later, in the middle of request
+    # 1's decode steps (0.010 s each: step 10 ms, no other term), and is admitted at the
+    # next step boundary (EngineCore.run_busy_loop adds requests between steps).
+    cost = StepCost("cpu", request_s=0.004, step_s=0.010, token_s=0.0, pair_s=0.0)
+    sim = SchedulerSim(16, None, max_num_seqs=4, max_num_batched_tokens=64)
+    clocked = timed(sim, cost)
+    prompts = [array("l", range(k * 100, k * 100 + 32)) for k in range(3)]
+    ttfts = replay_seconds(clocked, prompts, [1, 40, 1], arrivals=[0.0, 0.0, 0.0],
+                           concurrency=2)
+    # 0 and 1 reach the engine at 0.004 and share the first step (ends 0.014): TTFT 0.014
+    assert ttfts[:2] == pytest.approx([0.014, 0.014])
+    # 0 finishes there; 2 is sent at 0.014, reaches the engine at 0.018, inside request
+    # 1's decode step 0.014-0.024, and is prefilled in the step 0.024-0.034
+    assert ttfts[2] == pytest.approx(0.034 - 0.014)
+
+
+def test_the_first_request_after_start_up_sets_the_p99_of_at_most_100_requests() -> None:
+    # numpy's linear p99 of n values sits at position (n - 1) * 0.99: between the two
+    # slowest for n = 50 (48.51) and n = 100 (98.01); exactly the second slowest at
+    # n = 101 (99.0), so the slowest no longer counts
+    assert startup_sets_p99(50, first_after_start=True)
+    assert startup_sets_p99(100, first_after_start=True)
+    assert not startup_sets_p99(101, first_after_start=True)
+    assert not startup_sets_p99(50, first_after_start=False)
+    late = compare(_fake_prediction(0.100, 0.200), 100.0, 400.0, startup_p99=True)
+    assert late.agrees and "not compared" in late.verdict()
+    off = compare(_fake_prediction(0.150, 0.200), 100.0, 400.0, startup_p99=True)
+    assert not off.agrees and "disagree: median" in off.verdict()
+
+
+def _fake_prediction(median_s: float, p99_s: float) -> TtftPrediction:
+    return TtftPrediction((median_s,), median_s, p99_s, _baseline_fit())
+
+
+def test_neuron_padding_follows_the_servers_own_buckets() -> None:
+    # As the plugin resolves them (vllm_neuron/utils/bucket_utils.py,
+    # resolve_segmented_prefill_config; neuron-scheduler.md "Bucket Configuration"):
+    # below max_model_len and nothing configured, automatic segmented prefill with the
+    # one bucket [max_num_batched_tokens], the segment that size
+    assert neuron_padding(1024, 4, max_model_len=8192) == {
+        "buckets": (1024,), "segment": 1024, "decode_buckets": (4,)}
+    # configured prefill buckets are the server's, whatever the chunk
+    got = neuron_padding(1024, 4, max_model_len=8192,
+                         neuron_config={"num_batched_tokens_buckets": [512, 1024],
+                                        "num_seqs_buckets": [4, 1, 2]})
+    assert got == {"buckets": (512, 1024), "segment": 1024, "decode_buckets": (1, 2, 4)}
+    # kv_segment_size_buckets alone: the model runner sets the prefill buckets to them
+    assert neuron_padding(2048, 4, max_model_len=8192,
+                          neuron_config={"kv_segment_size_buckets": [2048]})["buckets"] == (
+        2048,)
+    # single-shot prefill (chunk not below max_model_len): powers of two from 128
+    assert neuron_padding(1024, 4, max_model_len=1024)["buckets"] == (128, 256, 512, 1024)
+
+
+def test_the_report_pads_to_the_buckets_its_records_name(tmp_path: Path) -> None:
+    config = {"num_batched_tokens_buckets": [512, 1024], "kv_segment_size_buckets": [1024],
+              "num_seqs_buckets": [1, 2, 4]}
+
+    def neuron(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        return {"max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK, "max_model_len": 8192,
+                "expected_platform": "neuron", "neuron_config": config}
+    rows = build_summary(make_run(tmp_path, ("host-a",), expected=neuron)).hosts[0].ttft_predicted
+    assert rows[0]["prefill_buckets"] == [512, 1024] and rows[0]["decode_buckets"] == [1, 2, 4]
+    assert rows[0]["segment"] == 1024

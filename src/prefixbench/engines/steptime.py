@@ -203,31 +203,46 @@ def replay_seconds(sim: SchedulerSim, prompts: Sequence[Tokens], outputs: Sequen
                    *, arrivals: Sequence[float], concurrency: int) -> list[float]:
     """Each request's TTFT (seconds, ``request_s`` included) when a client with
     ``concurrency`` slots sends ``prompts`` at ``arrivals`` (seconds; a request waits for
-    a slot) to ``sim``, a model made by :func:`timed`. A request reaches the engine
-    between two steps, at the first step boundary after it is sent."""
+    a slot) to ``sim``, a model made by :func:`timed`.
+
+    A request reaches the engine ``request_s`` after it is sent (the time outside the
+    engine is spent before it: the HTTP request, tokenization and the API server's
+    processing happen before vLLM's engine core queues it, ``vllm/v1/engine/core.py``;
+    the first token's way back is one token's), and joins at the first step boundary
+    after that: the engine core adds new requests between steps
+    (``EngineCore.run_busy_loop``: ``_process_input_queue`` then ``_process_engine_step``).
+    So a request sent when another finishes (a closed-loop client) lands in the middle
+    of the other requests' decode steps and waits for the step to end, as it does on a
+    real server, where the replay would otherwise admit it at once."""
     n = len(prompts)
     if not len(outputs) == len(arrivals) == n:
         raise ValueError(f"{n} prompts need as many outputs and arrivals")
     clk: Any = sim
     if not isinstance(sim, TimedReplay):
         raise TypeError("replay_seconds needs a model made by timed()")
+    delay = clk.cost.request_s
     sent_at = [0.0] * n
     index = [-1] * n
     nxt = 0
     free_since = 0.0
     while nxt < n or sim.in_flight:
-        while nxt < n and sim.in_flight < concurrency and arrivals[nxt] <= clk.clock:
-            sent_at[nxt] = max(arrivals[nxt], free_since)
+        engine_at = math.inf
+        while nxt < n and sim.in_flight < concurrency:
+            sent = max(arrivals[nxt], free_since)
+            engine_at = sent + delay
+            if engine_at > clk.clock:
+                break
+            sent_at[nxt] = sent
             index[nxt] = sim.send(prompts[nxt], outputs[nxt], concurrency=n + 1)
             nxt += 1
-        clk.horizon = arrivals[nxt] if nxt < n and sim.in_flight < concurrency else math.inf
+            engine_at = math.inf
+        clk.horizon = engine_at
         if sim.in_flight:
             before = sim.in_flight
             sim.advance()
             if sim.in_flight < before:
                 free_since = clk.clock
         elif nxt < n:
-            clk.clock = max(clk.clock, arrivals[nxt])
-            free_since = clk.clock
+            clk.clock = max(clk.clock, engine_at)
     first = clk.first_token
-    return [first[index[i]] - sent_at[i] + clk.cost.request_s for i in range(n)]
+    return [first[index[i]] - sent_at[i] for i in range(n)]

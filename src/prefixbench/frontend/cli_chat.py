@@ -146,6 +146,8 @@ def _setup(args: argparse.Namespace, workload: Workload) -> Setup:
         concurrency=None, max_num_seqs=None,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len, async_scheduling=args.async_scheduling,
+        num_batched_tokens_buckets=args.num_batched_tokens_buckets,
+        kv_segment_size_buckets=args.kv_segment_size_buckets,
         custom_output_len=None), workload)
     if args.tokenizer is not None:
         return setup

@@ -98,6 +98,11 @@ DEFAULTS: Final = {
                                 f"(on neuron, also the prefill segment)",
     "--async-scheduling": "the platform's: off on cpu, on on neuron",
     "--max-model-len": "8192, the tutorial server's (neuron only)",
+    "--num-batched-tokens-buckets": "none set: the plugin resolves them, "
+                                    "[max_num_batched_tokens] below max_model_len "
+                                    "(neuron only)",
+    "--kv-segment-size-buckets": "none set: automatic segmented prefill, one segment of "
+                                 "max_num_batched_tokens (neuron only)",
     "--custom-output-len": f"{BENCH_OUTPUT_LEN} for every request, vllm bench serve's "
                            f"(a line's output_tokens only with -1)",
 }
@@ -151,10 +156,35 @@ def add_server_arguments(group: argparse._ActionsContainer) -> None:
                        help="with --platform neuron: the server's --max-model-len, at "
                        "which the plugin's scheduler computes how many requests the KV "
                        f"cache holds; {default('--max-model-len')}")
+    group.add_argument("--num-batched-tokens-buckets", type=_sizes, metavar="N,N",
+                       help="with --platform neuron: the server's neuron_config "
+                       "num_batched_tokens_buckets, the sizes prefill chunks are padded "
+                       f"to, e.g. 512,1024; {default('--num-batched-tokens-buckets')}")
+    group.add_argument("--kv-segment-size-buckets", type=_sizes, metavar="N",
+                       help="with --platform neuron: the server's neuron_config "
+                       "kv_segment_size_buckets (one size, equal to "
+                       f"--num-batched-tokens-buckets); {default('--kv-segment-size-buckets')}")
     group.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
                        help="the server runs the async scheduler (vLLM's AsyncScheduler, "
                        f"or the plugin's NeuronAsyncScheduler); "
                        f"{default('--async-scheduling')}")
+
+
+def _sizes(text: str) -> list[int]:
+    """A comma-separated list of positive sizes (argparse's type)."""
+    try:
+        sizes = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of "
+                                         f"integers, e.g. 512,1024") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: sizes must be >= 1")
+    return sizes
+
+
+#: The bucket flags, by the neuron_config key each sets.
+BUCKET_FLAGS: Final = {"num_batched_tokens_buckets": "--num-batched-tokens-buckets",
+                       "kv_segment_size_buckets": "--kv-segment-size-buckets"}
 
 
 def _given(flag: str) -> str:
@@ -263,11 +293,61 @@ def _scheduler(args: argparse.Namespace, workload: Workload, platform: str
     return serving, assumed
 
 
-def _segment(serving: Serving, block_size: int) -> tuple[Serving, list[Assumed]]:
-    """The prefill chunk and buckets of a Neuron server with prefix caching on, as the
-    plugin resolves them, or the one line saying why the plugin would refuse it."""
+def _bucket_config(args: argparse.Namespace, platform: str) -> dict[str, list[int]]:
+    """The neuron_config bucket lists the flags give (none given: empty)."""
+    config = {key: given for key, flag in BUCKET_FLAGS.items()
+              if (given := getattr(args, key, None)) is not None}
+    if config and platform != "neuron":
+        flag = BUCKET_FLAGS[next(iter(config))]
+        raise UsageError(f"{flag} applies with --platform neuron only (a neuron_config "
+                         f"setting of the Neuron plugin)")
+    return config
+
+
+def _bucket_refusals(serving: Serving, config: dict[str, list[int]], sizes: tuple[int, ...]
+                     ) -> list[str]:
+    """Why a Neuron server with these bucket flags would not start, one line each: the
+    preflight rules (:func:`prefixbench.config.rules.segment_buckets`, and
+    :func:`prefixbench.config.rules_plugin.plugin_refusals`) worded for the flags."""
     from prefixbench.config.rules import SEGMENT_SOURCE  # noqa: PLC0415 - neuron only
     from prefixbench.config.rules_plugin import plugin_refusals  # noqa: PLC0415
+    from prefixbench.engines.schedneuron import prefill_buckets  # noqa: PLC0415
+    from prefixbench.hosts import releases  # noqa: PLC0415 - neuron only
+
+    mml, mnbt = serving.max_model_len, serving.max_num_batched_tokens
+    out = list(plugin_refusals(mnbt, mml, config, sizes, flags=True))
+    batched = config.get("num_batched_tokens_buckets")
+    segments = config.get("kv_segment_size_buckets")
+    if batched is not None:
+        try:
+            prefill_buckets(mnbt, mml, batched)
+        except ValueError as exc:
+            out.append(f"--num-batched-tokens-buckets: {exc} (--max-num-batched-tokens, "
+                       f"--max-model-len)")
+    if segments is not None:
+        if len(segments) > 1:
+            out.append(f"--kv-segment-size-buckets {segments} has {len(segments)} sizes: "
+                       f"vllm-neuron supports a single segment size ({SEGMENT_SOURCE}): "
+                       f"keep one, e.g. {segments[0]}")
+        if batched is not None and batched != segments:
+            out.append(f"--kv-segment-size-buckets {segments} must equal "
+                       f"--num-batched-tokens-buckets {batched} (the tutorial's constraint "
+                       f"for segmented attention)")
+        if refused := releases.segment_refusal("--kv-segment-size-buckets", segments, sizes,
+                                               "any known Neuron release"):
+            out.append(refused)
+        if mnbt != max(segments):
+            out.append(f"--max-num-batched-tokens {mnbt} must match the prefill segment "
+                       f"(--kv-segment-size-buckets {segments}): set it to {max(segments)}")
+    return out
+
+
+def _segment(serving: Serving, block_size: int, config: dict[str, list[int]] | None = None
+             ) -> tuple[Serving, list[Assumed]]:
+    """The prefill chunk and buckets of a Neuron server with prefix caching on, as the
+    plugin resolves them from its settings (``config``: the bucket flags), or the one
+    line saying why the plugin would refuse it."""
+    from prefixbench.config.rules import SEGMENT_SOURCE  # noqa: PLC0415 - neuron only
     from prefixbench.engines.platforms import neuron_serving  # noqa: PLC0415
     from prefixbench.hosts import releases  # noqa: PLC0415 - neuron only
 
@@ -275,27 +355,36 @@ def _segment(serving: Serving, block_size: int) -> tuple[Serving, list[Assumed]]
     # the manifests' prefix_caching.segment_sizes); preflight holds a host to its own.
     sizes = releases.segment_sizes()
     mml = serving.max_model_len
-    for refusal in plugin_refusals(serving.max_num_batched_tokens, mml, {}, sizes,
-                                   flags=True):
+    config = config or {}
+    for refusal in _bucket_refusals(serving, config, sizes):
         raise UsageError(refusal)
-    segment = min(serving.max_num_batched_tokens, mml or serving.max_num_batched_tokens)
+    segments = config.get("kv_segment_size_buckets")
+    segment = (segments[0] if segments else
+               min(serving.max_num_batched_tokens, mml or serving.max_num_batched_tokens))
     if segment % block_size:
         raise UsageError(f"--block-size {block_size} does not divide the {segment}-token "
                          f"prefill segment (block size must divide the segment size, "
                          f"{SEGMENT_SOURCE}): use one that divides it, e.g. "
                          f"{PLATFORM_BLOCK_SIZE['neuron']}")
-    serving = replace(neuron_serving(serving, mml, async_scheduling=serving.async_scheduling),
-                      prefill_segment=segment)
+    serving = replace(neuron_serving(serving, mml, async_scheduling=serving.async_scheduling,
+                                     neuron_config=config), prefill_segment=segment)
     buckets = list(serving.prefill_buckets or ())
-    return serving, [
-        Assumed("prefill segment", f"{segment} tokens",
+    auto = ("(vllm_neuron/utils/bucket_utils.py, resolve_segmented_prefill_config, the "
+            "vllm-neuron of Neuron 2.32)")
+    seg_said = (_given("--kv-segment-size-buckets") if segments else
                 "--max-num-batched-tokens below --max-model-len: the plugin turns "
-                "segmented prefill on by itself, one segment of that size "
-                "(vllm_neuron/utils/bucket_utils.py, resolve_segmented_prefill_config, "
-                "the vllm-neuron of Neuron 2.32)"),
-        Assumed("prefill buckets", f"{buckets} (every chunk padded to one)",
-                "the plugin's automatic segmented prefill: [max_num_batched_tokens] "
-                "(vllm_neuron/vllm/core/scheduler.py, NeuronScheduler.__init__)"),
+                f"segmented prefill on by itself, one segment of that size {auto}")
+    if "num_batched_tokens_buckets" in config:
+        buckets_said = _given("--num-batched-tokens-buckets")
+    elif segments:
+        buckets_said = ("--kv-segment-size-buckets: the model runner sets the prefill "
+                        f"buckets to them {auto}")
+    else:
+        buckets_said = ("the plugin's automatic segmented prefill: [max_num_batched_tokens] "
+                        "(vllm_neuron/vllm/core/scheduler.py, NeuronScheduler.__init__)")
+    return serving, [
+        Assumed("prefill segment", f"{segment} tokens", seg_said),
+        Assumed("prefill buckets", f"{buckets} (every chunk padded to one)", buckets_said),
         Assumed("prefill saving", "design over tutorial", TUTORIAL_DISAGREES),
     ]
 
@@ -333,8 +422,9 @@ def resolve(args: argparse.Namespace, workload: Workload) -> Setup:
     model = model.chunked(serving.max_num_batched_tokens)
     assumed += [block, kv, *sched]
     segment: int | None = None
+    config = _bucket_config(args, platform)
     if platform == "neuron":
-        serving, seg = _segment(serving, block_size)
+        serving, seg = _segment(serving, block_size, config)
         segment = serving.prefill_segment
         assumed += seg
     if args.capacity_blocks is not None and args.capacity_blocks < 1:

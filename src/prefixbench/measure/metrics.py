@@ -268,6 +268,15 @@ _COUNTERS: Final[dict[str, tuple[str, dict[str, str]]]] = {
     # Histogram counts of the optional KV residency metrics (--kv-cache-metrics): they
     # are *sampled* block evictions, a sign of evictions rather than their number.
     "kv_block_evictions_sampled": ("vllm:kv_block_idle_before_evict_seconds_count", {}),
+    # The engine's own time per request, histogram sums and count (vLLM v1
+    # ``vllm/v1/metrics/stats.py``, ``IterationStats.update_from_finished_request``:
+    # queued = scheduled_ts - queued_ts, prefill = first_token_ts - scheduled_ts, engine
+    # core timestamps; exported by ``vllm/v1/metrics/loggers.py``): a client TTFT less
+    # these is the time outside the engine (HTTP, tokenization, the API server), which
+    # the TTFT model holds apart (prefixbench.report.ttft_predicted.outside_seconds).
+    "engine_queue_seconds": ("vllm:request_queue_time_seconds_sum", {}),
+    "engine_prefill_seconds": ("vllm:request_prefill_time_seconds_sum", {}),
+    "engine_prefill_requests": ("vllm:request_prefill_time_seconds_count", {}),
 }
 
 
@@ -292,6 +301,9 @@ class CacheSignals:
     request_success: float | None = None
     generation_tokens: float | None = None
     kv_block_evictions_sampled: float | None = None
+    engine_queue_seconds: float | None = None
+    engine_prefill_seconds: float | None = None
+    engine_prefill_requests: float | None = None
     #: ``vllm:kv_cache_usage_perc`` (a fraction 0..1, despite the name): the highest over
     #: engines. A gauge, so it has no delta.
     kv_cache_usage: float | None = None

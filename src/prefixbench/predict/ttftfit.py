@@ -169,12 +169,14 @@ def _predicted(theta: list[float], row: list[float]) -> float:
 def fit_cost(obs: Sequence[Observation], *, platform: str, chunk: int,
              buckets: tuple[int, ...] = (), segment: int = 0,
              decode_buckets: tuple[int, ...] = (), spread: float = 0.0,
-             measured_p99_s: float | None = None,
+             measured_p99_s: float | None = None, request_s: float | None = None,
              source: dict[str, Any] | None = None) -> TimeFit:
     """Fit a :class:`StepCost` to ``obs`` (TTFTs and ITLs of one host; ``chunk`` its
     ``max_num_batched_tokens``). ``spread``: the measured TTFT's std / median;
     ``measured_p99_s``: the baseline's p99 TTFT, whose excess over the fitted model is
-    the tail carried over (:attr:`TimeFit.tail_s`). Coefficients are never negative."""
+    the tail carried over (:attr:`TimeFit.tail_s`); ``request_s``: the time outside the
+    engine when it was measured apart (the client's TTFT less the server's own queue and
+    prefill time), then held, not fitted. Coefficients are never negative."""
     ttfts = [o for o in obs if o.kind == "ttft"]
     itls = [o for o in obs if o.kind == "itl"]
     if not ttfts or not itls:
@@ -184,13 +186,18 @@ def fit_cost(obs: Sequence[Observation], *, platform: str, chunk: int,
     lengths = tuple(sorted({(o.prompt_len - o.hit) for o in ttfts}))
     separable = len(lengths) >= 3
     rows = [_row(base, o, chunk) for o in obs]
-    ys = [o.seconds for o in obs]
+    outside = 0.0 if request_s is None else max(0.0, request_s)
+    ys = [o.seconds - (outside if o.kind == "ttft" else 0.0) for o in obs]
     ws = [o.weight for o in obs]
     keep = list(range(4)) if separable else [_NAMES.index(n) for n in _KEPT[platform]]
+    if request_s is not None:
+        keep = [j for j in keep if j != 0]
     theta = _solve(rows, ys, ws, keep)
     while any(theta[j] < 0 for j in keep):  # drop a negative term, refit the rest
         keep = [j for j in keep if theta[j] >= 0 and j != min(keep, key=theta.__getitem__)]
         theta = _solve(rows, ys, ws, keep)
+    if request_s is not None:
+        theta[0] = outside / _SCALE[0]
     cost = replace(base, request_s=theta[0] * _SCALE[0], step_s=theta[1] * _SCALE[1],
                    token_s=theta[2] * _SCALE[2], pair_s=theta[3] * _SCALE[3])
 
@@ -212,6 +219,9 @@ def fit_cost(obs: Sequence[Observation], *, platform: str, chunk: int,
     assumption = "" if separable else (
         f"fitted {kept} only, the rest 0 ({carrier} carry the prefill); a calibration "
         f"bench of varied lengths separates them")
+    if request_s is not None:
+        assumption = (f"request_s measured apart (client TTFT less the server's queue and "
+                      f"prefill time){'; ' if assumption else ''}{assumption}")
     fitted_ttft = max(_predicted(theta, r) for r, o in zip(rows, obs, strict=True)
                       if o.kind == "ttft")
     tail = 0.0 if measured_p99_s is None else max(0.0, measured_p99_s - fitted_ttft)

@@ -33,7 +33,7 @@ from prefixbench.engines.steptime import replay_seconds, timed
 from prefixbench.predict.ttftfit import TimeFit
 
 __all__ = ["MEDIAN_TOLERANCE", "P99_TOLERANCE", "TtftComparison", "TtftPrediction",
-           "arrival_seconds", "compare", "percentile", "predict_ttft"]
+           "arrival_seconds", "compare", "percentile", "predict_ttft", "startup_sets_p99"]
 
 #: The model's stated error on the median and on the p99 TTFT (docs/performance.md,
 #: "TTFT predicted": what it reaches on the recorded runs).
@@ -111,6 +111,9 @@ class TtftComparison:
     measured_median_ms: float
     predicted_p99_ms: float
     measured_p99_ms: float
+    #: The measured p99 is set by the server's first request after start-up, which the
+    #: model does not time (:func:`startup_sets_p99`): the p99s are shown, not judged.
+    startup_p99: bool = False
 
     @property
     def median_error(self) -> float:
@@ -124,7 +127,7 @@ class TtftComparison:
     def agrees(self) -> bool:
         """Both within the model's stated error."""
         return (abs(self.median_error) <= MEDIAN_TOLERANCE
-                and abs(self.p99_error) <= P99_TOLERANCE)
+                and (self.startup_p99 or abs(self.p99_error) <= P99_TOLERANCE))
 
     def verdict(self) -> str:
         """One line: agreement, or which measured figure is beyond the stated error."""
@@ -132,14 +135,29 @@ class TtftComparison:
         if abs(self.median_error) > MEDIAN_TOLERANCE:
             out.append(f"median {self.median_error:+.1%} (stated error "
                        f"{MEDIAN_TOLERANCE:.0%})")
-        if abs(self.p99_error) > P99_TOLERANCE:
+        if abs(self.p99_error) > P99_TOLERANCE and not self.startup_p99:
             out.append(f"p99 {self.p99_error:+.1%} (stated error {P99_TOLERANCE:.0%})")
+        startup = ("; p99 not compared: it is the server's first request after start-up, "
+                   "not modelled" if self.startup_p99 else "")
         if not out:
-            return "within the model's stated error"
-        return "prediction and measurement disagree: " + "; ".join(out)
+            return ("within the model's stated error" if not startup
+                    else "median within the model's stated error" + startup)
+        return "prediction and measurement disagree: " + "; ".join(out) + startup
+
+
+def startup_sets_p99(requests: int, *, first_after_start: bool) -> bool:
+    """Whether a bench's p99 TTFT is set by the server's first request after start-up:
+    the bench's first request is the server's first (``first_after_start``: no ready
+    check or warmup before it, nothing served since the server started) and the p99 of
+    ``requests`` TTFTs interpolates between the two slowest (fewer than 101 requests,
+    :func:`percentile`). That request's time outside the engine is the API server's
+    start-up, not the step time the model is fitted to: on the recorded runs
+    (docs/performance.md, "TTFT predicted") about 250 ms of it lies outside the server's
+    own TTFT."""
+    return first_after_start and (requests - 1) * 0.99 > requests - 2
 
 
 def compare(prediction: TtftPrediction, measured_median_ms: float,
-            measured_p99_ms: float) -> TtftComparison:
+            measured_p99_ms: float, *, startup_p99: bool = False) -> TtftComparison:
     return TtftComparison(prediction.median_s * 1e3, measured_median_ms,
-                          prediction.p99_s * 1e3, measured_p99_ms)
+                          prediction.p99_s * 1e3, measured_p99_ms, startup_p99)

@@ -24,17 +24,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench.engines.schedneuron import neuron_scheduler_sim
+from prefixbench.engines.schedneuron import neuron_scheduler_sim, resolve_prefill_buckets
 from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.workloads import Workload
 from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.predict.ttftfit import TimeFit, fit_cost, observations
-from prefixbench.predict.ttftreplay import TtftComparison, arrival_seconds, compare, predict_ttft
+from prefixbench.predict.ttftreplay import (
+    TtftComparison,
+    arrival_seconds,
+    compare,
+    predict_ttft,
+    startup_sets_p99,
+)
 from prefixbench.predict.whatif import prefix_repetition_tokens
 from prefixbench.report.load import RunData
 
-__all__ = ["HostCalibration", "TtftRow", "for_host", "host_fits", "render_markdown",
-           "ttft_rows"]
+__all__ = ["HostCalibration", "TtftRow", "for_host", "host_fits", "neuron_padding",
+           "outside_seconds", "render_markdown", "ttft_rows"]
 
 @dataclass(frozen=True)
 class TtftRow:
@@ -51,7 +57,11 @@ class TtftRow:
                 "predicted_p99_ttft_ms": c.predicted_p99_ms,
                 "measured_p99_ttft_ms": c.measured_p99_ms, "agrees": c.agrees,
                 "verdict": c.verdict(), "fit": self.fit.summary(),
-                "platform": self.fit.cost.platform}
+                "platform": self.fit.cost.platform,
+                **({"prefill_buckets": list(self.fit.cost.buckets),
+                    "segment": self.fit.cost.segment,
+                    "decode_buckets": list(self.fit.cost.decode_buckets)}
+                   if self.fit.cost.platform == "neuron" else {})}
 
 
 @functools.lru_cache(maxsize=16)
@@ -63,18 +73,49 @@ def _requests(workload_json: str, seed: int) -> tuple[tuple[array[int], ...], in
             w.pre_requests)
 
 
-def _neuron_padding(chunk: int, max_num_seqs: int) -> dict[str, Any]:
-    """How a Neuron server pads, as the tutorial's server is configured: prefill chunks
-    to one bucket, ``max_num_batched_tokens`` (``num_batched_tokens_buckets: [1024]``,
-    aws-neuron-sdk v2.32.0 ``vllm-neuron/docs/tutorials/tutorial-gpt-oss.md``), KV
-    segments of the same size (``kv_segment_size_buckets``), decode batches to
-    ``max_num_seqs``."""
-    return {"buckets": (chunk,), "segment": chunk, "decode_buckets": (max_num_seqs,)}
+def neuron_padding(chunk: int, max_num_seqs: int, *, max_model_len: int | None = None,
+                   neuron_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """How the server's Neuron plugin pads, from its own configuration: prefill chunks to
+    the buckets it resolves (:func:`prefixbench.engines.schedneuron
+    .resolve_prefill_buckets`: ``num_batched_tokens_buckets``, else
+    ``kv_segment_size_buckets``, else automatic segmented prefill's
+    ``[max_num_batched_tokens]``, else the default powers of two); KV segments of the
+    configured ``kv_segment_size_buckets`` size, else the largest prefill bucket (the
+    segment automatic segmented prefill uses); decode batches to ``num_seqs_buckets``,
+    else ``max_num_seqs``. Without ``max_model_len`` the server is taken to run segmented
+    prefill: a server with prefix caching on does, or the plugin refuses to start
+    (:mod:`prefixbench.config.rules_plugin`), and the baseline runs the same settings."""
+    config = dict(neuron_config or {})
+    mml = max_model_len if max_model_len is not None else chunk + 1
+    buckets = resolve_prefill_buckets(chunk, mml, config)
+    segments = config.get("kv_segment_size_buckets")
+    seqs = config.get("num_seqs_buckets")
+    return {"buckets": tuple(sorted(buckets)),
+            "segment": int(max(segments)) if segments else max(buckets),
+            "decode_buckets": (tuple(sorted(int(v) for v in seqs)) if seqs
+                               else (max_num_seqs,))}
+
+
+def outside_seconds(record: BenchmarkRecord) -> float | None:
+    """The time a bench's requests spent outside the engine: the client's median TTFT
+    less the server's own mean queue and prefill time per request (``engine_*`` of the
+    record's metrics delta, :mod:`prefixbench.measure.metrics`); None when the server's
+    page lacks them. The median, not the mean, of the client's TTFT: the time outside the
+    engine has the long tail (a first request's connection, the client's own stalls), the
+    engine's prefill of one prompt length does not."""
+    counters = (record.metrics_delta or {}).get("counters") or {}
+    queue, prefill = counters.get("engine_queue_seconds"), counters.get("engine_prefill_seconds")
+    count = counters.get("engine_prefill_requests")
+    if queue is None or prefill is None or not count:
+        return None
+    return max(0.0, float(record.bench_result.median_ttft_ms) / 1e3
+               - (float(queue) + float(prefill)) / float(count))
 
 
 def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = "cpu",
-              max_num_seqs: int = 1) -> TimeFit | None:
-    obs, spreads, p99s = [], [], []
+              max_num_seqs: int = 1, padding: Mapping[str, Any] | None = None
+              ) -> TimeFit | None:
+    obs, spreads, p99s, outside = [], [], [], []
     for r in baselines:
         b = r.bench_result
         if int(r.workload.get("max_concurrency") or 0) != 1:
@@ -82,11 +123,17 @@ def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = 
         obs += observations(b)
         spreads.append(float(b.data.get("std_ttft_ms") or 0.0) / b.median_ttft_ms)
         p99s.append(b.p99_ttft_ms / 1e3)
+        outside.append(outside_seconds(r))
     if not obs:
         return None
-    padding = _neuron_padding(chunk, max_num_seqs) if platform == "neuron" else {}
+    if platform != "neuron":
+        padding = {}
+    elif padding is None:
+        padding = neuron_padding(chunk, max_num_seqs)
+    known = [s for s in outside if s is not None]
     return fit_cost(obs, platform=platform, chunk=chunk, spread=statistics.median(spreads),
                     measured_p99_s=min(p99s), **padding,
+                    request_s=statistics.median(known) if len(known) == len(outside) else None,
                     source={"benches": [str(r.key) for r in baselines]})
 
 
@@ -132,23 +179,30 @@ def host_fits(data: RunData, *, max_num_batched_tokens: int,
 def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
               max_num_seqs: int, max_num_batched_tokens: int,
               baseline: str = "baseline", cached: str = "cached",
-              platform: str = "cpu") -> list[TtftRow]:
+              platform: str = "cpu", max_model_len: int | None = None,
+              neuron_config: Mapping[str, Any] | None = None) -> list[TtftRow]:
     """One row per host and cached workload (first repetition). ``platform``: "cpu"
     (vLLM's synchronous scheduler) or "neuron" (the plugin's async scheduler, padded as
-    :func:`_neuron_padding` says; never checked on Trainium). Hosts without a baseline at
+    :func:`neuron_padding` resolves the server's ``max_model_len`` and
+    ``neuron_config``; never checked on Trainium). Hosts without a baseline at
     concurrency 1 have no row."""
     rows: list[TtftRow] = []
+    padding = (neuron_padding(max_num_batched_tokens, max_num_seqs,
+                              max_model_len=max_model_len, neuron_config=neuron_config)
+               if platform == "neuron" else {})
     for host in sorted({r.key.host for r in records}):
         mine = sorted((r for r in records if r.key.host == host), key=lambda r: r.started_at)
         fit = _host_fit([r for r in mine if r.key.configuration == baseline],
-                        max_num_batched_tokens, platform, max_num_seqs)
+                        max_num_batched_tokens, platform, max_num_seqs, padding)
         if fit is None:
             continue
         sim = (neuron_scheduler_sim(block_size, None, max_num_seqs=max_num_seqs,
-                                    max_num_batched_tokens=max_num_batched_tokens)
+                                    max_num_batched_tokens=max_num_batched_tokens,
+                                    buckets=list(padding["buckets"]))
                if platform == "neuron" else
                SchedulerSim(block_size, None, max_num_seqs=max_num_seqs,
                             max_num_batched_tokens=max_num_batched_tokens))
+        fresh = True  # nothing sent to this server yet
         for r in mine:
             if r.key.configuration != cached or r.key.repetition != 1:
                 continue
@@ -164,9 +218,23 @@ def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
                                          burstiness=w.burstiness, seed=r.seed),
                 concurrency=max(1, w.max_concurrency or n), pre_requests=pre)
             b = r.bench_result
+            startup = startup_sets_p99(n, first_after_start=_first_after_start(r, fresh, pre))
+            fresh = False
             rows.append(TtftRow(host, r.key.workload,
-                                compare(pred, b.median_ttft_ms, b.p99_ttft_ms), fit))
+                                compare(pred, b.median_ttft_ms, b.p99_ttft_ms,
+                                        startup_p99=startup), fit))
     return rows
+
+
+def _first_after_start(record: BenchmarkRecord, fresh: bool, pre_requests: int) -> bool:
+    """Whether the bench's first measured request is the server's first: nothing sent
+    before it (the server's ``vllm:request_success`` 0 before the bench when the record
+    has the snapshot, else the first bench of the configuration in time order) and no
+    ready check or warmup request."""
+    if pre_requests:
+        return False
+    served = (record.metrics_before or {}).get("request_success")
+    return fresh if served is None else float(served) == 0.0
 
 
 def _setting(records: Sequence[BenchmarkRecord], key: str) -> int | None:
@@ -175,11 +243,20 @@ def _setting(records: Sequence[BenchmarkRecord], key: str) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
+def _neuron_config(records: Sequence[BenchmarkRecord]) -> dict[str, Any] | None:
+    """The server's ``neuron_config`` the expectations carry (one value, else None)."""
+    found = {json.dumps(c, sort_keys=True) for r in records
+             if isinstance(c := (r.expected or {}).get("neuron_config"), dict)}
+    return json.loads(found.pop()) if len(found) == 1 else None
+
+
 def for_host(records: Sequence[BenchmarkRecord]) -> tuple[dict[str, Any], ...]:
     """The report's rows of one host (:meth:`TtftRow.as_dict`), its server read from the
     records (the block size in ``vllm:cache_config_info``; ``max_num_seqs`` and
     ``max_num_batched_tokens`` the expectations were replayed with, the platform they
-    assumed); none when any is unknown or the host has no baseline at concurrency 1."""
+    assumed; on Neuron the server's ``max_model_len`` and ``neuron_config`` when the
+    expectations carry them, for its buckets: :func:`neuron_padding`); none when any is
+    unknown or the host has no baseline at concurrency 1."""
     blocks = {int(b) for r in records
               if isinstance(labels := (r.metrics_delta or {}).get("cache_config"), dict)
               and (b := labels.get("block_size"))}
@@ -190,7 +267,9 @@ def for_host(records: Sequence[BenchmarkRecord]) -> tuple[dict[str, Any], ...]:
         return ()
     try:
         rows = ttft_rows(records, block_size=blocks.pop(), max_num_seqs=seqs,
-                         max_num_batched_tokens=chunk, platform=platforms.pop())
+                         max_num_batched_tokens=chunk, platform=platforms.pop(),
+                         max_model_len=_setting(records, "max_model_len"),
+                         neuron_config=_neuron_config(records))
     except ValueError:
         return ()
     return tuple(row.as_dict() for row in rows)
