@@ -29,9 +29,11 @@ from prefixbench.report.build import build_summary
 from prefixbench.report.document import render_markdown as report_markdown
 from prefixbench.report.load import load_run
 from prefixbench.report.ttft_predicted import (
+    host_fits,
     neuron_padding,
     outside_seconds,
     render_markdown,
+    scheduler_of,
     ttft_rows,
 )
 
@@ -316,3 +318,58 @@ def test_the_report_pads_to_the_buckets_its_records_name(tmp_path: Path) -> None
     rows = build_summary(make_run(tmp_path, ("host-a",), expected=neuron)).hosts[0].ttft_predicted
     assert rows[0]["prefill_buckets"] == [512, 1024] and rows[0]["decode_buckets"] == [1, 2, 4]
     assert rows[0]["segment"] == 1024
+
+
+@pytest.mark.parametrize(("scheduler", "expected"), [
+    # vLLM's Scheduler prefills both waiting requests in the first step
+    ("Scheduler", [0.010, 0.010]),
+    # the plugin's NeuronScheduler lets one request through per step ("Current Limitation:
+    # Only 1 Prefill Per Batch", neuron-scheduler.md, v2.31.1): the second waits a step
+    ("NeuronScheduler", [0.010, 0.020]),
+])
+def test_the_replay_batches_as_the_servers_own_scheduler_does(scheduler: str,
+                                                             expected: list[float]) -> None:
+    cost = StepCost("cpu", request_s=0.0, step_s=0.010, token_s=0.0, pair_s=0.0)
+    sim = scheduler_of(scheduler, "cpu", block_size=16, max_num_seqs=4,
+                       max_num_batched_tokens=64)
+    prompts = [array("l", range(k * 100, k * 100 + 32)) for k in range(2)]
+    ttfts = replay_seconds(timed(sim, cost), prompts, [4, 4], arrivals=[0.0, 0.0],
+                           concurrency=2)
+    assert ttfts == pytest.approx(expected)
+
+
+def test_the_report_replays_the_scheduler_its_records_name(tmp_path: Path) -> None:
+    # The simulated fleet: the plugin's NeuronScheduler on vLLM's CPU build (cpu costs,
+    # the plugin's batching); records made before the scheduler was recorded: vLLM's.
+    def sim_fleet(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        return {"max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK,
+                "expected_platform": "cpu", "expected_scheduler": "NeuronScheduler"}
+    summary = build_summary(make_run(tmp_path / "a", ("host-a",), expected=sim_fleet))
+    rows = summary.hosts[0].ttft_predicted
+    assert {r["scheduler"] for r in rows} == {"NeuronScheduler"}
+    assert {r["platform"] for r in rows} == {"cpu"}
+    assert "replayed through NeuronScheduler" in report_markdown(summary)
+    plain = build_summary(make_run(tmp_path / "b", ("host-a",), expected=lambda *a: {
+        "max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK})).hosts[0].ttft_predicted
+    assert {r["scheduler"] for r in plain} == {"Scheduler"}
+    with pytest.raises(ValueError, match="unknown scheduler 'FancyScheduler'"):
+        scheduler_of("FancyScheduler", "cpu", block_size=16, max_num_seqs=4,
+                     max_num_batched_tokens=64)
+
+
+def test_a_neuron_calibration_host_is_fitted_with_neurons_cost_shape(tmp_path: Path) -> None:
+    # whatif --calibration on a run from Neuron hosts: the fit pads to the server's own
+    # buckets (its records' neuron_config), not the cpu shape; a host whose records name
+    # no server takes the what-if's chunk and the cpu shape
+    def neuron(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        return {"max_num_seqs": SEQS, "max_num_batched_tokens": CHUNK, "max_model_len": 8192,
+                "expected_platform": "neuron",
+                "neuron_config": {"num_batched_tokens_buckets": [1024],
+                                  "kv_segment_size_buckets": [1024]}}
+    (cal,) = host_fits(load_run(make_run(tmp_path / "n", ("host-a",), expected=neuron)),
+                       max_num_batched_tokens=512)
+    assert cal.fit.cost.platform == "neuron"
+    assert cal.fit.cost.buckets == (1024,) and cal.fit.cost.segment == 1024
+    (plain,) = host_fits(load_run(make_run(tmp_path / "c", ("host-a",))),
+                         max_num_batched_tokens=512)
+    assert plain.fit.cost.platform == "cpu"

@@ -97,7 +97,9 @@ def _ttft_blocks(h: HostSummary) -> list[Block]:
             Table(("Cached workload", "Median predicted (ms)", "Median measured (ms)",
                    "p99 predicted (ms)", "p99 measured (ms)", ""), rows),
             Para(f"Step-time model fitted to this host's baseline: "
-                 f"{h.ttft_predicted[0]['fit']}."
+                 f"{h.ttft_predicted[0]['fit']}; replayed through "
+                 f"{h.ttft_predicted[0].get('scheduler', 'Scheduler')}, the scheduler the "
+                 f"server runs."
                  + (" On Neuron the model follows AWS's design documents and the plugin's "
                     "source, never checked on Trainium."
                     if h.ttft_predicted[0].get("platform") == "neuron" else ""))]

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import statistics
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from prefixbench.engines.schedhybrid import scheduler_sim_for
 from prefixbench.engines.schedneuron import neuron_scheduler_sim, resolve_prefill_buckets
 from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.workloads import Workload
@@ -39,8 +39,14 @@ from prefixbench.predict.ttftreplay import (
 from prefixbench.predict.whatif import prefix_repetition_tokens
 from prefixbench.report.load import RunData
 
-__all__ = ["HostCalibration", "TtftRow", "for_host", "host_fits", "neuron_padding",
-           "outside_seconds", "render_markdown", "ttft_rows"]
+__all__ = ["SCHEDULERS", "HostCalibration", "ServerOf", "TtftRow", "for_host", "host_fits",
+           "neuron_padding", "outside_seconds", "render_markdown", "scheduler_name",
+           "scheduler_of", "server_of", "ttft_rows"]
+
+#: The scheduler classes a record's ``expected_scheduler`` names
+#: (:attr:`prefixbench.engines.platforms.EngineModel.scheduler`).
+SCHEDULERS: Final = ("Scheduler", "AsyncScheduler", "NeuronScheduler",
+                     "NeuronAsyncScheduler")
 
 @dataclass(frozen=True)
 class TtftRow:
@@ -48,6 +54,8 @@ class TtftRow:
     workload: str
     comparison: TtftComparison
     fit: TimeFit
+    #: The scheduler class replayed (:func:`scheduler_name`).
+    scheduler: str = "Scheduler"
 
     def as_dict(self) -> dict[str, Any]:
         c = self.comparison
@@ -57,7 +65,7 @@ class TtftRow:
                 "predicted_p99_ttft_ms": c.predicted_p99_ms,
                 "measured_p99_ttft_ms": c.measured_p99_ms, "agrees": c.agrees,
                 "verdict": c.verdict(), "fit": self.fit.summary(),
-                "platform": self.fit.cost.platform,
+                "platform": self.fit.cost.platform, "scheduler": self.scheduler,
                 **({"prefill_buckets": list(self.fit.cost.buckets),
                     "segment": self.fit.cost.segment,
                     "decode_buckets": list(self.fit.cost.decode_buckets)}
@@ -148,26 +156,26 @@ class HostCalibration:
     vllm: str | None
 
 
-def _flag(units: Mapping[str, str], flag: str) -> int | None:
-    """A server flag's value as rendered in the host's units (``--flag N``)."""
-    for text in units.values():
-        found = re.search(rf"{re.escape(flag)}[= ](\d+)", text)
-        if found:
-            return int(found.group(1))
-    return None
-
-
 def host_fits(data: RunData, *, max_num_batched_tokens: int,
               baseline: str = "baseline") -> list[HostCalibration]:
-    """Each host's step-time model, fitted to its baseline benches at concurrency 1 (the
-    chunk size from its rendered server units, else ``max_num_batched_tokens``)."""
+    """Each host's step-time model, fitted to its baseline benches at concurrency 1, on
+    the server its records describe (:func:`server_of`: the chunk size, ``max_num_seqs``,
+    the platform's cost shape and, on Neuron, its buckets); a host whose records do not
+    say takes ``max_num_batched_tokens`` and the cpu shape."""
     out = []
     for host in data.hosts:
         fp = data.fingerprints.get(host)
-        units = fp.units if fp is not None else {}
-        chunk = _flag(units, "--max-num-batched-tokens") or max_num_batched_tokens
-        fit = _host_fit([r for r in data.records if r.key.host == host
-                         and r.key.configuration == baseline], chunk)
+        mine = [r for r in data.records if r.key.host == host]
+        server = server_of(mine)
+        chunk = server.chunk if server is not None else max_num_batched_tokens
+        platform = server.platform if server is not None else "cpu"
+        padding = (neuron_padding(chunk, server.max_num_seqs,
+                                  max_model_len=server.max_model_len,
+                                  neuron_config=server.neuron_config)
+                   if server is not None and platform == "neuron" else None)
+        fit = _host_fit([r for r in mine if r.key.configuration == baseline], chunk,
+                        platform, server.max_num_seqs if server is not None else 1,
+                        padding)
         if fit is not None:
             out.append(HostCalibration(
                 host, fit, fp.platform if fp is not None else None,
@@ -176,16 +184,51 @@ def host_fits(data: RunData, *, max_num_batched_tokens: int,
     return out
 
 
+def scheduler_name(scheduler: str | None, platform: str) -> str:
+    """The class :func:`scheduler_of` models: ``scheduler`` if given, else the
+    platform's default; ValueError for a name it does not model."""
+    name = scheduler or ("NeuronAsyncScheduler" if platform == "neuron" else "Scheduler")
+    if name not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {name!r}: one of {', '.join(SCHEDULERS)}")
+    return name
+
+
+def scheduler_of(scheduler: str | None, platform: str, *, block_size: int,
+                 max_num_seqs: int, max_num_batched_tokens: int,
+                 buckets: Sequence[int] | None = None) -> SchedulerSim:
+    """A fresh scheduler model of the class the server runs, by the name its records'
+    expectations give (``expected_scheduler``: ``Scheduler``, ``AsyncScheduler``,
+    ``NeuronScheduler``, ``NeuronAsyncScheduler``, read from its command line by
+    :mod:`prefixbench.servers.served_engine`); without one, the platform's default (vLLM's
+    ``Scheduler`` on cpu, the plugin's ``NeuronAsyncScheduler`` on Neuron). The class
+    decides which requests share a step (the plugin's never mixes a prefill with decodes,
+    and prefills one request a step), so the time a request waits behind others; the
+    platform decides what a step costs (:class:`prefixbench.engines.steptime.StepCost`).
+    The simulated fleet runs the plugin's ``NeuronScheduler`` on vLLM's CPU build: cpu
+    costs, the Neuron plugin's batching."""
+    name = scheduler_name(scheduler, platform)
+    asynchronous = "Async" in name
+    if name.startswith("Neuron"):
+        return neuron_scheduler_sim(block_size, None, max_num_seqs=max_num_seqs,
+                                    max_num_batched_tokens=max_num_batched_tokens,
+                                    async_scheduling=asynchronous,
+                                    buckets=list(buckets) if buckets else None)
+    return scheduler_sim_for("full", block_size, None, max_num_seqs=max_num_seqs,
+                             max_num_batched_tokens=max_num_batched_tokens,
+                             async_scheduling=asynchronous)
+
+
 def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
               max_num_seqs: int, max_num_batched_tokens: int,
               baseline: str = "baseline", cached: str = "cached",
               platform: str = "cpu", max_model_len: int | None = None,
-              neuron_config: Mapping[str, Any] | None = None) -> list[TtftRow]:
+              neuron_config: Mapping[str, Any] | None = None,
+              scheduler: str | None = None) -> list[TtftRow]:
     """One row per host and cached workload (first repetition). ``platform``: "cpu"
-    (vLLM's synchronous scheduler) or "neuron" (the plugin's async scheduler, padded as
-    :func:`neuron_padding` resolves the server's ``max_model_len`` and
-    ``neuron_config``; never checked on Trainium). Hosts without a baseline at
-    concurrency 1 have no row."""
+    (a step costs what it computes) or "neuron" (chunks padded as :func:`neuron_padding`
+    resolves the server's ``max_model_len`` and ``neuron_config``; never checked on
+    Trainium); ``scheduler``: the class the server runs (:func:`scheduler_of`). Hosts
+    without a baseline at concurrency 1 have no row."""
     rows: list[TtftRow] = []
     padding = (neuron_padding(max_num_batched_tokens, max_num_seqs,
                               max_model_len=max_model_len, neuron_config=neuron_config)
@@ -196,12 +239,10 @@ def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
                         max_num_batched_tokens, platform, max_num_seqs, padding)
         if fit is None:
             continue
-        sim = (neuron_scheduler_sim(block_size, None, max_num_seqs=max_num_seqs,
-                                    max_num_batched_tokens=max_num_batched_tokens,
-                                    buckets=list(padding["buckets"]))
-               if platform == "neuron" else
-               SchedulerSim(block_size, None, max_num_seqs=max_num_seqs,
-                            max_num_batched_tokens=max_num_batched_tokens))
+        sim = scheduler_of(scheduler, platform, block_size=block_size,
+                           max_num_seqs=max_num_seqs,
+                           max_num_batched_tokens=max_num_batched_tokens,
+                           buckets=padding.get("buckets"))
         fresh = True  # nothing sent to this server yet
         for r in mine:
             if r.key.configuration != cached or r.key.repetition != 1:
@@ -222,7 +263,8 @@ def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
             fresh = False
             rows.append(TtftRow(host, r.key.workload,
                                 compare(pred, b.median_ttft_ms, b.p99_ttft_ms,
-                                        startup_p99=startup), fit))
+                                        startup_p99=startup), fit,
+                                scheduler_name(scheduler, platform)))
     return rows
 
 
@@ -250,26 +292,52 @@ def _neuron_config(records: Sequence[BenchmarkRecord]) -> dict[str, Any] | None:
     return json.loads(found.pop()) if len(found) == 1 else None
 
 
-def for_host(records: Sequence[BenchmarkRecord]) -> tuple[dict[str, Any], ...]:
-    """The report's rows of one host (:meth:`TtftRow.as_dict`), its server read from the
-    records (the block size in ``vllm:cache_config_info``; ``max_num_seqs`` and
-    ``max_num_batched_tokens`` the expectations were replayed with, the platform they
-    assumed; on Neuron the server's ``max_model_len`` and ``neuron_config`` when the
-    expectations carry them, for its buckets: :func:`neuron_padding`); none when any is
-    unknown or the host has no baseline at concurrency 1."""
+@dataclass(frozen=True)
+class ServerOf:
+    """A host's server as its records' expectations describe it."""
+
+    block_size: int
+    max_num_seqs: int
+    chunk: int
+    platform: str
+    scheduler: str | None
+    max_model_len: int | None
+    neuron_config: dict[str, Any] | None
+
+
+def server_of(records: Sequence[BenchmarkRecord]) -> ServerOf | None:
+    """The server the records ran on: the block size in ``vllm:cache_config_info``;
+    ``max_num_seqs``, ``max_num_batched_tokens``, the platform and the scheduler class
+    the expectations were replayed with; on Neuron the server's ``max_model_len`` and
+    ``neuron_config`` when they carry them. None when any of the first four is unknown
+    or differs between records."""
     blocks = {int(b) for r in records
               if isinstance(labels := (r.metrics_delta or {}).get("cache_config"), dict)
               and (b := labels.get("block_size"))}
     seqs = _setting(records, "max_num_seqs")
     chunk = _setting(records, "max_num_batched_tokens")
     platforms = {e.get("expected_platform") or "cpu" for r in records if (e := r.expected)}
+    schedulers = {e.get("expected_scheduler") for r in records if (e := r.expected)}
     if len(blocks) != 1 or seqs is None or chunk is None or len(platforms) != 1:
+        return None
+    return ServerOf(blocks.pop(), seqs, chunk, platforms.pop(),
+                    schedulers.pop() if len(schedulers) == 1 else None,
+                    _setting(records, "max_model_len"), _neuron_config(records))
+
+
+def for_host(records: Sequence[BenchmarkRecord]) -> tuple[dict[str, Any], ...]:
+    """The report's rows of one host (:meth:`TtftRow.as_dict`), on the server its
+    records describe (:func:`server_of`); none when that is unknown or the host has no
+    baseline at concurrency 1."""
+    server = server_of(records)
+    if server is None:
         return ()
     try:
-        rows = ttft_rows(records, block_size=blocks.pop(), max_num_seqs=seqs,
-                         max_num_batched_tokens=chunk, platform=platforms.pop(),
-                         max_model_len=_setting(records, "max_model_len"),
-                         neuron_config=_neuron_config(records))
+        rows = ttft_rows(records, block_size=server.block_size,
+                         max_num_seqs=server.max_num_seqs,
+                         max_num_batched_tokens=server.chunk, platform=server.platform,
+                         max_model_len=server.max_model_len,
+                         neuron_config=server.neuron_config, scheduler=server.scheduler)
     except ValueError:
         return ()
     return tuple(row.as_dict() for row in rows)
@@ -287,6 +355,7 @@ def render_markdown(rows: Sequence[TtftRow]) -> str:
                    f"{c.measured_median_ms:.1f} ({c.median_error:+.1%}) | "
                    f"{c.predicted_p99_ms:.1f} / {c.measured_p99_ms:.1f} "
                    f"({c.p99_error:+.1%}) | {c.verdict()} |")
-    fits = {row.host: row.fit.summary() for row in rows}
+    fits = {row.host: f"{row.fit.summary()}; replayed through {row.scheduler}"
+            for row in rows}
     out += ["", *(f"- {host}: {summary}" for host, summary in fits.items())]
     return "\n".join(out) + "\n"
