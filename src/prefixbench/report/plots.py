@@ -251,8 +251,11 @@ def line_plot(
     left, top, bottom = 70, 34, 50
     names = [label for _x, label in vlines] + [n for n, _p in (*lines, *dots)]
     right = max(260, 16 + 18 + text_width(max(names, key=len, default="")) + 12)
-    plot_w, plot_h = 460, 240
-    width, height = left + plot_w + right, top + plot_h + bottom
+    # The axis labels span the plot at most, the title and the legend fit the image.
+    plot_w = max(460, text_width(x_label) + 20)
+    plot_h = max(240, text_width(y_label) + 20)
+    width = max(left + plot_w + right, left + text_width(title, 14) + 10)
+    height = max(top + plot_h + bottom, top + 8 + 18 * len(names) + 10)
     xs = [x for _n, pts in (*lines, *dots) for x, _y in pts] + [x for x, _l in vlines]
     ys = [y for _n, pts in (*lines, *dots) for _x, y in pts]
     xticks = nice_ticks(max(xs, default=1.0))
