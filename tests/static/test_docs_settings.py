@@ -17,7 +17,8 @@ NAME = re.compile(r"\b((?:prefixbench|neuron_sdk|vllm_env|model_cache|vllm_servi
 #: Names with an owned prefix that are not settings: the bundle's modules and plugins,
 #: and what roles publish or pass to each other.
 NOT_SETTINGS = {
-    *(p.stem for d in ("library", "module_utils", "plugins/action", "plugins/inventory")
+    *(p.stem for d in ("library", "module_utils", "plugins/action", "plugins/inventory",
+                       "plugins/vars")
       for p in (ROOT / d).glob("*.py")),
     # the development tools' packages beside the product (prefixbench_sim, _perf)
     *(p.parent.name for p in (ROOT / "src").glob("*/__init__.py")),

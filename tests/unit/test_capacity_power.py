@@ -21,7 +21,8 @@ from prefixbench.engines.workloads import Workload
 from prefixbench.measure.metrics import CacheConfig
 from prefixbench.predict.arrivals import arrival_band
 from prefixbench.predict.served import _sent
-from prefixbench.report.capacity import build_capacity, capacity_lines, report_capacity
+from prefixbench.report.capacity import build_capacity
+from prefixbench.report.capacity_doc import capacity_lines, report_capacity
 from prefixbench.report.capacity_verdict import accepted_interval, decide
 
 AT4: dict[str, Any] = {"concurrency": 4, "note": None, "predicted_at": 4, "evicted_blocks": 47}

@@ -50,6 +50,8 @@ SECTIONS = {
 }
 #: The capacity sweep's summary.
 SWEEP_SECTIONS = {p: "## A KV-capacity sweep's" for p in ("", "points[]", "rows[]", "curves[]")}
+#: The segment-size sweep's summary.
+SEG_SECTIONS = {p: "## A segment-size sweep's" for p in ("", "points[]", "rows[]", "best")}
 #: Objects kept as read or named freely (``run.json``, ``fingerprint.json``, a verdict's
 #: numbers by name): not walked.
 OPAQUE = {"run", "hosts[].fingerprint", "fleet.fingerprint_groups[].identity",
@@ -148,6 +150,21 @@ def test_every_key_of_a_capacity_sweeps_summary_is_documented(tmp_path: Path,
     summary.pop("run")  # run.json as written
     assert summary["rows"] and summary["points"]
     assert undocumented(summary, SWEEP_SECTIONS, doc) == []
+
+
+def test_every_key_of_a_segment_size_sweeps_summary_is_documented(tmp_path: Path,
+                                                                    doc: str) -> None:
+    from prefixbench.report.sweep import build_sweep  # noqa: PLC0415
+
+    run = tmp_path / "run-1"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"run_id": "run-1", "schema_version": 1}))
+    for size in (512, 1024):
+        make_run(run / "sweep", ("a",), run_id=f"seg{size}")
+    summary = json.loads(json.dumps(json_safe(build_sweep(run).to_dict())))
+    summary.pop("run")  # run.json as written
+    assert summary["rows"] and summary["points"] and summary["best"]
+    assert undocumented(summary, SEG_SECTIONS, doc) == []
 
 
 def test_an_undocumented_key_is_named(doc: str) -> None:

@@ -413,9 +413,8 @@ def exit_line(code: int) -> str:
 
 
 def summary_outcome(summary: Mapping[str, Any]) -> int:
-    """The exit code a ``summary.json`` calls for (:func:`outcome_code`)."""
-    if "points" in summary:  # a sweep: its points' verdicts
-        return EXIT_FAILED if summary.get("status") == "FAIL" else EXIT_OK
+    """The exit code a ``summary.json`` calls for (:func:`outcome_code`): a run's, or a
+    sweep's over its points (the same status and failures keys)."""
     return outcome_code(str(summary.get("status", "")), len(summary.get("failures") or []))
 
 

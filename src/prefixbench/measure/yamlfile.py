@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["YamlFileError", "check_inventory_yaml", "load_yaml_file", "yaml_error_line"]
+__all__ = ["YamlFileError", "check_inventory_yaml", "inventory_yaml_problem", "load_yaml_file",
+           "yaml_error_line", "yaml_file_problem"]
 
 #: The suffixes Ansible reads as YAML in an inventory directory, group_vars and host_vars.
 YAML_SUFFIXES = (".yml", ".yaml", ".json")
@@ -26,7 +27,22 @@ class YamlFileError(ValueError):
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads Ansible's own tags as plain strings."""
+    """SafeLoader that reads Ansible's own tags as plain strings, and refuses a key given
+    twice in one mapping (YAML 1.2 forbids it; PyYAML and Ansible keep the last, so the
+    first value is silently lost)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[str, int] = {}
+        for key, _value in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            if key.value in first:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key.value!r} (first given on line "
+                    f"{first[key.value] + 1}; the later one would silently win)",
+                    key.start_mark)
+            first[key.value] = key.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def _opaque(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
@@ -41,14 +57,50 @@ def _opaque(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
 _Loader.add_multi_constructor("!", _opaque)
 
 
-def yaml_error_line(path: str | Path, exc: yaml.YAMLError) -> str:
-    """``path:line:column: problem`` of a parse error (lines and columns from 1)."""
+def _open_quote(text: str, line: int) -> tuple[int, int] | None:
+    """The last quoted scalar before ``line`` (from 0) that runs over several lines, as
+    (first line, last line): a quote left open swallows the lines up to the next one."""
+    found = None
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if token.start_mark.line > line:
+                break
+            if isinstance(token, yaml.ScalarToken) and token.style in ('"', "'") \
+                    and token.end_mark.line > token.start_mark.line:
+                found = (token.start_mark.line, token.end_mark.line)
+    except yaml.YAMLError:
+        pass
+    return found
+
+
+def _hint(text: str, exc: yaml.YAMLError, line: int) -> str:
+    """What to look for, where PyYAML's words do not say it: a tab, an unclosed quote."""
+    if "'\\t'" in str(getattr(exc, "problem", "")):
+        return "; a tab character: YAML indents with spaces only"
+    quoted = _open_quote(text, line)
+    if quoted is not None and quoted[1] >= line - 1:
+        return (f"; the quote opened on line {quoted[0] + 1} closes only on line "
+                f"{quoted[1] + 1}: is a closing quote missing on line {quoted[0] + 1}?")
+    problem = str(getattr(exc, "problem", ""))
+    if problem.startswith("mapping values are not allowed") or "<block end>" in problem:
+        lines = text.splitlines()
+        above = next((n for n in range(min(line, len(lines)) - 1, -1, -1)
+                      if lines[n].strip() and not lines[n].lstrip().startswith("#")), None)
+        return ("; check this line's indentation" if above is None else
+                f"; check this line's indentation against line {above + 1}'s")
+    return ""
+
+
+def yaml_error_line(path: str | Path, exc: yaml.YAMLError, text: str | None = None) -> str:
+    """``path:line:column: problem`` of a parse error (lines and columns from 1); with
+    the file's ``text``, a hint where the mistake is a tab or an unclosed quote."""
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     context = getattr(exc, "context", None)
     said = f"{problem} ({context})" if context else str(problem)
-    return f"{where}: YAML syntax error: {said}"
+    hint = _hint(text, exc, mark.line) if text is not None and mark is not None else ""
+    return f"{where}: YAML syntax error: {said}{hint}"
 
 
 def load_yaml_file(path: str | Path) -> Any:
@@ -62,7 +114,7 @@ def load_yaml_file(path: str | Path) -> Any:
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader plus opaque tags
     except yaml.YAMLError as exc:
-        raise YamlFileError(yaml_error_line(p, exc)) from None
+        raise YamlFileError(yaml_error_line(p, exc, text)) from None
 
 
 def _inventory_files(inventory: Path) -> list[Path]:
@@ -90,3 +142,23 @@ def check_inventory_yaml(inventory: str | Path) -> None:
     with its line."""
     for path in _inventory_files(Path(inventory)):
         load_yaml_file(path)
+
+
+def yaml_file_problem(path: str | Path) -> str | None:
+    """The one line that says what is wrong with the YAML file ``path``, or ``None``."""
+    try:
+        load_yaml_file(path)
+    except YamlFileError as exc:
+        return str(exc)
+    return None
+
+
+def inventory_yaml_problem(inventory: str | Path) -> str | None:
+    """:func:`check_inventory_yaml` as a value: the one line naming the first broken file
+    of an inventory (``file:line:column: what``), or ``None``. What the bundle's Ansible
+    plugins call before Ansible reads the files (plugins/vars/prefixbench_yaml_check.py)."""
+    try:
+        check_inventory_yaml(inventory)
+    except YamlFileError as exc:
+        return str(exc)
+    return None

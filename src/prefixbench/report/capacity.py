@@ -24,8 +24,6 @@ working set: the distinct full blocks the workload caches, from where it fits.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections.abc import Sequence
@@ -38,33 +36,24 @@ from prefixbench.engines.cachemodel import FULL_ATTENTION, CacheModel
 from prefixbench.engines.kvcapacity import usable_blocks
 from prefixbench.engines.schedconfig import SERIAL, Serving
 from prefixbench.engines.workloads import Workload
-from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.metrics import CacheConfig
-from prefixbench.measure.records import json_safe
 from prefixbench.predict.whatif import server_cache_model
 from prefixbench.report.build import build_summary
 from prefixbench.report.capacity_verdict import (
-    accepted_text,
     decide,
     judge,
     predicted_at,
     scheduler_of,
 )
-from prefixbench.report.doclinks import docs_base, verdict_link
-from prefixbench.report.document import Block, Bullets, Heading, Para, Plot, html_of, markdown_of
 from prefixbench.report.load import ReportInputError, load_run
 from prefixbench.report.model import Summary
-from prefixbench.report.plots import line_plot
 from prefixbench.report.records import as_float, concurrency_of, kept_serving, record_view
-from prefixbench.report.tables import Table, fmt
-from prefixbench.report.vocab import FAIL, INCONCLUSIVE, PASS, Status, overall_status
-from prefixbench.report.write import FORMATS, write_outputs
+from prefixbench.report.vocab import FAIL, INCONCLUSIVE, NOT_RUN, Status, overall_status
 from prefixbench.servers.sweep import KV, dial_of, point_dirs, point_value, tokenizer_dir
 
 __all__ = ["CapacityCurveView", "CapacityRow", "CapacitySummary", "CapacityThresholds",
-           "build_capacity", "capacity_lines", "is_capacity_sweep", "judge",
-           "report_capacity"]  # judge: prefixbench.report.capacity_verdict's
+           "build_capacity", "is_capacity_sweep", "judge"]  # judge: capacity_verdict's
 
 CAPACITY_SCHEMA_VERSION: Final = 1
 #: Capacities the predicted curve is drawn at, besides the measured ones.
@@ -176,17 +165,30 @@ class CapacitySummary:
 
     @property
     def status(self) -> Status:
-        return overall_status(r.status for r in self.rows) if self.rows else INCONCLUSIVE
+        """The capacity_curve verdicts' overall; NOT_RUN when no bench was judged."""
+        return overall_status(r.status for r in self.rows) if self.rows else NOT_RUN
 
     @property
     def failed_verdicts(self) -> list[str]:
         return [f"kv{r.point_blocks} {r.host}: capacity_curve {r.workload} rep{r.repetition}"
                 for r in self.rows if r.status == FAIL]
 
+    @property
+    def inconclusive_verdicts(self) -> list[str]:
+        return [f"kv{r.point_blocks} {r.host}: capacity_curve {r.workload} rep{r.repetition}"
+                for r in self.rows if r.status == INCONCLUSIVE]
+
+    @property
+    def failures(self) -> list[str]:
+        """The benches of every point without a result (failed, rejected, dropped)."""
+        return [f"kv{p.blocks} {f.host} {f.configuration}/{f.workload} rep{f.repetition}: "
+                f"{f.error}" for p in self.points for f in p.summary.failures]
+
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": CAPACITY_SCHEMA_VERSION, "kind": "capacity_sweep",
                 "run_id": self.run_id, "run": self.run, "generated_at": self.generated_at,
                 "status": self.status, "max_diff": self.max_diff,
+                "failures": self.failures,
                 "points": [{"kv_blocks": p.blocks, "run_dir": p.run_dir.name,
                             "status": overall_status(r.status for r in self.rows
                                                      if r.point_blocks == p.blocks),
@@ -347,120 +349,3 @@ def build_capacity(run_dir: str | Path, *, thresholds: CapacityThresholds | None
         points=tuple(points), rows=tuple(sorted(rows, key=lambda r: (
             r.workload, r.host, r.point_blocks, r.repetition))),
         curves=tuple(curves), max_diff=t.max_diff)
-
-
-def _pct(x: float | None) -> str:
-    return fmt(None if x is None else x * 100, ".2f", "%")
-
-
-def rows_table(s: CapacitySummary) -> Table:
-    rows = tuple(
-        (r.workload, r.host, str(r.point_blocks), fmt(r.capacity_blocks, ".0f"),
-         _pct(r.measured), _pct(r.predicted), fmt(r.diff_pp, "+.2f"),
-         fmt(r.evictions, ".0f"),
-         accepted_text(r.accepted) if r.accepted is not None else "-", r.status)
-        for r in s.rows)
-    return Table(("Workload", "Host", "--num-gpu-blocks-override", "Usable blocks",
-                  "Measured hit ratio", "Predicted", "Diff (pp)", "Evictions (server)",
-                  "Accepted (the verdict's PASS interval)", "Verdict"), rows,
-                 numeric=(2, 3, 4, 5, 6, 7))
-
-
-def curve_plot(s: CapacitySummary, curve: CapacityCurveView) -> str:
-    by_host: dict[str, list[tuple[float, float]]] = {}
-    for r in s.rows:
-        if r.workload == curve.workload and r.capacity_blocks is not None \
-                and r.measured is not None:
-            by_host.setdefault(r.host, []).append((float(r.capacity_blocks), r.measured))
-    vlines = []
-    if curve.working_set_blocks:
-        vlines.append((float(curve.working_set_blocks), "working set (blocks)"))
-    if curve.fits_from is not None and curve.fits_from != curve.working_set_blocks:
-        vlines.append((float(curve.fits_from), "full hit ratio from"))
-    return line_plot(
-        f"Hit ratio against KV capacity: {curve.workload}",
-        [("predicted", [(float(x), y) for x, y in curve.points])],
-        [(f"measured, {host}", pts) for host, pts in sorted(by_host.items())],
-        x_label=f"usable KV blocks (block size {curve.block_size})",
-        y_label="hit ratio", vlines=vlines, fraction=True)
-
-
-def capacity_blocks_of(s: CapacitySummary, docs: str = "docs/") -> list[Block]:
-    """The capacity sweep's report; ``docs`` is the base of its link to the docs."""
-    caps = ", ".join(str(p.blocks) for p in s.points)
-    out: list[Block] = [
-        Heading(1, f"KV-capacity sweep: {s.run_id}"),
-        Para(f"Overall: **{s.status}**. Cached server started with "
-             f"--num-gpu-blocks-override {caps}; each bench's measured hit ratio is set "
-             f"beside the prediction at the capacity its server reported "
-             f"(num_gpu_blocks - 1), and passes within {s.max_diff * 100:g} points. "
-             f"Generated {s.generated_at}."),
-        Heading(2, "Measured against predicted, per capacity"), rows_table(s),
-        Para("How to read the verdict `capacity_curve`: "
-             + verdict_link(docs, "capacity_curve")),
-    ]
-    for curve in s.curves:
-        out.append(Heading(2, f"Capacity curve: {curve.workload}"))
-        if curve.points:
-            out.append(Plot(f"capacity curve {curve.workload}", curve_plot(s, curve)))
-        fits = (f"working set {curve.working_set_blocks} blocks (the distinct full blocks "
-                f"it caches); unbounded hit ratio {_pct(curve.unbounded_ratio)}"
-                if curve.working_set_blocks else "working set unknown")
-        if curve.fits_from is not None:
-            fits += (f", reached from {curve.fits_from} usable blocks (of those drawn: "
-                     f"below that, eviction costs hits)")
-        out.append(Para(fits + (f". {curve.note}" if curve.note else "")))
-    notes = sorted({f"kv{r.point_blocks} {r.host} {r.workload}: {r.detail}"
-                    for r in s.rows if r.status != PASS})
-    if notes:
-        out += [Heading(2, "Points not passed"), Bullets(tuple(notes))]
-    out.append(Para("Each point's full report: " + ", ".join(
-        f"`sweep/{p.run_dir.name}/report.html`" for p in s.points) + "."))
-    return out
-
-
-def _csv(s: CapacitySummary) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["workload", "host", "point_blocks", "repetition", "capacity_blocks",
-                "measured", "predicted", "diff_pp", "evictions", "status", "accepted_lo",
-                "accepted_hi", "accepted_width_pp"])
-    for r in s.rows:
-        lo, hi = r.accepted if r.accepted is not None else (None, None)
-        w.writerow([r.workload, r.host, r.point_blocks, r.repetition, r.capacity_blocks,
-                    r.measured, r.predicted, r.diff_pp, r.evictions, r.status, lo, hi,
-                    r.accepted_width_pp])
-    return buf.getvalue()
-
-
-def report_capacity(run_dir: str | Path) -> tuple[CapacitySummary, list[Path]]:
-    """Report every point in its own directory, then the curve in the run directory."""
-    s = build_capacity(run_dir)
-    root = Path(run_dir)
-    written: list[Path] = []
-    for p in s.points:
-        written += write_outputs(p.summary, p.run_dir, tuple(FORMATS))
-    content = capacity_blocks_of(s, docs_base(root))
-    texts = {"json": json.dumps(json_safe(s.to_dict()), indent=2, sort_keys=True,
-                                allow_nan=False) + "\n",
-             "md": markdown_of(content),
-             "html": html_of(content, f"prefixbench capacity sweep {s.run_id}"),
-             "csv": _csv(s)}
-    for fmt_name, name in FORMATS.items():
-        path = root / name
-        write_text_atomic(path, texts[fmt_name])
-        written.append(path)
-    return s, written
-
-
-def capacity_lines(s: CapacitySummary) -> list[str]:
-    """What the playbook and the CLI print."""
-    lines = [f"run {s.run_id}: KV-capacity sweep, overall {s.status}"]
-    lines += [f"kv{r.point_blocks} {r.host} {r.workload} rep{r.repetition}: "
-              f"{r.status:12} {r.detail}" for r in s.rows]
-    for c in s.curves:
-        if c.working_set_blocks:
-            lines.append(f"{c.workload}: working set {c.working_set_blocks} blocks, "
-                         f"unbounded hit ratio {_pct(c.unbounded_ratio)} from "
-                         f"{c.fits_from if c.fits_from is not None else '?'} blocks")
-    return lines

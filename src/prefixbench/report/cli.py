@@ -1,6 +1,7 @@
 """``prefixbench report`` and ``prefixbench compare``: argv in, exit code out.
 
-Exit codes (:func:`outcome_code`; docs/reading-the-report.md lists them too): 0 every
+Exit codes (:func:`outcome_code`, for a sweep's points too; docs/reading-the-report.md
+lists them): 0 every
 judged confirmation verdict passed (criteria with no workload are NOT_RUN) / no
 regression; 2 usage or input error (one line on stderr); 3 a confirmation verdict failed
 (or, with ``--fleet-gate``, a host was flagged by the fleet checks); 4 regression against
@@ -35,7 +36,8 @@ from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.records import json_safe
 from prefixbench.report.actions import NO_DATA, action_lines
 from prefixbench.report.build import build_summary
-from prefixbench.report.capacity import capacity_lines, is_capacity_sweep, report_capacity
+from prefixbench.report.capacity import is_capacity_sweep
+from prefixbench.report.capacity_doc import capacity_lines, report_capacity
 from prefixbench.report.compare import (
     Comparison,
     ToleranceError,
@@ -216,16 +218,23 @@ def _report_points(build: Callable[[Path], tuple[Any, list[Path]]],
                    lines: Callable[[Any], Iterable[str]], prog: str,
                    args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     """A sweep's report (segment size or KV capacity): ``build`` writes it, ``lines`` say
-    it; EXIT_FAILED on a failed verdict of any point."""
+    it; the exit code of a run's (:func:`outcome_code`) over every point: 3 on a failed
+    verdict, 7 on a bench without a result, 6 on an inconclusive verdict, 8 when nothing
+    was judged."""
     try:
         report, paths = build(args.run_dir)
     except (ReportInputError, OSError) as exc:
         return _fail(prog, str(exc), err)
     for line in lines(report):
         print(line, file=out)
+    for failure in report.failures:
+        print(f"failed: {failure}", file=out)
+    if report.failures:
+        print(f"next: rerun with the same prefixbench_run_id: only the "
+              f"{len(report.failures)} bench(es) without a result run again", file=out)
     for p in paths:
         print(f"wrote {p}", file=out)
-    code = EXIT_FAILED if report.failed_verdicts else EXIT_OK
+    code = outcome_code(str(report.status), len(report.failures))
     if args.upload and not _upload(prog, args, out, err):
         code = EXIT_UPLOAD
     print(f"overall: {report.status}; {exit_line(code)}", file=out)

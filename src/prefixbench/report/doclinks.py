@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Final
 
 __all__ = ["DOCS_BASE_ENV", "DOCS_DIR", "FAILURE_DOCS", "INLINE_BASE", "VERDICT_DOCS",
-           "anchor_id", "docs_base", "failure_kind", "failure_link", "link", "verdict_link"]
+           "anchor_id", "docs_base", "failure_kind", "failure_link", "html_docs_base", "link",
+           "verdict_link"]
 
 #: The docs base of a report that carries the sections it links to (report.html: see
 #: prefixbench.report.explain): each link points at an id in the file.
@@ -85,6 +86,13 @@ def docs_base(out_dir: str | Path | None = None) -> str:
         base = Path(os.path.relpath(DOCS_DIR, Path(out_dir).resolve())).as_posix()
     base = base or "docs"
     return base if base.endswith("/") else base + "/"
+
+
+def html_docs_base() -> str:
+    """The base of an HTML report's links: the published docs (:data:`DOCS_BASE_ENV`)
+    when set, else :data:`INLINE_BASE`: an HTML report is handed over as one file, so it
+    links the sections it carries (prefixbench.report.explain), never the checkout."""
+    return docs_base() if os.environ.get(DOCS_BASE_ENV, "").strip() else INLINE_BASE
 
 
 def anchor_id(target: str) -> str:

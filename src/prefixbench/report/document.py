@@ -33,7 +33,7 @@ from prefixbench.report.tables import (
 from prefixbench.report.vocab import Thresholds
 
 __all__ = ["Block", "Bullets", "Heading", "Para", "Plot", "Pre", "blocks", "html_of",
-           "markdown_of", "render_html", "render_markdown"]
+           "markdown_of", "render_html", "render_markdown", "with_explanations"]
 
 
 @dataclass(frozen=True)
@@ -347,10 +347,17 @@ def render_html(s: Summary, docs: str = "docs/") -> str:
     links point at the explanations it carries (prefixbench.report.explain)."""
     content = blocks(s, docs)
     if docs == INLINE_BASE:
-        text = " ".join(_block_text(b) for b in content)
-        used = re.findall(r"\]\(#(doc-[a-z0-9-]+)\)", text)
-        content += [_piece_block(p) for p in explain.explanation_blocks(used)]
+        content = with_explanations(content)
     return html_of(content, f"prefixbench report {s.run_id}")
+
+
+def with_explanations(content: Sequence[Block]) -> list[Block]:
+    """``content`` and, after it, the docs sections its in-file links
+    (:data:`~prefixbench.report.doclinks.INLINE_BASE`) point at
+    (:func:`prefixbench.report.explain.explanation_blocks`)."""
+    text = " ".join(_block_text(b) for b in content)
+    used = re.findall(r"\]\(#(doc-[a-z0-9-]+)\)", text)
+    return [*content, *(_piece_block(p) for p in explain.explanation_blocks(used))]
 
 
 def _piece_block(piece: explain.Piece) -> Block:

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from prefixbench.report.build import build_summary
-from prefixbench.report.capacity import capacity_lines, is_capacity_sweep, report_capacity
+from prefixbench.report.capacity import is_capacity_sweep
+from prefixbench.report.capacity_doc import capacity_lines, report_capacity
 from prefixbench.report.junit import write_junit
 from prefixbench.report.model import FailureInfo
 from prefixbench.report.sweep import is_sweep, report_sweep, sweep_lines
@@ -22,19 +23,22 @@ def report_run(run_dir: Path, junit: str = "") -> dict[str, Any]:
         return {
             "status": curve.status,
             "failed_verdicts": curve.failed_verdicts,
-            "inconclusive_verdicts": [f"kv{r.point_blocks} {r.host}: capacity_curve "
-                                      f"{r.workload}" for r in curve.rows
-                                      if r.status == INCONCLUSIVE],
+            "inconclusive_verdicts": curve.inconclusive_verdicts,
+            "failures": curve.failures,
             "written": [str(p) for p in written_curve],
-            "lines": [*capacity_lines(curve), f"report: {run_dir / FORMATS['html']}"],
+            "lines": [*capacity_lines(curve), *(f"failed: {f}" for f in curve.failures),
+                      f"report: {run_dir / FORMATS['html']}"],
         }
     if is_sweep(run_dir):
         sweep, paths = report_sweep(run_dir)
         return {
             "status": sweep.status,
             "failed_verdicts": sweep.failed_verdicts,
+            "inconclusive_verdicts": sweep.inconclusive_verdicts,
+            "failures": sweep.failures,
             "written": [str(p) for p in paths],
-            "lines": [*sweep_lines(sweep), f"report: {run_dir / FORMATS['html']}"],
+            "lines": [*sweep_lines(sweep), *(f"failed: {f}" for f in sweep.failures),
+                      f"report: {run_dir / FORMATS['html']}"],
             "best_segment_size": None if sweep.best is None else sweep.best.segment_size,
         }
     summary = build_summary(run_dir)

@@ -16,6 +16,8 @@ __all__ = ["distribution_plot", "grouped_bars", "hit_ratio_plot", "host_bars", "
 COLORS = {"baseline": "#8c959f", "cached": "#2f6fde", "queries": "#2f6fde",
           "by_source": "#54aeff", "cold": "#d1242f", "warm": "#2f6fde"}
 _FONT = 'font-family="system-ui,sans-serif" font-size="12"'
+#: The angle (degrees) group names under bars are drawn at.
+_SLANT = 25
 
 
 def _e(text: str) -> str:
@@ -67,14 +69,22 @@ def grouped_bars(
             if label not in seen:
                 seen.add(label)
                 legend.append((label, c, "line"))
-    # The legend sits right of the plot: the margin holds its longest label whole.
-    left, top, bottom = 100, 34, 90
+    # The legend sits right of the plot: the margin holds its longest label whole. The
+    # group names run down-left from under their group at 25 degrees: the left and bottom
+    # margins hold the longest whole, and the image the title and every legend line.
+    top = 34
     right = max(230, 12 + 18 + text_width(max((lb for lb, _c, _k in legend), key=len,
                                                  default="")) + 12)
     plot_h = 220
     group_w = bar_w * len(series) + gap
-    width = left + max(group_w * len(groups), 200) + right
-    height = top + plot_h + bottom
+    longest = max((text_width(g) for g in groups), default=0)
+    slant = math.radians(_SLANT)
+    left = max(100, math.ceil(longest * math.cos(slant) - gap / 2 - bar_w * len(series) / 2
+                              + 12 * math.sin(slant)) + 4)
+    bottom = max(90, 16 + math.ceil(longest * math.sin(slant) + 12 * math.cos(slant)) + 6)
+    width = max(left + max(group_w * len(groups), 200) + right,
+                left + text_width(title, 14) + 10)
+    height = max(top + plot_h + bottom, top + 8 + 18 * len(legend) + 10)
     finite = [v for row in values for v in row if v is not None and math.isfinite(v)]
     finite += [m[0] for row in (markers or []) for m in row]
     ticks = nice_ticks(max(finite, default=1.0) * 1.05)
@@ -110,7 +120,8 @@ def grouped_bars(
                        f'stroke-width="2.5"><title>{_e(label)}: {value:.4g}</title></line>')
         cx = x0 + bar_w * len(series) / 2
         out.append(f'<text x="{_num(cx)}" y="{top + plot_h + 16}" text-anchor="end" '
-                   f'transform="rotate(-25 {_num(cx)} {top + plot_h + 16})">{_e(name)}</text>')
+                   f'transform="rotate(-{_SLANT} {_num(cx)} {top + plot_h + 16})">'
+                   f'{_e(name)}</text>')
     out.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" '
                f'y2="{top + plot_h}" stroke="#57606a"/>')
     for i, (label, color, kind) in enumerate(legend):
@@ -182,14 +193,13 @@ def distribution_plot(h: HostSummary) -> str:
     """Box and strip plot of per-request times per run; cold requests in red."""
     rows = [b for b in h.benches if b.per_request_ms]
     left, right, top, row_h = 210, 30, 40, 46
-    width = 1100
     height = top + row_h * len(rows) + 40
     left = max(left, 10 + max((text_width(f"{b.configuration} / {b.workload}")
                                for b in rows), default=0) + 8)
     hi = max((max(b.per_request_ms) for b in rows), default=1.0)
     ticks = nice_ticks(hi * 1.02, 8)
     xmax = ticks[-1] or 1.0
-    plot_w = width - left - right
+    plot_w = 1100 - left - right
 
     def x(v: float) -> float:
         return left + plot_w * v / xmax
@@ -198,6 +208,7 @@ def distribution_plot(h: HostSummary) -> str:
     what = "TTFT" if sources == {"ttfts"} or not sources else "latency"
     title = (f"{h.host}: per-request {what} (ms); red = cold (first use of a prefix), "
              f"blue = warm")
+    width = max(1100, left + text_width(title, 14) + 10)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}" {_FONT}>',
            f'<text x="{left}" y="18" font-size="14" font-weight="600">{_e(title)}</text>']
@@ -251,8 +262,11 @@ def line_plot(
     left, top, bottom = 70, 34, 50
     names = [label for _x, label in vlines] + [n for n, _p in (*lines, *dots)]
     right = max(260, 16 + 18 + text_width(max(names, key=len, default="")) + 12)
-    plot_w, plot_h = 460, 240
-    width, height = left + plot_w + right, top + plot_h + bottom
+    # The axis labels span the plot at most, the title and the legend fit the image.
+    plot_w = max(460, text_width(x_label) + 20)
+    plot_h = max(240, text_width(y_label) + 20)
+    width = max(left + plot_w + right, left + text_width(title, 14) + 10)
+    height = max(top + plot_h + bottom, top + 8 + 18 * len(names) + 10)
     xs = [x for _n, pts in (*lines, *dots) for x, _y in pts] + [x for x, _l in vlines]
     ys = [y for _n, pts in (*lines, *dots) for _x, y in pts]
     xticks = nice_ticks(max(xs, default=1.0))

@@ -30,6 +30,7 @@ from prefixbench.measure.layout import RunLayout
 from prefixbench.measure.records import json_safe
 from prefixbench.report.bench_model import Agg
 from prefixbench.report.build import build_summary
+from prefixbench.report.doclinks import docs_base, html_docs_base, verdict_link
 from prefixbench.report.document import (
     Block,
     Bullets,
@@ -37,11 +38,19 @@ from prefixbench.report.document import (
     Para,
     html_of,
     markdown_of,
+    with_explanations,
 )
 from prefixbench.report.load import ReportInputError
 from prefixbench.report.model import Summary
 from prefixbench.report.tables import Table, fmt
-from prefixbench.report.vocab import BASELINE, CACHED, HIGH_OVERLAP, Status, overall_status
+from prefixbench.report.vocab import (
+    BASELINE,
+    CACHED,
+    HIGH_OVERLAP,
+    INCONCLUSIVE,
+    Status,
+    overall_status,
+)
 from prefixbench.report.write import FORMATS, results_csv, write_outputs
 from prefixbench.servers.sweep import point_dirs
 
@@ -155,11 +164,22 @@ class SweepSummary:
         return [f"seg{p.segment_size} {h}: {v.name}" for p in self.points
                 for h, v in p.summary.failed_verdicts]
 
+    @property
+    def inconclusive_verdicts(self) -> list[str]:
+        return [f"seg{p.segment_size} {h.host}: {v.name}" for p in self.points
+                for h in p.summary.hosts for v in h.verdicts if v.status == INCONCLUSIVE]
+
+    @property
+    def failures(self) -> list[str]:
+        """The benches of every point without a result (failed, rejected, dropped)."""
+        return [f"seg{p.segment_size} {f.host} {f.configuration}/{f.workload} "
+                f"rep{f.repetition}: {f.error}" for p in self.points for f in p.summary.failures]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SWEEP_SCHEMA_VERSION, "kind": "sweep",
             "run_id": self.run_id, "run": self.run, "generated_at": self.generated_at,
-            "status": self.status,
+            "status": self.status, "failures": self.failures,
             "points": [{"segment_size": p.segment_size, "status": p.status,
                         "run_dir": p.run_dir.name,
                         "failed_verdicts": [f"{h}: {v.name}"
@@ -285,7 +305,9 @@ def points_table(s: SweepSummary) -> Table:
                  numeric=(0,))
 
 
-def sweep_blocks(s: SweepSummary) -> list[Block]:
+def sweep_blocks(s: SweepSummary, docs: str = "docs/") -> list[Block]:
+    """The sweep's report; ``docs`` is the base of its links to the docs sections that
+    explain each point's verdicts (prefixbench.report.doclinks)."""
     sizes = ", ".join(str(p.segment_size) for p in s.points)
     out: list[Block] = [
         Heading(1, f"Segment-size sweep: {s.run_id}"),
@@ -303,6 +325,11 @@ def sweep_blocks(s: SweepSummary) -> list[Block]:
                         "reduction."))
     out += [Heading(2, "TTFT reduction and hit ratio per segment size"), sweep_table(s),
             Heading(2, "Verdicts per point"), points_table(s)]
+    names = dict.fromkeys(v.name for p in s.points for h in p.summary.hosts
+                          for v in h.verdicts)
+    links = [f"`{n}` {verdict_link(docs, n)}" for n in names if verdict_link(docs, n)]
+    if links:
+        out.append(Para("How to read each verdict: " + "; ".join(links) + "."))
     failed = s.failed_verdicts
     if failed:
         out += [Heading(3, "Failed verdicts"), Bullets(tuple(failed))]
@@ -329,12 +356,13 @@ def _csv(s: SweepSummary) -> str:
 def write_sweep(s: SweepSummary, run_dir: str | Path) -> list[Path]:
     """Write the sweep's summary.json, report.md, report.html and results.csv."""
     root = Path(run_dir)
-    content = sweep_blocks(s)
+    content = sweep_blocks(s, docs_base(root))
     texts = {
         "json": json.dumps(json_safe(s.to_dict()), indent=2, sort_keys=True,
                            allow_nan=False) + "\n",
         "md": markdown_of(content),
-        "html": html_of(content, f"prefixbench sweep {s.run_id}"),
+        "html": html_of(with_explanations(sweep_blocks(s, html_docs_base())),
+                        f"prefixbench sweep {s.run_id}"),
         "csv": _csv(s),
     }
     written = []

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import math
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
@@ -15,7 +14,7 @@ from prefixbench.measure.atomic import write_text_atomic
 from prefixbench.measure.layout import SUMMARY
 from prefixbench.measure.records import json_safe
 from prefixbench.report.actions import action_lines
-from prefixbench.report.doclinks import DOCS_BASE_ENV, INLINE_BASE, docs_base
+from prefixbench.report.doclinks import docs_base, html_docs_base
 from prefixbench.report.document import render_html, render_markdown
 from prefixbench.report.load import load_run
 from prefixbench.report.model import Summary
@@ -100,8 +99,7 @@ def write_outputs(
         elif fmt == "html":
             # Handed over as one file: its links point at the sections it carries, unless
             # the docs are published (PREFIXBENCH_DOCS_BASE) or a base was given.
-            text = render_html(summary, docs if docs is not None else (
-                os.environ.get(DOCS_BASE_ENV, "").strip() and base) or INLINE_BASE)
+            text = render_html(summary, docs if docs is not None else html_docs_base())
         else:
             text = results_csv(root, accept_unchecksummed=bool(summary.unchecksummed))
         write_text_atomic(path, text)
