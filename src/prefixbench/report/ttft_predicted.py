@@ -24,11 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prefixbench.bench.calibration import is_calibration
 from prefixbench.engines.schedneuron import neuron_scheduler_sim
 from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.workloads import Workload
 from prefixbench.measure.records import BenchmarkRecord
-from prefixbench.predict.ttftfit import TimeFit, fit_cost, observations
+from prefixbench.predict.ttftfit import Observation, TimeFit, fit_cost, observations
 from prefixbench.predict.ttftreplay import TtftComparison, arrival_seconds, compare, predict_ttft
 from prefixbench.predict.whatif import prefix_repetition_tokens
 from prefixbench.report.load import RunData
@@ -74,20 +75,28 @@ def _neuron_padding(chunk: int, max_num_seqs: int) -> dict[str, Any]:
 
 def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = "cpu",
               max_num_seqs: int = 1) -> TimeFit | None:
-    obs, spreads, p99s = [], [], []
-    for r in baselines:
+    """The fit to a host's baseline benches at concurrency 1, the calibration bench
+    (:mod:`prefixbench.bench.calibration`) among them when it ran; the spread and the
+    tail are the tutorial benches' (the calibration's lengths vary on purpose)."""
+    obs: list[Observation] = []
+    spreads: list[float] = []
+    p99s: list[float] = []
+    used: list[str] = []
+    for r in sorted(baselines, key=lambda r: is_calibration(r.key.workload)):
         b = r.bench_result
         if int(r.workload.get("max_concurrency") or 0) != 1:
             continue
-        obs += observations(b)
-        spreads.append(float(b.data.get("std_ttft_ms") or 0.0) / b.median_ttft_ms)
-        p99s.append(b.p99_ttft_ms / 1e3)
+        calibrating = is_calibration(r.key.workload)
+        obs += observations(b, calibration=calibrating)
+        used.append(f"{r.key.workload} rep{r.key.repetition}")
+        if not calibrating or not spreads:
+            spreads.append(float(b.data.get("std_ttft_ms") or 0.0) / b.median_ttft_ms)
+            p99s.append(b.p99_ttft_ms / 1e3)
     if not obs:
         return None
     padding = _neuron_padding(chunk, max_num_seqs) if platform == "neuron" else {}
     return fit_cost(obs, platform=platform, chunk=chunk, spread=statistics.median(spreads),
-                    measured_p99_s=min(p99s), **padding,
-                    source={"benches": [str(r.key) for r in baselines]})
+                    measured_p99_s=min(p99s), **padding, source={"benches": used})
 
 
 @dataclass(frozen=True)
@@ -112,15 +121,16 @@ def _flag(units: Mapping[str, str], flag: str) -> int | None:
 
 def host_fits(data: RunData, *, max_num_batched_tokens: int,
               baseline: str = "baseline") -> list[HostCalibration]:
-    """Each host's step-time model, fitted to its baseline benches at concurrency 1 (the
-    chunk size from its rendered server units, else ``max_num_batched_tokens``)."""
+    """Each host's step-time model, fitted to its baseline benches at concurrency 1 and
+    its calibration bench (the chunk size from its rendered server units, else
+    ``max_num_batched_tokens``)."""
     out = []
     for host in data.hosts:
         fp = data.fingerprints.get(host)
         units = fp.units if fp is not None else {}
         chunk = _flag(units, "--max-num-batched-tokens") or max_num_batched_tokens
-        fit = _host_fit([r for r in data.records if r.key.host == host
-                         and r.key.configuration == baseline], chunk)
+        fit = _host_fit([r for r in [*data.records, *data.calibration]
+                         if r.key.host == host and r.key.configuration == baseline], chunk)
         if fit is not None:
             out.append(HostCalibration(
                 host, fit, fp.platform if fp is not None else None,
