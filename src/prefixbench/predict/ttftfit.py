@@ -90,7 +90,7 @@ class TimeFit:
         how = (f"fitted on prompts of {shown} tokens" if self.separable else
                f"prompts of {shown} tokens only: terms not separable, {self.assumption}")
         benches = self.source.get("benches") or []
-        used = f" of benches {', '.join(map(str, benches))}" if benches else ""
+        used = f"; from benches {', '.join(map(str, benches))}" if benches else ""
         return f"{terms}; fit: {quality}; {how}{used}; measured spread {self.spread:.1%}"
 
     def as_dict(self) -> dict[str, Any]:
