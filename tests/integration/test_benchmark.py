@@ -10,6 +10,7 @@ add two server starts and six benches to the shared cores and prove nothing more
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import statistics
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from prefixbench.measure.layout import RunLayout
-from prefixbench.measure.records import content_checksum
+from prefixbench.measure.records import ResultKey, content_checksum
 from prefixbench.measure.stats import paired_ratio_interval
 from prefixbench.report.verdicts import HIT_RATE, LOWER_TTFT, NO_REGRESSION, RULES, decide
 from prefixbench.report.vocab import Thresholds
@@ -129,7 +130,9 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     by_key = {(r.key.host, r.key.configuration, r.key.workload): r
               for r in layout.load_results()}
     for host in hosts:
+        # ... and the calibration bench of its baseline server (on by default)
         expected_keys = {(host.name, c, w) for c in ("baseline", "cached") for w in WORKLOADS}
+        expected_keys.add((host.name, "baseline", "calibration"))
         have = {k for k in by_key if k[0] == host.name}
         if host is not victim:
             assert have == expected_keys, (host.name, have)
@@ -230,7 +233,7 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     ran = rerun.stdout.count("running vllm bench serve")
     assert ran == missing, (ran, missing)
     assert layout.failures() == {}
-    assert len(layout.completed()) == len(done) + missing - 1 == len(hosts) * 6
+    assert len(layout.completed()) == len(done) + missing - 1 == len(hosts) * 7
     again = json.loads(edited.read_text())
     assert again["checksum"] == content_checksum(again)
     assert again["bench"]["median_ttft_ms"] != 1.0
@@ -271,6 +274,7 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
         if hi.expected["served_full_attention_ratio"] < \
                 hi.expected["block_aligned_ratio"] - 0.001:
             assert "junction" in causes, (entry["host"], entry["shortfalls"])
+    calibration = check_calibration(summary, layout, hosts)
     # Every host's verdicts agree with figures recomputed here from the raw records
     # (the bench's per-request TTFTs, the /metrics counters around each bench), not from
     # the summary's own numbers.
@@ -279,7 +283,34 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
     print(f"\nbenchmark on {len(hosts)} simulated hosts: {wall:.0f} s "
           f"(one server killed mid-run); resume of {missing} bench(es): {rerun_wall:.0f} s; "
           f"time to healthy: {sorted(compiled)} s compiling, {sorted(restored)} s with "
-          f"the graphs restored from the store")
+          f"the graphs restored from the store; calibration bench per host: {calibration}")
+
+
+def check_calibration(summary: dict, layout: RunLayout, hosts: list[SimHost]
+                      ) -> dict[str, float]:
+    """Each host's calibration bench (prefixbench.bench.calibration): prompts of several
+    lengths from an eighth of the workloads' 2048 tokens up to them, on the baseline
+    server (nothing from cache), one record each, never in the report's benches or
+    verdicts; the TTFT fit names it and fits all four terms (R^2 shown). Returns
+    host -> the bench's seconds."""
+    seconds: dict[str, float] = {}
+    for host in hosts:
+        record = next(r for r in layout.load_results()
+                      if r.key == ResultKey(host.name, "baseline", "calibration", 1))
+        lens = record.bench["input_lens"]
+        assert len(lens) == 20 and len(set(lens)) >= 10, lens
+        assert min(lens) >= 2048 // 8 - 8 and max(lens) <= 2048 + 8, lens
+        assert record.bench["max_concurrency"] == 1, record.bench.get("max_concurrency")
+        assert record.measured["prefix_caching_enabled"] is False, record.measured
+        entry = next(e for e in summary["hosts"] if e["host"] == host.name)
+        assert all(b["workload"] != "calibration" for b in entry["benchmarks"]), entry
+        fits = {row["fit"] for row in entry["ttft_predicted"]}
+        assert fits and all("calibration rep1" in f and "R^2" in f for f in fits), fits
+        seconds[host.name] = round((dt.datetime.fromisoformat(record.ended_at)
+                                    - dt.datetime.fromisoformat(record.started_at)
+                                    ).total_seconds(), 1)
+    assert "calibration" not in (layout.run_dir / "results.csv").read_text()
+    return seconds
 
 
 def prefixbench_report(root: Path, env: dict[str, str], run_dir: Path,

@@ -33,7 +33,8 @@ def test_preflight_passes_on_the_sample_inventory_without_touching_hosts(
     out = run(["ansible-playbook", "playbooks/preflight.yml", "-i", "trn2_fleet"], repo_root,
               ansible_env)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "total: 3 hosts, 18 benches" in out.stdout
+    # per host: 2 configurations x 3 workloads, and the baseline's calibration bench
+    assert "total: 3 hosts, 21 benches" in out.stdout
 
 
 def test_bad_setting_stops_the_run_with_one_line_per_problem(

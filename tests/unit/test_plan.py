@@ -11,7 +11,13 @@ def test_default_workloads_are_the_tutorials_three() -> None:
                               "prefixbench_instance_type": "trn2.48xlarge",
                               "prefixbench_platform": "neuron"})
     assert p.workloads == ("high_overlap", "no_overlap", "sustained_c4")
-    assert p.benches == 12
+    # 2 configurations x 3 workloads x 2 repetitions, and the baseline server's
+    # calibration bench (on by default; off: the tutorial's 12 alone).
+    assert p.benches == 13
+    assert "x 2 rep + calibration = 13 benches" in plan.render([p])[0]
+    off = plan.host_plan("h1", {"prefixbench_configurations": ["baseline", "cached"],
+                                "prefixbench_repetitions": 2, "prefixbench_calibration": False})
+    assert off.benches == 12 and "calibration bench: off" in off.calibration
 
 
 def test_render_lists_hosts_sorted_then_the_total() -> None:

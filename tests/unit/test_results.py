@@ -233,8 +233,13 @@ def test_pending_items_are_the_servers_benches_without_a_result(tmp_path: Path) 
     pending = [(i.workload.name, i.repetition)
                for i in pending_items(settings, layout.run_dir, "trn-a", "cached")]
     assert pending == [k for k in every if k != ("high_overlap", 2)]
+    # The baseline server runs the calibration bench last (on by default), once.
     baseline = pending_items(settings, layout.run_dir, "trn-a", "baseline")
-    assert [(i.workload.name, i.repetition) for i in baseline] == every
+    assert [(i.workload.name, i.repetition) for i in baseline] == [*every, ("calibration", 1)]
+    assert baseline[-1].label == f"{len(every) + 1}/{len(every) + 1} calibration rep1"
+    off = {**settings, "prefixbench_calibration": False}
+    assert [(i.workload.name, i.repetition) for i in pending_items(
+        off, layout.run_dir, "trn-a", "baseline")] == every
 
 
 def test_the_layout_names_every_file_a_hosts_tasks_write(tmp_path: Path) -> None:

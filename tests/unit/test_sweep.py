@@ -175,7 +175,8 @@ def test_prefixbench_run_prints_the_points_and_the_best(tmp_path: Path) -> None:
 def test_the_plan_counts_a_server_pair_per_segment_size() -> None:
     result = _valid(prefixbench_sweep_segment_sizes=[512, 1024])
     host = plan.host_plan("h1", result.settings)
-    assert host.benches == 2 * 2 * 3
+    # per segment size: 2 configurations x 3 workloads, and the baseline's calibration
+    assert host.benches == 2 * (2 * 3 + 1)
     assert plan.render([host])[0].startswith(
         "h1 (trn2.48xlarge, neuron): segment sizes [512, 1024] x baseline -> cached x ")
 

@@ -124,7 +124,7 @@ def test_optional_flags_appear_only_when_set() -> None:
         ({"request_rate": 0}, "request_rate must be > 0"),
         ({"seed": 2**32}, "seed must be in"),
         ({"name": "../x"}, "name must be"),
-        ({"dataset_name": "random"}, "not supported"),
+        ({"dataset_name": "sharegpt"}, "not supported"),
     ],
 )
 def test_invalid_workloads_are_named(change: dict[str, object], message: str) -> None:

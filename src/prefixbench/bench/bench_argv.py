@@ -48,6 +48,18 @@ def _dataset_argv(w: Workload, dataset_path: str | None) -> list[str]:
             "--num-prompts", str(w.num_prompts),
             "--seed", str(w.seed),
         ]
+    if w.is_random:
+        # vLLM's random dataset draws token ids from the tokenizer's vocabulary and
+        # re-encodes them: the local tokenizer only, no dataset file, nothing downloaded
+        # (vllm 0.32.0 vllm/benchmarks/datasets/datasets.py, RandomDataset.sample).
+        return [
+            "--dataset-name", w.dataset_name,
+            "--random-input-len", str(w.random_input_len),
+            "--random-output-len", str(w.random_output_len),
+            "--random-range-ratio", _num(w.random_range_ratio),
+            "--num-prompts", str(w.num_prompts),
+            "--seed", str(w.seed),
+        ]
     return [
         "--dataset-name", w.dataset_name,
         "--prefix-repetition-prefix-len", str(w.prefix_repetition_prefix_len),

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from prefixbench import __version__
+from prefixbench.bench import calibration
 from prefixbench.bench.bench_argv import bench_argv
 from prefixbench.bench.experiment import find_item
 from prefixbench.bench.prepared import write_prepared
@@ -99,7 +100,7 @@ class BenchRequest:
         if configuration not in CONFIGURATIONS:
             raise ValueError(f"unknown configuration {configuration!r} "
                              f"(one of {', '.join(CONFIGURATIONS)})")
-        item = find_item(settings, workload, repetition)
+        item = find_item(settings, workload, repetition, configuration)
         model = str(settings["vllm_service_model"])
         return cls(host=host, configuration=configuration, workload=item.workload,
                    repetition=item.repetition,
@@ -286,6 +287,8 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
             prompts_file=prepared.path if prepared is not None else None,
             tokenizer=tokenizer_dir(run_dir) if run_dir is not None else None,
             cache_config=config)
+    elif req.workload.is_random:
+        expected = calibration.expected(block_size, req.max_num_seqs, req.max_num_batched_tokens)
     elif block_size:
         expected = req.workload.expected_ratios(block_size)
         if config is not None and config.enable_prefix_caching:

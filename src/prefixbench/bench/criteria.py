@@ -42,6 +42,8 @@ USES: Final = {
 
 def infer_role(w: Workload) -> str | None:
     """The criterion ``w`` serves: declared, else inferred from its parameters."""
+    if w.is_random:  # the calibration bench: never judged
+        return None
     if w.criterion:
         return None if w.criterion == "none" else w.criterion
     if w.is_custom:

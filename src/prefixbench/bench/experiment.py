@@ -4,7 +4,9 @@ Per configuration, the server runs every workload once per repetition, repetitio
 repetition. Seeds come from :func:`prefixbench.bench.seeds.plan_seeds`: distinct for every
 (workload, repetition) on one server, so no run can be served from cache entries left
 by an earlier one (the isolation method), and the same on both configurations, so the
-baseline and cached runs of a workload see identical prompts (paired).
+baseline and cached runs of a workload see identical prompts (paired). The baseline
+server then runs the calibration bench (:mod:`prefixbench.bench.calibration`), unless
+``prefixbench_calibration`` is false: :func:`server_items`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefixbench.bench import goodput
+from prefixbench.bench import calibration, goodput
 from prefixbench.bench.seeds import plan_seeds
 from prefixbench.engines.workloads import Workload, load_workloads, tutorial_workloads
 from prefixbench.measure.layout import RunLayout
@@ -75,22 +77,37 @@ def bench_items(settings: Mapping[str, Any]) -> list[BenchItem]:
     return out
 
 
+def server_items(settings: Mapping[str, Any], configuration: str) -> list[BenchItem]:
+    """The benches of ``configuration``'s server, in order: :func:`bench_items`, then on
+    the baseline server the calibration bench when it is on (last: after the tutorial's
+    benches, before the servers switch)."""
+    items = bench_items(settings)
+    if configuration != "baseline" or not calibration.enabled(settings):
+        return items
+    total = len(items) + 1
+    renumbered = [BenchItem(i.workload, i.repetition, i.index, total) for i in items]
+    workload = calibration.calibration_workload(settings, base_workloads(settings))
+    return [*renumbered, BenchItem(workload=workload, repetition=1, index=total,
+                                   total=total)]
+
+
 def pending_items(settings: Mapping[str, Any], run_dir: Path, host: str,
                   configuration: str) -> list[BenchItem]:
     """The benches of one server that have no result in the run directory yet (resume).
     Reads only this server's own result files, so a fleet's hosts asking at once cost
     hosts x benches reads, not hosts x the whole run."""
     layout = RunLayout.of(run_dir)
-    return [item for item in bench_items(settings)
+    return [item for item in server_items(settings, configuration)
             if not layout.is_completed(ResultKey(
                 host=host, configuration=configuration, workload=item.workload.name,
                 repetition=item.repetition))]
 
 
-def find_item(settings: Mapping[str, Any], workload: str, repetition: int) -> BenchItem:
-    """The bench ``workload`` / ``repetition`` of the settings' plan (with its seed);
-    ``ValueError`` names what the settings do define."""
-    items = bench_items(settings)
+def find_item(settings: Mapping[str, Any], workload: str, repetition: int,
+              configuration: str = "cached") -> BenchItem:
+    """The bench ``workload`` / ``repetition`` of ``configuration``'s server in the
+    settings' plan (with its seed); ``ValueError`` names what the settings do define."""
+    items = server_items(settings, configuration)
     for item in items:
         if item.workload.name == workload and item.repetition == repetition:
             return item

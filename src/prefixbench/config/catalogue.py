@@ -134,6 +134,11 @@ CATALOGUE: Final[tuple[Setting, ...]] = (
             "entry point and arguments, without the 7-8 s import per bench); false: every "
             "bench starts its own client. A bench the preloaded client cannot take runs "
             "the usual way.", True),
+    Setting("prefixbench_calibration", "bool", "After the baseline server's benches, run "
+            "the calibration bench on it: 20 prompts of varied lengths (vLLM's random "
+            "dataset, an eighth of the longest tutorial prompt up to it), one at a time, "
+            "seconds per host; the TTFT prediction fits all four terms of its step-time "
+            "model to it. Never judged; false leaves it out.", True),
     Setting("prefixbench_fail_on", "list_str", "Outcomes that end the run non-zero once the "
             "report is written: fail (a FAIL verdict), failed_bench (a bench without a "
             "result), inconclusive (an INCONCLUSIVE verdict), nothing_judged (no "

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench.bench import criteria, experiment
+from prefixbench.bench import calibration, criteria, experiment
 from prefixbench.config import modelfit
 from prefixbench.config.settings import warnings_of
 from prefixbench.config.workload_estimate import estimate, expected_lines, sends_line, sizing_of
@@ -43,13 +43,18 @@ class HostPlan:
     gpu_only: str = ""
     #: Whether the host's EFA is read and what the units do without it.
     efa: str = ""
+    #: The calibration bench's line (:mod:`prefixbench.bench.calibration`) and whether
+    #: each baseline server runs it.
+    calibration: str = ""
+    calibrates: bool = False
 
     @property
     def benches(self) -> int:
         if self.kv_sweep:
             return len(self.kv_sweep) * len(self.workloads) * self.repetitions
         pairs = max(1, len(self.sweep))
-        return pairs * len(self.configurations) * len(self.workloads) * self.repetitions
+        return pairs * (len(self.configurations) * len(self.workloads) * self.repetitions
+                        + int(self.calibrates and "baseline" in self.configurations))
 
 
 def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
@@ -74,7 +79,18 @@ def host_plan(host: str, settings: Mapping[str, Any]) -> HostPlan:
         release=release_line(settings) if settings else "",
         gpu_only=gpu_only_line(settings) if settings else "",
         efa=efa.plan_line(settings) if settings else "",
+        **_calibration(settings),
     )
+
+
+def _calibration(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan's calibration fields: its line, and whether it runs."""
+    try:
+        base = experiment.base_workloads(settings)
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return {"calibration": calibration.plan_line(settings, base),
+            "calibrates": calibration.enabled(settings)}
 
 
 def _sandbox_line(settings: Mapping[str, Any]) -> str:
@@ -167,6 +183,11 @@ def workload_lines(settings: Mapping[str, Any]) -> list[str]:
     return lines + criteria.assign(workloads).lines()
 
 
+def calibration_bench(p: HostPlan) -> str:
+    """`` + calibration`` when the host's baseline servers run the calibration bench."""
+    return " + calibration" if p.calibrates and "baseline" in p.configurations else ""
+
+
 def render(plans: Sequence[HostPlan]) -> list[str]:
     """The plan as lines for the console: one per host (and its model-fit line and
     warnings), then the total."""
@@ -183,7 +204,7 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
         lines.append(
             f"{p.host} ({p.instance_type}, {p.platform}): {sweep}"
             f"{configurations} x [{', '.join(p.workloads)}] "
-            f"x {p.repetitions} rep = {p.benches} benches")
+            f"x {p.repetitions} rep{calibration_bench(p)} = {p.benches} benches")
         if p.fit:
             lines.append(f"  {p.fit}")
         lines.extend(f"  WARNING: {w}" for w in p.warnings)
@@ -195,6 +216,8 @@ def render(plans: Sequence[HostPlan]) -> list[str]:
             lines.append(f"  {p.gpu_only}")
         if p.efa:
             lines.append(f"  {p.efa}")
+        if p.calibration:
+            lines.append(f"  {p.calibration}")
     total = sum(p.benches for p in plans)
     lines.append(f"total: {len(plans)} hosts, {total} benches")
     return lines

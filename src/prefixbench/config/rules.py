@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from prefixbench.bench import experiment
+from prefixbench.bench import calibration, experiment
 from prefixbench.bench.goodput import LadderError
 from prefixbench.config import catalogue
 from prefixbench.engines import tokenizer_vocab
@@ -279,7 +279,7 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
     """Workloads are valid, fit max-model-len, and have a prefix worth caching."""
     try:
         workloads = experiment.workloads_of(s)
-        experiment.bench_items(s)
+        experiment.server_items(s, "baseline")
     except LadderError:
         return  # goodput_ladder_valid says what is wrong
     except (WorkloadError, KeyError, TypeError, ValueError) as exc:
@@ -290,6 +290,9 @@ def workloads_fit_the_server(s: Mapping[str, Any]) -> Iterator[str]:
     buckets = resolve_prefill_buckets(chunk, mml, s["vllm_service_neuron_config"])
     block = int(s.get("vllm_service_block_size") or NEURON_BLOCK_SIZE)
     for w in workloads:
+        if calibration.is_calibration(w.name):
+            yield (f"workload {w.name}: the name is the calibration bench's "
+                   f"(prefixbench_calibration); give the workload another name")
         if w.is_custom:
             # Prompt lengths need the host's tokenizer: the bench finds those too long.
             from prefixbench.engines.custom import check_file  # noqa: PLC0415 - custom only

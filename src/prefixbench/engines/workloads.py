@@ -53,11 +53,14 @@ __all__ = [
 MAX_SEED: Final = 2**32 - 1
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CUSTOM: Final = "custom"
-DATASETS: Final = ("prefix_repetition", CUSTOM)
+RANDOM: Final = "random"
+DATASETS: Final = ("prefix_repetition", CUSTOM, RANDOM)
 _PREFIX_KEYS: Final = frozenset({
     "prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
     "prefix_repetition_num_prefixes", "prefix_repetition_output_len"})
 _CUSTOM_KEYS: Final = frozenset({"dataset_path", "custom_output_len"})
+_RANDOM_KEYS: Final = frozenset({"random_input_len", "random_output_len",
+                                 "random_range_ratio"})
 #: Values of :attr:`Workload.criterion` ("" = inferred; see prefixbench.bench.criteria).
 CRITERIA: Final = ("", "high_overlap", "no_overlap", "sustained", "none")
 
@@ -108,6 +111,17 @@ class Workload:
     #: (:mod:`prefixbench.bench.criteria`): ``high_overlap``, ``no_overlap``, ``sustained``,
     #: ``none``; empty: inferred from the workload's parameters, never from its name.
     criterion: str = ""
+    #: random only (``--random-input-len``, ``--random-output-len``,
+    #: ``--random-range-ratio``): lengths drawn uniformly from
+    #: ``[len * (1 - ratio), len * (1 + ratio)]`` (vLLM's ``get_sampling_params``).
+    random_input_len: int = 0
+    random_output_len: int = 0
+    random_range_ratio: float = 0.0
+
+    def _foreign_keys(self) -> frozenset[str]:
+        """The keys of the other dataset kinds (0 / unset on this one)."""
+        return {CUSTOM: _PREFIX_KEYS | _RANDOM_KEYS, RANDOM: _PREFIX_KEYS | _CUSTOM_KEYS
+                }.get(self.dataset_name, _CUSTOM_KEYS | _RANDOM_KEYS)
 
     def __post_init__(self) -> None:
         where = f"workload {self.name!r}"
@@ -117,8 +131,14 @@ class Workload:
             raise WorkloadError(f"{where}: dataset_name {self.dataset_name!r} is not "
                                 f"supported (only {' or '.join(DATASETS)})")
         self._check_shared(where)
+        if self.dataset_name != RANDOM and any(getattr(self, k) for k in _RANDOM_KEYS):
+            raise WorkloadError(f"{where}: {', '.join(sorted(_RANDOM_KEYS))} apply to "
+                                f"dataset_name random only")
         if self.dataset_name == CUSTOM:
             self._check_custom(where)
+            return
+        if self.dataset_name == RANDOM:
+            self._check_random(where)
             return
         if self.dataset_path is not None or self.custom_output_len != 256:
             raise WorkloadError(f"{where}: dataset_path and custom_output_len apply to "
@@ -138,6 +158,19 @@ class Workload:
                 f"{where}: num_prompts ({self.num_prompts}) must be >= "
                 f"prefix_repetition_num_prefixes ({self.prefix_repetition_num_prefixes}); "
                 f"vLLM refuses it")
+
+    def _check_random(self, where: str) -> None:
+        for key in sorted(_PREFIX_KEYS):
+            if getattr(self, key) != 0:
+                raise WorkloadError(f"{where}: {key} does not apply to dataset_name random")
+        if self.dataset_path is not None or self.custom_output_len != 256:
+            raise WorkloadError(f"{where}: dataset_path and custom_output_len apply to "
+                                f"dataset_name custom only")
+        for key in ("random_input_len", "random_output_len", "num_prompts"):
+            if getattr(self, key) < 1:
+                raise WorkloadError(f"{where}: {key} must be >= 1")
+        if not 0.0 <= self.random_range_ratio < 1.0:  # vLLM refuses the rest
+            raise WorkloadError(f"{where}: random_range_ratio must be in [0, 1)")
 
     def _check_custom(self, where: str) -> None:
         for key in sorted(_PREFIX_KEYS):
@@ -179,8 +212,13 @@ class Workload:
         """The user's own prompts (``dataset_name: custom``)."""
         return self.dataset_name == CUSTOM
 
+    @property
+    def is_random(self) -> bool:
+        """vLLM's ``random`` dataset: the calibration bench's."""
+        return self.dataset_name == RANDOM
+
     def _prefix_repetition_only(self, what: str) -> None:
-        if self.is_custom:
+        if self.dataset_name != "prefix_repetition":
             raise WorkloadError(
                 f"workload {self.name!r}: {what} is defined for prefix_repetition "
                 f"workloads only; predict a custom workload with prefixbench.predict.whatif")
@@ -193,8 +231,9 @@ class Workload:
     @property
     def requests_sent(self) -> int:
         """Measured requests vLLM actually sends (a remainder is dropped). For a custom
-        workload: ``num_prompts`` (0 until resolved against its file)."""
-        if self.is_custom:
+        workload: ``num_prompts`` (0 until resolved against its file); a random one's
+        ``num_prompts``."""
+        if self.is_custom or self.is_random:
             return self.num_prompts
         return self.prompts_per_prefix * self.prefix_repetition_num_prefixes
 
@@ -214,6 +253,8 @@ class Workload:
         """Output tokens per request; ``None`` when each line of a custom file says."""
         if self.is_custom:
             return None if self.custom_output_len == -1 else self.custom_output_len
+        if self.is_random:
+            return self.random_output_len
         return self.prefix_repetition_output_len
 
     def tutorial_ratio(self) -> float:
@@ -248,8 +289,8 @@ class Workload:
         """How many extra copies of the first prompt the server saw, from the measured
         ``prefix_cache_queries`` delta (a vLLM that sends a ready check by default shows
         up here as 1). ``None`` when the delta is not a whole number of prompts, and
-        for a custom workload (its prompts have no common length)."""
-        if self.is_custom:
+        for a custom or random workload (its prompts have no common length)."""
+        if self.is_custom or self.is_random:
             return None
         per_prompt = self.prompt_len + bos_tokens
         prompts = queries_delta / per_prompt
@@ -272,7 +313,7 @@ class Workload:
     def to_dict(self) -> dict[str, Any]:
         """The workload's keys; those of the other dataset kind are left out."""
         data = asdict(self)
-        for key in _CUSTOM_KEYS if not self.is_custom else _PREFIX_KEYS:
+        for key in self._foreign_keys():
             del data[key]
         if math.isinf(self.request_rate):
             data["request_rate"] = "inf"
@@ -291,12 +332,14 @@ class Workload:
         if dataset not in DATASETS:
             raise WorkloadError(f"workload {name!r}: dataset_name {dataset!r} is not "
                                 f"supported (only {' or '.join(DATASETS)})")
-        foreign = sorted(set(data) & (_PREFIX_KEYS if dataset == CUSTOM else _CUSTOM_KEYS))
+        foreign = sorted(set(data) & {CUSTOM: _PREFIX_KEYS | _RANDOM_KEYS,
+                                      RANDOM: _PREFIX_KEYS | _CUSTOM_KEYS}.get(
+                                          dataset, _CUSTOM_KEYS | _RANDOM_KEYS))
         if foreign:
             raise WorkloadError(
                 f"workload {name!r}: key(s) {', '.join(foreign)} do not apply to "
                 f"dataset_name {dataset}")
-        required = _REQUIRED_CUSTOM if dataset == CUSTOM else _REQUIRED
+        required = {CUSTOM: _REQUIRED_CUSTOM, RANDOM: _REQUIRED_RANDOM}.get(dataset, _REQUIRED)
         missing = [k for k in known if k not in data and k in required]
         if missing:
             raise WorkloadError(f"workload {name!r}: missing key(s) {', '.join(missing)}")
@@ -310,12 +353,14 @@ _REQUIRED: Final = frozenset({
     "name", "prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
     "prefix_repetition_num_prefixes", "prefix_repetition_output_len", "num_prompts"})
 _REQUIRED_CUSTOM: Final = frozenset({"name", "dataset_path"})
+_REQUIRED_RANDOM: Final = frozenset({"name", "random_input_len", "random_output_len",
+                                     "num_prompts"})
 _INT: Final = frozenset({
     "prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
     "prefix_repetition_num_prefixes", "prefix_repetition_output_len", "num_prompts",
-    "num_warmups", "custom_output_len"})
+    "num_warmups", "custom_output_len", "random_input_len", "random_output_len"})
 _OPT_INT: Final = frozenset({"max_concurrency", "seed", "ready_check_timeout_sec"})
-_FLOAT: Final = frozenset({"request_rate", "burstiness"})
+_FLOAT: Final = frozenset({"request_rate", "burstiness", "random_range_ratio"})
 _BOOL: Final = frozenset({"ignore_eos", "save_detailed", "disable_shuffle"})
 
 
@@ -356,7 +401,12 @@ def load_workloads(source: str | Path | Iterable[Mapping[str, Any]]) -> list[Wor
     for item in items:
         if not isinstance(item, Mapping):
             raise WorkloadError(f"each workload must be a mapping, got {item!r}")
-        out.append(Workload.from_dict(item))
+        workload = Workload.from_dict(item)
+        if workload.is_random:
+            raise WorkloadError(f"workload {workload.name!r}: dataset_name random is the "
+                                f"calibration bench's (prefixbench_calibration); declare "
+                                f"prefix_repetition or custom")
+        out.append(workload)
     names = [w.name for w in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -8,6 +8,7 @@ Layout (one file per benchmark, written atomically)::
     <root>/<run_id>/<host>/<configuration>/compile.json                how it got its graphs
     <root>/<run_id>/<host>/<configuration>/<workload>/rep<k>.json         a result
     <root>/<run_id>/<host>/<configuration>/<workload>/rep<k>.failed.json  a failure
+    <root>/<run_id>/<host>/baseline/calibration/rep1.json             the calibration bench
     <root>/<run_id>/tokenizer/, prompts/                               shared inputs
     <root>/<run_id>/summary.json, report.md, report.html, results.csv  the report
 

@@ -54,6 +54,9 @@ class Observation:
     seconds: float
     hit: int = 0
     weight: float = 1.0
+    #: From the calibration bench (varied lengths): it separates the terms, but the
+    #: tail carried over is measured on the other benches (:func:`fit_cost`).
+    calibration: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,11 +85,13 @@ class TimeFit:
                  f"token {c.token_s * 1e6:.3f} us, pair {c.pair_s * 1e9:.3f} ns")
         quality = (f"median TTFT {self.ttft_error:+.1%}, median ITL {self.itl_error:+.1%}"
                    + (f", R^2 {self.r2:.3f}" if self.r2 is not None else ""))
-        how = ("fitted on prompts of " + ", ".join(map(str, self.lengths)) + " tokens"
-               if self.separable else
-               f"prompts of {', '.join(map(str, self.lengths))} tokens only: terms not "
-               f"separable, {self.assumption}")
-        return f"{terms}; fit: {quality}; {how}; measured spread {self.spread:.1%}"
+        shown = (", ".join(map(str, self.lengths)) if len(self.lengths) <= 4 else
+                 f"{self.lengths[0]}-{self.lengths[-1]} ({len(self.lengths)} lengths)")
+        how = (f"fitted on prompts of {shown} tokens" if self.separable else
+               f"prompts of {shown} tokens only: terms not separable, {self.assumption}")
+        benches = self.source.get("benches") or []
+        used = f"; from benches {', '.join(map(str, benches))}" if benches else ""
+        return f"{terms}; fit: {quality}; {how}{used}; measured spread {self.spread:.1%}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"cost": self.cost.as_dict(), "separable": self.separable,
@@ -96,9 +101,11 @@ class TimeFit:
                 "source": self.source}
 
 
-def observations(result: BenchResult) -> list[Observation]:
+def observations(result: BenchResult, *, calibration: bool = False) -> list[Observation]:
     """The TTFT and ITL observations of one bench result at concurrency 1 without prefix
-    caching (the caller knows the server; the hits are 0)."""
+    caching (the caller knows the server; the hits are 0). ``calibration``: the result
+    is the calibration bench's (:mod:`prefixbench.bench.calibration`: ``ttfts`` and
+    ``input_lens`` of prompts of varied lengths)."""
     raw = result.data
     detail = result.detail
     obs: list[Observation] = []
@@ -106,17 +113,20 @@ def observations(result: BenchResult) -> list[Observation]:
         for ok, ttft, plen in zip(detail.succeeded, detail.ttfts, detail.input_lens,
                                   strict=True):
             if ok and ttft > 0:
-                obs.append(Observation("ttft", int(plen), float(ttft)))
+                obs.append(Observation("ttft", int(plen), float(ttft),
+                                       calibration=calibration))
     else:
         n = int(raw["completed"])
         obs.append(Observation("ttft", round(int(raw["total_input_tokens"]) / n),
-                               float(raw["median_ttft_ms"]) / 1e3, weight=float(n)))
+                               float(raw["median_ttft_ms"]) / 1e3, weight=float(n),
+                               calibration=calibration))
     itl = raw.get("median_itl_ms")
     if itl:
         n = int(raw["completed"])
         out = int(raw["total_output_tokens"]) / n
         context = round(int(raw["total_input_tokens"]) / n + out / 2)
-        obs.append(Observation("itl", context, float(itl) / 1e3, weight=float(n)))
+        obs.append(Observation("itl", context, float(itl) / 1e3, weight=float(n),
+                               calibration=calibration))
     return obs
 
 
@@ -222,8 +232,10 @@ def fit_cost(obs: Sequence[Observation], *, platform: str, chunk: int,
     if request_s is not None:
         assumption = (f"request_s measured apart (client TTFT less the server's queue and "
                       f"prefill time){'; ' if assumption else ''}{assumption}")
-    fitted_ttft = max(_predicted(theta, r) for r, o in zip(rows, obs, strict=True)
-                      if o.kind == "ttft")
+    # The tail is over the benches the p99 was measured on: the calibration's longer
+    # prompts would hide it.
+    tail_obs = [o for o in ttfts if not o.calibration] or ttfts
+    fitted_ttft = max(_predicted(theta, _row(base, o, chunk)) for o in tail_obs)
     tail = 0.0 if measured_p99_s is None else max(0.0, measured_p99_s - fitted_ttft)
     return TimeFit(cost, separable, err("ttft"), err("itl"), r2,
                    spread if math.isfinite(spread) else 0.0, lengths, assumption, tail,

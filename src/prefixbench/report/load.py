@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefixbench.bench.calibration import is_calibration
 from prefixbench.engines.workloads import Workload, WorkloadError
 from prefixbench.hosts.fingerprint import Fingerprint, FingerprintError
 from prefixbench.measure.bench_json import BenchResultError
@@ -47,6 +48,10 @@ class RunData:
     #: Results used without a checksum (``accept_unchecksummed``), relative paths: the
     #: report warns that their figures cannot be shown unedited.
     unchecksummed: list[str] = field(default_factory=list)
+    #: The calibration benches' records (:mod:`prefixbench.bench.calibration`), kept out
+    #: of ``records``: no table, verdict or fleet check counts them; the TTFT fit reads
+    #: them. A calibration bench without a result is a warning, not a failure.
+    calibration: list[BenchmarkRecord] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -114,6 +119,7 @@ def load_run(run_dir: str | Path, *, accept_unchecksummed: bool = False) -> RunD
     if data.unchecksummed:
         warnings.append(f"{len(data.unchecksummed)} result(s) used without a checksum "
                         f"(--accept-unchecksummed): {', '.join(data.unchecksummed)}")
+    _set_calibration_apart(data)
     done = {r.key for r in data.records}
     data.rejected = [f for f in data.rejected if not any(
         f.host == k.host and f.configuration == k.configuration and f.workload == k.workload
@@ -137,6 +143,23 @@ def load_run(run_dir: str | Path, *, accept_unchecksummed: bool = False) -> RunD
         data.run = rebuild_run(root.name, data.records, data.failures)
         warnings.append(rebuilt_line(data.run, len(data.records), len(data.failures)))
     return data
+
+
+def _set_calibration_apart(data: RunData) -> None:
+    """Move the calibration benches out of the records, failures and rejected results
+    (a failed or rejected one becomes one warning line)."""
+    data.calibration = [r for r in data.records if is_calibration(r.key.workload)]
+    data.records = [r for r in data.records if not is_calibration(r.key.workload)]
+    done = {r.key for r in data.calibration}
+    missing = [(f.key.host, f.error) for f, _ in data.failures
+               if is_calibration(f.key.workload) and f.key not in done]
+    missing += [(f.host, f.error) for f in data.rejected
+                if is_calibration(f.workload) and f.host not in {k.host for k in done}]
+    data.failures = [(f, p) for f, p in data.failures if not is_calibration(f.key.workload)]
+    data.rejected = [f for f in data.rejected if not is_calibration(f.workload)]
+    data.warnings += [f"{host}: the calibration bench has no result ({error}); the TTFT fit "
+                      f"uses the tutorial's benches alone; a rerun with the same run id "
+                      f"runs it again" for host, error in missing]
 
 
 def rebuild_run(run_id: str, records: list[BenchmarkRecord],

@@ -23,12 +23,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from prefixbench.bench.calibration import is_calibration
 from prefixbench.engines.schedhybrid import scheduler_sim_for
 from prefixbench.engines.schedneuron import neuron_scheduler_sim, resolve_prefill_buckets
 from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.workloads import Workload
 from prefixbench.measure.records import BenchmarkRecord
-from prefixbench.predict.ttftfit import TimeFit, fit_cost, observations
+from prefixbench.predict.ttftfit import Observation, TimeFit, fit_cost, observations
 from prefixbench.predict.ttftreplay import (
     TtftComparison,
     arrival_seconds,
@@ -123,15 +124,26 @@ def outside_seconds(record: BenchmarkRecord) -> float | None:
 def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = "cpu",
               max_num_seqs: int = 1, padding: Mapping[str, Any] | None = None
               ) -> TimeFit | None:
-    obs, spreads, p99s, outside = [], [], [], []
-    for r in baselines:
+    """The fit to a host's baseline benches at concurrency 1, the calibration bench
+    (:mod:`prefixbench.bench.calibration`) among them when it ran; the spread, the tail
+    and the time outside the engine are the tutorial benches' (the calibration's lengths
+    vary on purpose)."""
+    obs: list[Observation] = []
+    spreads: list[float] = []
+    p99s: list[float] = []
+    outside: list[float | None] = []
+    used: list[str] = []
+    for r in sorted(baselines, key=lambda r: is_calibration(r.key.workload)):
         b = r.bench_result
         if int(r.workload.get("max_concurrency") or 0) != 1:
             continue
-        obs += observations(b)
-        spreads.append(float(b.data.get("std_ttft_ms") or 0.0) / b.median_ttft_ms)
-        p99s.append(b.p99_ttft_ms / 1e3)
-        outside.append(outside_seconds(r))
+        calibrating = is_calibration(r.key.workload)
+        obs += observations(b, calibration=calibrating)
+        used.append(f"{r.key.workload} rep{r.key.repetition}")
+        if not calibrating or not spreads:
+            spreads.append(float(b.data.get("std_ttft_ms") or 0.0) / b.median_ttft_ms)
+            p99s.append(b.p99_ttft_ms / 1e3)
+            outside.append(outside_seconds(r))
     if not obs:
         return None
     if platform != "neuron":
@@ -142,7 +154,7 @@ def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = 
     return fit_cost(obs, platform=platform, chunk=chunk, spread=statistics.median(spreads),
                     measured_p99_s=min(p99s), **padding,
                     request_s=statistics.median(known) if len(known) == len(outside) else None,
-                    source={"benches": [str(r.key) for r in baselines]})
+                    source={"benches": used})
 
 
 @dataclass(frozen=True)
@@ -158,14 +170,15 @@ class HostCalibration:
 
 def host_fits(data: RunData, *, max_num_batched_tokens: int,
               baseline: str = "baseline") -> list[HostCalibration]:
-    """Each host's step-time model, fitted to its baseline benches at concurrency 1, on
-    the server its records describe (:func:`server_of`: the chunk size, ``max_num_seqs``,
-    the platform's cost shape and, on Neuron, its buckets); a host whose records do not
-    say takes ``max_num_batched_tokens`` and the cpu shape."""
+    """Each host's step-time model, fitted to its baseline benches at concurrency 1 and
+    its calibration bench, on the server its records describe (:func:`server_of`: the
+    chunk size, ``max_num_seqs``, the platform's cost shape and, on Neuron, its
+    buckets); a host whose records do not say takes ``max_num_batched_tokens`` and the
+    cpu shape."""
     out = []
     for host in data.hosts:
         fp = data.fingerprints.get(host)
-        mine = [r for r in data.records if r.key.host == host]
+        mine = [r for r in [*data.records, *data.calibration] if r.key.host == host]
         server = server_of(mine)
         chunk = server.chunk if server is not None else max_num_batched_tokens
         platform = server.platform if server is not None else "cpu"
@@ -316,11 +329,15 @@ def server_of(records: Sequence[BenchmarkRecord]) -> ServerOf | None:
               and (b := labels.get("block_size"))}
     seqs = _setting(records, "max_num_seqs")
     chunk = _setting(records, "max_num_batched_tokens")
-    platforms = {e.get("expected_platform") or "cpu" for r in records if (e := r.expected)}
-    schedulers = {e.get("expected_scheduler") for r in records if (e := r.expected)}
-    if len(blocks) != 1 or seqs is None or chunk is None or len(platforms) != 1:
+    # Only the records whose expectation was replayed say (the baseline's and the
+    # calibration bench's carry none); records made before the platform was recorded: cpu.
+    platforms = {e["expected_platform"] for r in records
+                 if (e := r.expected) and e.get("expected_platform")}
+    schedulers = {e["expected_scheduler"] for r in records
+                  if (e := r.expected) and e.get("expected_scheduler")}
+    if len(blocks) != 1 or seqs is None or chunk is None or len(platforms) > 1:
         return None
-    return ServerOf(blocks.pop(), seqs, chunk, platforms.pop(),
+    return ServerOf(blocks.pop(), seqs, chunk, platforms.pop() if platforms else "cpu",
                     schedulers.pop() if len(schedulers) == 1 else None,
                     _setting(records, "max_model_len"), _neuron_config(records))
 
