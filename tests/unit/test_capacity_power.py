@@ -163,3 +163,15 @@ def test_the_capacity_report_shows_what_each_verdict_accepted(tmp_path: Path) ->
     lo, hi, width = map(float, first.split(",")[-3:])
     assert (lo, hi, width) == pytest.approx((0.68, 0.78, 10.0))
     assert s.rows[0].accepted_width_pp == width
+
+
+def test_a_neuron_record_carries_the_settings_its_buckets_resolve_from(run_dir: Path) -> None:
+    """The TTFT model pads to the buckets the plugin resolves from the server's
+    max_model_len and neuron_config (report.ttft_predicted.neuron_padding): a Neuron
+    record carries both; a cpu record neither."""
+    config = {"num_batched_tokens_buckets": [256], "kv_segment_size_buckets": [256]}
+    got = served_record.served_expected(W, run_dir, 16, SERVER, serving=SERVING,
+                                        platform="neuron", max_model_len=512,
+                                        neuron_config=config)
+    assert (got["max_model_len"], got["neuron_config"]) == (512, config)
+    assert "neuron_config" not in _expected(run_dir, "cpu")

@@ -86,6 +86,7 @@ class BenchRequest:
     #: assumes) and the server's ``--max-model-len`` (the Neuron KV-concurrency cap's).
     platform: str = "cpu"
     max_model_len: int | None = None
+    neuron_config: Mapping[str, Any] | None = None  # its buckets, on Neuron
     #: The server's argv as the settings render it: stands in for the server's own command
     #: line when the host cannot read it (:meth:`scheduler`).
     server_argv: tuple[str, ...] = ()
@@ -118,6 +119,7 @@ class BenchRequest:
                        or schedconfig.DEFAULT_MAX_NUM_BATCHED_TOKENS),
                    platform=str(settings.get("prefixbench_platform") or "neuron"),
                    max_model_len=settings.get("vllm_service_max_model_len"),
+                   neuron_config=settings.get("vllm_service_neuron_config") or None,
                    server_argv=_settings_argv(settings, configuration))
 
     def serving(self) -> Serving:
@@ -295,7 +297,8 @@ def build_record(req: BenchRequest, *, metrics_before: str, metrics_after: str,
             expected.update(served_expected(req.workload, run_dir, block_size, config,
                                             serving=req.serving(), platform=req.platform,
                                             max_model_len=req.max_model_len,
-                                            scheduler=req.scheduler(server_cmdline)))
+                                            scheduler=req.scheduler(server_cmdline),
+                                            neuron_config=req.neuron_config))
     else:
         expected = {"tutorial_ratio": req.workload.tutorial_ratio()}
     measured = dict(delta.measured())

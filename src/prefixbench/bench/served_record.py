@@ -27,7 +27,8 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
                     config: metrics.CacheConfig, *, serving: Serving = SERIAL,
                     platform: str = "cpu", max_model_len: int | None = None,
                     scheduler: ServerScheduler | None = None,
-                    async_scheduling: bool = True) -> dict[str, Any]:
+                    async_scheduling: bool = True,
+                    neuron_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The expected ratio from the tokens the server sees (prefixbench.predict.served
     .served_expectation), as record keys; a note instead when it cannot be made.
 
@@ -40,7 +41,10 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
     plugin's scheduler over full attention, ``NeuronAsyncScheduler`` unless
     ``async_scheduling`` is False). The record says which it assumed
     (``expected_scheduler``, ``expected_kv_manager``); the range over arrival timings
-    (``served_band_*``) is replayed through the same engine model."""
+    (``served_band_*``) is replayed through the same engine model. On Neuron the record
+    also carries the server's ``max_model_len`` and ``neuron_config`` (``neuron_config``:
+    its ``vllm_service_neuron_config``), from which the plugin resolves its buckets: the
+    TTFT model pads to them (:mod:`prefixbench.report.ttft_predicted`)."""
     from prefixbench.engines.tokenizer import TokenizerError  # noqa: PLC0415
     from prefixbench.predict import whatif  # noqa: PLC0415 - loads the tokenizer library
     from prefixbench.predict.served import served_expectation  # noqa: PLC0415
@@ -53,9 +57,10 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
     if scheduler is None:
         engine = engine_model(platform, cache_model=chunked, serving=serving,
                               max_model_len=max_model_len,
-                              async_scheduling=async_scheduling)
+                              async_scheduling=async_scheduling, neuron_config=neuron_config)
     else:
-        engine = served_engine(platform, scheduler, chunked, serving, max_model_len)
+        engine = served_engine(platform, scheduler, chunked, serving, max_model_len,
+                               neuron_config=neuron_config)
         if engine.serving.scheduler == "neuron" and model.kind != "full":
             # The Neuron scheduler model runs over full attention (its plugin allocates
             # every layer as full attention); a server that runs it over vLLM's hybrid
@@ -90,7 +95,9 @@ def served_expected(workload: Workload, run_dir: Path | None, block_size: int,
         "max_num_batched_tokens": serving.max_num_batched_tokens,  # the hybrid model's chunk
         "max_num_seqs": serving.max_num_seqs, "served_concurrency": serving.concurrency,
         **engine.record(),
-        **({"expected_scheduler_source": scheduler.source} if scheduler is not None else {})}
+        **({"expected_scheduler_source": scheduler.source} if scheduler is not None else {}),
+        **({"max_model_len": max_model_len, "neuron_config": dict(neuron_config or {})}
+           if engine.platform == "neuron" and max_model_len else {})}
     out.update(served.band.record("served_band") if served.band is not None else {})
     if notes := [n for n in (served.note, note) if n]:
         out["served_note"] = "; ".join(notes)
