@@ -51,6 +51,7 @@ _SE = "prefixbench.servers.served_engine."
 _SEG = "prefixbench.predict.segments."
 _TOL = "prefixbench.report.tolerances."
 _RM = "prefixbench.hosts.release_match."
+_SN = "prefixbench.engines.schedneuron."
 #: mutmut's separator between a class and its method in a mutant's name ("ǁ").
 _M = "\u01c1"
 
@@ -104,6 +105,12 @@ EQUIVALENT: Final[dict[str, str]] = {
         "and a name outside DIRECTIONS was refused above: the default is never taken",
     _TOL + "x_load_tolerances__mutmut_62":
         "per.get(name): the same default never taken as mutant 60",
+    f"{_SN}x{_M}NeuronSchedulerSim{_M}_schedule__mutmut_2":
+        "hidden starts as None, not []: it is read only by `if hidden:` when neither "
+        "branch set it, and None is as false as []",
+    f"{_SN}x{_M}NeuronSchedulerSim{_M}_schedule__mutmut_3":
+        "admit starts as None, not False: it is read only by `if admit and not "
+        "preempted`, and None is as false as False",
 }
 
 

@@ -55,3 +55,27 @@ def test_on_the_cpu_platform_nothing_is_counted() -> None:
     assert count.totals() is None
     with pytest.raises(ValueError, match="at least 1 token, got 0"):
         PrefillCount(0)
+
+
+def test_the_saving_reads_per_replay_and_per_request() -> None:
+    """The replay above (4 requests): 10 chunks cold, 6 run, 10,240 and 6,144 padded
+    tokens; per request 6/4 = 1.50 run, 4/4 = 1.00 skipped, 6,144/4 = 1,536 padded tokens
+    run and 4,096/4 = 1,024 saved. One request alone (1400, 800 hit) is divided by 1."""
+    count = PrefillCount(1024, [1024])
+    for prompt, hit in ((1400, 0), (1400, 800), (4096, 3072), (2024, 992)):
+        count.add(prompt, hit)
+    totals = count.totals()
+    assert totals is not None
+    assert totals.lines() == [
+        ("prefill saved", "4 of 10 prefill chunks (4,096 of 10,240 padded tokens, 40.00%); "
+                          "2 of 4 requests skip at least one"),
+        ("per request", "1.50 chunks run and 1.00 skipped (1,536 padded tokens run, 1,024 "
+                        "saved), chunks of 1024 tokens padded to buckets [1024]"),
+    ]
+    one = PrefillCount(1024, [1024])
+    one.add(1400, 800)
+    alone = one.totals()
+    assert alone is not None
+    assert alone.lines()[1] == ("per request", "1.00 chunks run and 1.00 skipped (1,024 "
+                                "padded tokens run, 1,024 saved), chunks of 1024 tokens "
+                                "padded to buckets [1024]")
