@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from prefixbench.predict.segments import PrefillCount, chunks, padded_tokens
+from prefixbench.predict.segments import (
+    DESIGN_SOURCE,
+    PrefillCount,
+    chunks,
+    padded_tokens,
+    warm_request_saving,
+)
 
 
 def test_chunks_are_the_ceiling_of_tokens_over_the_chunk() -> None:
@@ -79,3 +85,35 @@ def test_the_saving_reads_per_replay_and_per_request() -> None:
     assert alone.lines()[1] == ("per request", "1.00 chunks run and 1.00 skipped (1,024 "
                                 "padded tokens run, 1,024 saved), chunks of 1024 tokens "
                                 "padded to buckets [1024]")
+
+
+def test_a_chunk_of_one_token_is_the_smallest_allowed() -> None:
+    assert chunks(5, 1) == 5
+    count = PrefillCount(1)
+    count.add(3, 1)            # 3 chunks of 1 cold, 2 run; each its own bucket (1)
+    totals = count.totals()
+    assert totals is not None
+    assert (totals.chunk, totals.cold_chunks, totals.run_chunks) == (1, 3, 2)
+    assert (totals.cold_padded, totals.run_padded) == (3, 2)
+
+
+def test_without_buckets_each_chunk_is_its_own_bucket() -> None:
+    # The tutorial's segment 1024 and no bucket list: 1400 cold = 1024 + 376 -> 2 x 1024.
+    count = PrefillCount(1024)
+    assert count.buckets == (1024,)
+    count.add(1400, 0)
+    totals = count.totals()
+    assert totals is not None and totals.cold_padded == 2048
+    assert PrefillCount(None).buckets == ()
+
+
+def test_a_warm_request_whose_suffix_spills_into_another_chunk_saves_nothing() -> None:
+    """2024 tokens, 1000 of them a cached prefix, blocks of 32: the hit is block-aligned,
+    1000 // 32 * 32 = 992 ("Block Alignment"); 2024 - 992 = 1032 tokens still take
+    ceil(1032 / 1024) = 2 chunks, as the cold ceil(2024 / 1024) = 2. A prefix of 1024
+    leaves 1000: one chunk, a saving."""
+    assert warm_request_saving(1000, 2024, 32, 1024, [1024]) == (
+        "a warm request of 2024 prompt tokens hits 992 and still runs "
+        "ceil((2024 - 992) / 1024) = 2 prefill chunks, as many as a cold one, padded the "
+        f"same: prefix caching saves it no prefill on Neuron ({DESIGN_SOURCE})")
+    assert warm_request_saving(1024, 2024, 32, 1024, [1024]) is None
