@@ -117,3 +117,17 @@ def test_a_warm_request_whose_suffix_spills_into_another_chunk_saves_nothing() -
         "ceil((2024 - 992) / 1024) = 2 prefill chunks, as many as a cold one, padded the "
         f"same: prefix caching saves it no prefill on Neuron ({DESIGN_SOURCE})")
     assert warm_request_saving(1024, 2024, 32, 1024, [1024]) is None
+
+
+def test_the_last_prompt_token_is_never_a_hit() -> None:
+    """vLLM hits at most prompt_len - 1 tokens (the last is computed for its logits):
+    a one-block prompt (32 tokens, blocks of 32) hits 0 however much is cached; a
+    33-token prompt hits 32 and runs the 33rd in a chunk padded to 1024, as a cold one."""
+    assert warm_request_saving(32, 32, 32, 1024, [1024]) == (
+        "a warm request of 32 prompt tokens hits 0 and still runs "
+        "ceil((32 - 0) / 1024) = 1 prefill chunks, as many as a cold one, padded the "
+        f"same: prefix caching saves it no prefill on Neuron ({DESIGN_SOURCE})")
+    assert warm_request_saving(33, 33, 32, 1024, [1024]) == (
+        "a warm request of 33 prompt tokens hits 32 and still runs "
+        "ceil((33 - 32) / 1024) = 1 prefill chunks, as many as a cold one, padded the "
+        f"same: prefix caching saves it no prefill on Neuron ({DESIGN_SOURCE})")
