@@ -131,3 +131,10 @@ def test_the_last_prompt_token_is_never_a_hit() -> None:
         "a warm request of 33 prompt tokens hits 32 and still runs "
         "ceil((33 - 32) / 1024) = 1 prefill chunks, as many as a cold one, padded the "
         f"same: prefix caching saves it no prefill on Neuron ({DESIGN_SOURCE})")
+
+
+def test_a_chunk_above_every_bucket_takes_the_largest() -> None:
+    # bucket_utils.get_bucket_for_count (as cited in the module): the smallest bucket
+    # that holds the count, else the largest: 2048-token chunks on buckets up to 1024.
+    assert padded_tokens(2048, 2048, [256, 512, 1024]) == 1024
+    assert padded_tokens(2500, 2048, [256, 512, 1024]) == 1024 + 512
