@@ -34,7 +34,8 @@ def test_each_chunk_pads_to_the_smallest_bucket_that_holds_it() -> None:
     assert padded_tokens(1400, 1024, [128, 256, 512, 1024]) == 1024 + 512
     assert padded_tokens(600, 1024, [128, 256, 512, 1024]) == 1024
     assert padded_tokens(100, 1024, [128, 256, 512, 1024]) == 128
-    with pytest.raises(ValueError, match="buckets cannot be empty"):
+    assert padded_tokens(512, 1024, [256, 512, 1024]) == 512   # a chunk the size of one
+    with pytest.raises(ValueError, match="^prefill buckets cannot be empty$"):
         padded_tokens(10, 1024, [])
 
 
