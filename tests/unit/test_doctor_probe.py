@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import resource
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -134,3 +136,120 @@ def test_neuron_ls_output_or_its_error(tmp_path: Path) -> None:
     tool.write_text("#!/bin/sh\necho 'no device' >&2\nexit 1\n")
     assert probe._neuron_ls({"neuron_ls": str(tool)}) == "error: no device"
     assert probe._neuron_ls({}) == ""
+
+
+def _sysfs(tmp_path: Path, devices: dict[str, str]) -> Path:
+    """/sys/class/infiniband as the kernel lays it out: <dev>/device/driver links to a
+    directory named after the driver ("efa" for drivers/infiniband/hw/efa)."""
+    root = tmp_path / "infiniband"
+    root.mkdir(parents=True)
+    for name, driver in devices.items():
+        dev = tmp_path / "devices" / name
+        dev.mkdir(parents=True)
+        if driver:
+            target = tmp_path / "drivers" / driver
+            target.mkdir(parents=True, exist_ok=True)
+            (dev / "driver").symlink_to(target)
+        (root / name).mkdir()
+        (root / name / "device").symlink_to(dev)
+    return root
+
+
+def test_efa_is_a_device_bound_to_the_efa_driver_or_the_units_workaround(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AWS: without EFA the server fails to start unless NEURON_SKIP_EFA_AFFINITY=1
+    (deploy/environments/quickstart-deploy-dlc.rst at v2.31.1 and v2.32.0)."""
+    monkeypatch.delenv("NEURON_SKIP_EFA_AFFINITY", raising=False)
+    assert probe._check_efa({}) == (True, "no EFA needed")
+    found = _sysfs(tmp_path / "a", {"rdmap1": "efa", "mlx5_0": "mlx5_core", "rdmap0": "efa"})
+    assert probe._check_efa({"efa_dir": str(found)}) == (True,
+                                                         "2 EFA device(s): rdmap0, rdmap1")
+    bare = _sysfs(tmp_path / "b", {"mlx5_0": "mlx5_core", "unbound": ""})
+    fails = (False, f"no EFA device under {bare} and the unit does not set "
+                    "NEURON_SKIP_EFA_AFFINITY=1 (NEURON_SKIP_EFA_AFFINITY='{}'): the server "
+                    "fails to start")
+    assert probe._check_efa({"efa_dir": str(bare)}) == (fails[0], fails[1].format(""))
+    monkeypatch.setenv("NEURON_SKIP_EFA_AFFINITY", "0")
+    assert probe._check_efa({"efa_dir": str(bare)}) == (fails[0], fails[1].format("0"))
+    monkeypatch.setenv("NEURON_SKIP_EFA_AFFINITY", "1")
+    assert probe._check_efa({"efa_dir": str(bare)}) == (
+        True, f"no EFA device under {bare}; the unit sets NEURON_SKIP_EFA_AFFINITY=1")
+    absent = tmp_path / "none"
+    assert probe._check_efa({"efa_dir": str(absent)}) == (
+        True, f"no EFA device under {absent}; the unit sets NEURON_SKIP_EFA_AFFINITY=1")
+
+
+@pytest.fixture(scope="module")
+def libnrt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding libnrt.so.1 built from tests/fixtures/libnrt_double.c."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the libnrt double")
+    lib = tmp_path_factory.mktemp("nrt") / "libnrt.so.1"
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "libnrt_double.c"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
+    return lib.parent
+
+
+def test_the_neuron_runtime_starts_through_the_library_path(
+        monkeypatch: pytest.MonkeyPatch, libnrt: Path) -> None:
+    """AWS's libnrt skeleton (nrt_init(NRT_FRAMEWORK_TYPE_NO_FW = 1, "", "") then
+    nrt_close) against the libnrt double; a failing nrt_init named by its NRT_STATUS."""
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    monkeypatch.delenv("LIBNRT_DOUBLE_STATUS", raising=False)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(libnrt))
+    neuron = {"runtime": "neuron"}
+    assert probe._check_runtime(neuron) == (True, "nrt_init and nrt_close on one NeuronCore")
+    monkeypatch.setenv("LIBNRT_DOUBLE_STATUS", "9")
+    assert probe._check_runtime(neuron) == (
+        False, "exit 3: libnrt double: framework 1, NEURON_RT_NUM_CORES=1 | nrt_init "
+               "returned NRT status 9 (NRT_LOAD_NOT_ENOUGH_NC)")
+    monkeypatch.setenv("LIBNRT_DOUBLE_STATUS", "4")
+    assert probe._check_runtime(neuron)[1].endswith("NRT status 4 (NRT_RESOURCE)")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/nonexistent")
+    ok, detail = probe._check_runtime(neuron)
+    assert not ok and detail.startswith(
+        "exit 2: libnrt not loadable with LD_LIBRARY_PATH=/nonexistent: libnrt.so")
+
+
+class _Run:
+    """subprocess.run's double: records the call, returns or raises what it is given."""
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+        self.calls: list[tuple[list[str], dict[str, object]]] = []
+
+    def __call__(self, args: list[str], **kwargs: object) -> object:
+        self.calls.append((args, kwargs))
+        if isinstance(self.result, BaseException):
+            raise self.result
+        return self.result
+
+
+def test_the_cpu_runtime_and_the_runtimes_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    done = _Run(subprocess.CompletedProcess([], 0, "loading\ntorch 2.9.0 and vLLM's cpu "
+                                            "platform\n", ""))
+    monkeypatch.setattr(probe.subprocess, "run", done)
+    assert probe._check_runtime({"runtime": "cpu"}) == (
+        True, "torch 2.9.0 and vLLM's cpu platform")
+    args, kwargs = done.calls[0]
+    assert args == [sys.executable, "-c", probe.CPU_RUNTIME]
+    assert kwargs["timeout"] == 300 and kwargs["check"] is False
+    assert kwargs["capture_output"] is True and kwargs["text"] is True
+    monkeypatch.setattr(probe.subprocess, "run",
+                        _Run(subprocess.CompletedProcess([], 0, "  \n", "")))
+    assert probe._check_runtime({"runtime": "cpu"}) == (True, "ok")
+    # A failure without stderr: the last three lines of stdout.
+    monkeypatch.setattr(probe.subprocess, "run", _Run(subprocess.CompletedProcess(
+        [], 1, "a\nb\nc\nd\n", "")))
+    assert probe._check_runtime({"runtime": "cpu"}) == (False, "exit 1: b | c | d")
+    # Only the last 500 characters of a long failure.
+    monkeypatch.setattr(probe.subprocess, "run", _Run(subprocess.CompletedProcess(
+        [], 1, "", "x" * 400 + "y" * 200)))
+    assert probe._check_runtime({"runtime": "cpu"}) == (False,
+                                                        "exit 1: " + "x" * 300 + "y" * 200)
+    slow = _Run(subprocess.TimeoutExpired(["python"], 7))
+    monkeypatch.setattr(probe.subprocess, "run", slow)
+    assert probe._check_runtime({"runtime": "neuron", "runtime_timeout": 7}) == (
+        False, "the runtime did not start within 7 s")
+    assert slow.calls[0][0][2] == probe.NEURON_RUNTIME and slow.calls[0][1]["timeout"] == 7
