@@ -52,6 +52,7 @@ _SEG = "prefixbench.predict.segments."
 _TOL = "prefixbench.report.tolerances."
 _RM = "prefixbench.hosts.release_match."
 _SN = "prefixbench.engines.schedneuron."
+_DP = "prefixbench.hosts.doctor_probe."
 #: mutmut's separator between a class and its method in a mutant's name ("ǁ").
 _M = "\u01c1"
 
@@ -111,6 +112,24 @@ EQUIVALENT: Final[dict[str, str]] = {
     f"{_SN}x{_M}NeuronSchedulerSim{_M}_schedule__mutmut_3":
         "admit starts as None, not False: it is read only by `if admit and not "
         "preempted`, and None is as false as False",
+    _DP + "x__check_compiler__mutmut_10":
+        'shutil.which("") for no compiler named, not None: which() never returns a '
+        "directory, and a PATH entry joined with \"\" is one, so it returns None too",
+    _DP + "x__check_nofile__mutmut_7":
+        "`or 1` for no limit asked, not `or 0`: a hard RLIMIT_NOFILE below 1 cannot be "
+        "(the probe itself holds open files), so `hard < want` is false either way",
+    _DP + "x__neuron_ls__mutmut_7":
+        'no neuron_ls path read as "XXXX", not "": no such file exists in the probe\'s '
+        "working directory, so both return \"\" before running anything",
+    _DP + "x__neuron_ls__mutmut_18":
+        "subprocess.run(check=None), not False: both falsy, no exception on a failure",
+    _DP + "x__neuron_ls__mutmut_23":
+        "subprocess.run without check: its default is False",
+    _DP + "x_main__mutmut_3":
+        "read_text(encoding=None): the locale's encoding, UTF-8 here and under any UTF-8 "
+        "locale, so no test run here can tell it apart (the JSON is ASCII anyway)",
+    _DP + "x_main__mutmut_7":
+        'read_text(encoding="UTF-8") is "utf-8": codec names are case-insensitive',
 }
 
 

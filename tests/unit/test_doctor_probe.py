@@ -253,3 +253,90 @@ def test_the_cpu_runtime_and_the_runtimes_time_limit(monkeypatch: pytest.MonkeyP
     assert probe._check_runtime({"runtime": "neuron", "runtime_timeout": 7}) == (
         False, "the runtime did not start within 7 s")
     assert slow.calls[0][0][2] == probe.NEURON_RUNTIME and slow.calls[0][1]["timeout"] == 7
+
+
+def test_a_module_without_a_version_and_a_long_import_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "long_failure_x.py").write_text(f"raise RuntimeError({'e' * 300!r})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert probe._check_imports({"imports": ["long_failure_x"]}) == (
+        False, "import long_failure_x: RuntimeError: " + "e" * 200)
+    assert probe._check_imports({"imports": ["os", "json"]}) == (
+        True, f"os, json {json.__version__}")
+
+
+def test_without_path_the_compiler_message_shows_an_empty_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PATH")
+    assert probe._check_compiler({"compiler": "no-such-compiler-x"}) == (
+        False, "no-such-compiler-x is not on the unit's PATH ()")
+
+
+def test_without_a_cache_dir_nothing_is_written_and_the_check_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert probe._check_cache({}) == (False, "no cache directory to check (cache_dir is "
+                                             "empty)")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Disk:
+    def __init__(self, free: int) -> None:
+        self.free = free
+
+
+def test_the_model_check_in_gib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    with (model / "w.safetensors").open("wb") as f:  # 3 GiB, sparse
+        f.truncate(3 * 2**30)
+    assert probe._check_model({"model_dir": str(model)}) == (
+        True, f"{model}: 1 weight files, 3.00 GiB")
+    absent = tmp_path / "x" / "y"
+    monkeypatch.setattr(probe.shutil, "disk_usage", lambda path: _Disk(5 * 2**29))
+    assert probe._check_model({"model_dir": str(absent), "model_bytes": 3 * 2**30}) == (
+        False, f"{absent} absent and only 2.5 GiB free on {tmp_path}: the model needs "
+               "3.0 GiB; free space or move model_cache_dir")
+    # Exactly the room needed is enough.
+    assert probe._check_model({"model_dir": str(absent), "model_bytes": 5 * 2**29}) == (
+        False, f"{absent} absent (2.5 GiB free on {tmp_path}, 2.5 GiB to download); the "
+               "provision phase downloads it")
+    assert probe._check_model({"model_dir": str(absent)}) == (
+        False, f"{absent} absent (2.5 GiB free on {tmp_path}, the model's size is unknown "
+               "(model_cache_checkpoint_gib)); the provision phase downloads it")
+    assert probe._check_model({}) == (
+        False, "/nonexistent absent (2.5 GiB free on /, the model's size is unknown "
+               "(model_cache_checkpoint_gib)); the provision phase downloads it")
+
+
+def test_neuron_ls_is_run_with_a_time_limit_and_its_failures_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = tmp_path / "neuron-ls"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o644)  # not executable, for root too
+    detail = probe._neuron_ls({"neuron_ls": str(tool)})
+    assert detail == f"error: [Errno 13] Permission denied: '{tool}'"
+    run = _Run(subprocess.CompletedProcess([], 1, "", "x" * 400 + "\n"))
+    monkeypatch.setattr(probe.subprocess, "run", run)
+    assert probe._neuron_ls({"neuron_ls": str(tool)}) == "error: " + "x" * 300
+    assert run.calls[0][0] == [str(tool), "-j"] and run.calls[0][1]["timeout"] == 60
+    monkeypatch.setattr(probe.subprocess, "run",
+                        _Run(subprocess.TimeoutExpired([str(tool), "-j"], 60)))
+    assert probe._neuron_ls({"neuron_ls": str(tool)}) == (
+        f"error: Command '['{tool}', '-j']' timed out after 60 seconds")
+
+
+def test_main_checks_efa_only_where_an_efa_directory_is_given(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NEURON_SKIP_EFA_AFFINITY", raising=False)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"only": ["efa"]}))
+    assert probe.main(["probe", str(cfg)]) == 0
+    assert capsys.readouterr().out == "PREFIXBENCH-DOCTOR {}\n"
+    root = _sysfs(tmp_path / "s", {"rdmap0": "efa"})
+    cfg.write_text(json.dumps({"only": ["efa"], "efa_dir": str(root)}))
+    assert probe.main(["probe", str(cfg)]) == 0
+    out = json.loads(capsys.readouterr().out.removeprefix("PREFIXBENCH-DOCTOR "))
+    assert out == {"efa": {"ok": True, "detail": "1 EFA device(s): rdmap0"}}
