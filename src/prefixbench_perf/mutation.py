@@ -53,6 +53,7 @@ _TOL = "prefixbench.report.tolerances."
 _RM = "prefixbench.hosts.release_match."
 _SN = "prefixbench.engines.schedneuron."
 _DP = "prefixbench.hosts.doctor_probe."
+_SB = "prefixbench.servers.sandbox."
 #: mutmut's separator between a class and its method in a mutant's name ("ǁ").
 _M = "\u01c1"
 
@@ -130,6 +131,16 @@ EQUIVALENT: Final[dict[str, str]] = {
         "locale, so no test run here can tell it apart (the JSON is ASCII anyway)",
     _DP + "x_main__mutmut_7":
         'read_text(encoding="UTF-8") is "utf-8": codec names are case-insensitive',
+    _SB + "x_levels_without__mutmut_6":
+        'platforms ("neuron", "XXcpuXX"): sandbox() gives every platform but "neuron" the '
+        "CPU confinement, so any other name is the cpu platform",
+    _SB + "x_levels_without__mutmut_7":
+        'platforms ("neuron", "CPU"): the same as mutant 6',
+    _SB + "x_proof_problem__mutmut_6":
+        "json.loads of a blank proof too: it raises ValueError, which the except turns "
+        "into None, as the original's None for blank text",
+    _SB + "x_proof_problem__mutmut_8":
+        'proof = "" for unreadable JSON, not None: neither is a Mapping, the next test',
 }
 
 

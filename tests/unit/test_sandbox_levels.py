@@ -184,6 +184,10 @@ def test_grants_library_path_limits_and_path_by_platform() -> None:
         == "/opt/aws/neuron/lib:/opt/amazon/efa/lib"
     assert sandbox.library_path("cpu", ["/opt/aws/neuron/lib"]) == ""
     assert sandbox.library_path("cpu", []) == ""
+    with pytest.raises(ValueError, match=r"^the host's Neuron release names no "
+                       r"server\.library_path: the unit cannot say where libnrt is \(fix "
+                       r"the release's manifest\)$"):
+        sandbox.library_path("neuron", [])
     # AWS's 65536 on Neuron (torch-neuronx troubleshooting); 16384 on the cpu platform.
     assert (sandbox.open_files_limit("neuron"), sandbox.open_files_limit("cpu")) == (
         65536, 16384)
