@@ -54,6 +54,7 @@ _RM = "prefixbench.hosts.release_match."
 _SN = "prefixbench.engines.schedneuron."
 _DP = "prefixbench.hosts.doctor_probe."
 _SB = "prefixbench.servers.sandbox."
+_DR = "prefixbench.hosts.doctor."
 #: mutmut's separator between a class and its method in a mutant's name ("ǁ").
 _M = "\u01c1"
 
@@ -141,6 +142,16 @@ EQUIVALENT: Final[dict[str, str]] = {
         "into None, as the original's None for blank text",
     _SB + "x_proof_problem__mutmut_8":
         'proof = "" for unreadable JSON, not None: neither is a Mapping, the next test',
+    _DR + "x_host_lines__mutmut_86":
+        'cause != "XXhostXX": a cause of "host" is then tested against the directives, '
+        'and no directive is "host" (each is a Key=value line): the same fix',
+    _DR + "x_host_lines__mutmut_87":
+        'cause != "HOST": the same as mutant 86',
+    _DR + "x_host_lines__mutmut_93":
+        'levels_without(...) or ["XXoffXX"]: never taken, level "off" sets no directive, '
+        "so levels_without always lists it",
+    _DR + "x_host_lines__mutmut_94":
+        'levels_without(...) or ["OFF"]: never taken, as mutant 93',
 }
 
 

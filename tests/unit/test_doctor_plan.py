@@ -149,3 +149,38 @@ def test_neuron_ls_is_compared_with_the_instance_type() -> None:
                            f"{trn2.logical_cores()} NeuronCores)")
     assert doctor.host_lines("h", {"checks": {"neuron_ls": ""}}, "trn2.48xlarge") == []
     assert doctor._devices("no-such-type") == "unknown type"
+
+
+def test_every_problem_neuron_ls_shows_and_the_checks_after_it() -> None:
+    from prefixbench.hosts import instances  # noqa: PLC0415
+
+    trn2 = instances.lookup("trn2.48xlarge")
+    one = json.dumps([{"neuron_device": 0, "nc_count": 2}])
+    checks = {"neuron_ls": one, "cache": {"ok": True}}
+    ls, cache = doctor.host_lines("h", {"checks": checks}, "trn2.48xlarge")
+    assert (ls.check, ls.ok, ls.fix) == ("neuron_ls", False, doctor.FIXES["neuron_ls"])
+    assert ls.detail == (
+        f"neuron-ls sees 1 Neuron devices, a trn2.48xlarge has {trn2.devices}; neuron-ls "
+        f"sees 2 NeuronCores, a trn2.48xlarge has {trn2.logical_cores()} at LNC=2")
+    assert (cache.check, cache.ok, cache.detail) == ("cache", True, "")  # no detail: ""
+    # An empty listing is left out, the checks after it are not.
+    checks["neuron_ls"] = ""
+    assert [x.check for x in doctor.host_lines("h", {"checks": checks}, "")] == ["cache"]
+    # A host the inventory gives no type: the catalogue names the empty type.
+    rep = doctor.report({"h": {"checks": {"neuron_ls": one}}}, {})
+    assert rep["lines"][0]["detail"].startswith("instance type  is not in the catalog")
+    assert rep["text"].splitlines()[-1] == "doctor: 1 host(s), 0 PASS, 1 FAIL"
+
+
+def test_a_directive_no_level_sets_lists_every_level() -> None:
+    result = {"checks": {"cache": {"ok": False, "detail": "x"}},
+              "causes": {"cache": "MemoryDenyWriteExecute=yes"},
+              "directives": ["MemoryDenyWriteExecute=yes"]}
+    line, = doctor.host_lines("h", result, "")
+    assert line.fix == ("the sandbox directive MemoryDenyWriteExecute=yes breaks it: set "
+                        "vllm_service_sandbox: aws (or strict) (or off) and report it")
+
+
+def test_the_platform_defaults_to_neuron() -> None:
+    s = {k: v for k, v in valid().items() if k != "prefixbench_platform"}
+    assert doctor.plan(s, "/v/bin/vllm")["config"]["platform"] == "neuron"
