@@ -181,6 +181,9 @@ def test_a_directive_no_level_sets_lists_every_level() -> None:
                         "vllm_service_sandbox: aws (or strict) (or off) and report it")
 
 
-def test_the_platform_defaults_to_neuron() -> None:
-    s = {k: v for k, v in valid().items() if k != "prefixbench_platform"}
-    assert doctor.plan(s, "/v/bin/vllm")["config"]["platform"] == "neuron"
+def test_the_platform_defaults_to_neuron_and_the_user_to_vllm() -> None:
+    s = {k: v for k, v in valid().items() if k not in ("prefixbench_platform",
+                                                       "vllm_service_user")}
+    plan = doctor.plan(s, "/v/bin/vllm")
+    assert plan["config"]["platform"] == "neuron"
+    assert plan["user"] == "vllm" and plan["properties"][:2] == ["User=vllm", "Group=vllm"]
