@@ -182,8 +182,12 @@ def test_a_directive_no_level_sets_lists_every_level() -> None:
 
 
 def test_the_platform_defaults_to_neuron_and_the_user_to_vllm() -> None:
-    s = {k: v for k, v in valid().items() if k not in ("prefixbench_platform",
-                                                       "vllm_service_user")}
+    s = {k: v for k, v in valid().items() if k not in (
+        "prefixbench_platform", "vllm_service_user", "vllm_service_cache_root",
+        "model_cache_dir")}
     plan = doctor.plan(s, "/v/bin/vllm")
     assert plan["config"]["platform"] == "neuron"
+    # The unit's default cache root (server.DEFAULT_CACHE_ROOT); no model directory named.
+    assert plan["config"]["cache_dir"] == "/var/cache/vllm-prefixbench"
+    assert plan["config"]["model_dir"] == ""
     assert plan["user"] == "vllm" and plan["properties"][:2] == ["User=vllm", "Group=vllm"]
