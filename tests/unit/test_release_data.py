@@ -278,6 +278,11 @@ def _drop(path: str) -> Any:
      "pip.sources.nkx is not in pip.packages"),
     (_drop("pip.origin.vllm-neuron"), "pip.packages.vllm-neuron is pinned to 0.24.0.1.1.0 "
                                       "but pip.origin names no public source for it"),
+    (_set("python", ["3.12"]),
+     'python.supported must be a list of quoted versions like "3.12"'),
+    (lambda d: (d["pip"]["packages"].update({"vllm-neuron": None}),
+                d["pip"]["origin"].pop("vllm-neuron")),
+     "pip.sources.vllm-neuron has no public source in pip.origin"),
     (_set("version", "2.31.0"),
      'version must be AWS\'s SDK version the id starts with ("2.32.0")'),
     (_set("version", 2.32), 'version must be AWS\'s SDK version the id starts with '
@@ -465,3 +470,20 @@ def replace_sizes(release: str, sizes: tuple[int, ...]) -> releases.Release:
     from dataclasses import replace  # noqa: PLC0415
 
     return replace(releases.load_release(release), segment_sizes=sizes)
+
+
+def test_what_a_manifest_leaves_out_is_empty() -> None:
+    data = _manifest("2.32.0")
+    for key in ("python", "dlami", "os", "sources", "notes", "provenance", "compile_key"):
+        data.pop(key, None)
+    rel = releases.parse_release(data, "2.32.0.yml")
+    assert (rel.python_supported, rel.python_source) == ((), "")
+    assert (rel.dlami, rel.os_support, rel.sources, rel.notes) == ({}, {}, (), "")
+    assert (rel.compile_distributions, rel.compile_cache_dir) == ((), "")
+    # Every segment size some known release supports: the manifests' own lists.
+    sizes = {v for p in releases.RELEASES_DIR.glob("2.*.yml")
+             for v in (yaml.safe_load(p.read_text()).get("prefix_caching") or {}).get(
+                 "segment_sizes") or []}
+    assert releases.segment_sizes() == tuple(sorted(sizes))
+    assert releases.available_releases() == [
+        "2.31.0", "2.31.0-vllm-beta", "2.31.1", "2.32.0", "2.33.0", "2.34.0"]
