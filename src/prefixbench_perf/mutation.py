@@ -120,6 +120,15 @@ EQUIVALENT: Final[dict[str, str]] = {
     _DP + "x__check_nofile__mutmut_7":
         "`or 1` for no limit asked, not `or 0`: a hard RLIMIT_NOFILE below 1 cannot be "
         "(the probe itself holds open files), so `hard < want` is false either way",
+    _DP + "x__check_cache__mutmut_13":
+        "NamedTemporaryFile(prefix=None) (tempfile's own prefix): the name of a file "
+        "deleted before the check returns, which nothing reads",
+    _DP + "x__check_cache__mutmut_15":
+        "NamedTemporaryFile without prefix: the same as mutant 13",
+    _DP + "x__check_cache__mutmut_16":
+        'prefix "XX.doctor-XX": the same as mutant 13',
+    _DP + "x__check_cache__mutmut_17":
+        'prefix ".DOCTOR-": the same as mutant 13',
     _DP + "x__neuron_ls__mutmut_7":
         'no neuron_ls path read as "XXXX", not "": no such file exists in the probe\'s '
         "working directory, so both return \"\" before running anything",
