@@ -156,6 +156,10 @@ EQUIVALENT: Final[dict[str, str]] = {
         'and no directive is "host" (each is a Key=value line): the same fix',
     _DR + "x_host_lines__mutmut_87":
         'cause != "HOST": the same as mutant 86',
+    _DR + "x_plan__mutmut_116":
+        "model_cache_tiktoken_dir's default None, not \"\": taken only with the vocabulary "
+        "on and no directory, and then server.unit_spec, called first, has already "
+        "raised KeyError reading settings[\"model_cache_tiktoken_dir\"]",
     _DR + "x_host_lines__mutmut_93":
         'levels_without(...) or ["XXoffXX"]: never taken, level "off" sets no directive, '
         "so levels_without always lists it",

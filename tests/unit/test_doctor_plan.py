@@ -190,7 +190,4 @@ def test_the_platform_defaults_to_neuron_and_the_user_to_vllm() -> None:
     # The unit's default cache root (server.DEFAULT_CACHE_ROOT); no model directory named.
     assert plan["config"]["cache_dir"] == "/var/cache/vllm-prefixbench"
     assert plan["config"]["model_dir"] == ""
-    s["model_cache_tiktoken"] = True
-    s.pop("model_cache_tiktoken_dir", None)
-    assert doctor.plan(s, "/v/bin/vllm")["config"]["vocab_dir"] == ""
     assert plan["user"] == "vllm" and plan["properties"][:2] == ["User=vllm", "Group=vllm"]
