@@ -160,6 +160,10 @@ EQUIVALENT: Final[dict[str, str]] = {
         "model_cache_tiktoken_dir's default None, not \"\": taken only with the vocabulary "
         "on and no directory, and then server.unit_spec, called first, has already "
         "raised KeyError reading settings[\"model_cache_tiktoken_dir\"]",
+    _DR + "x_plan__mutmut_118":
+        "model_cache_tiktoken_dir without a default: never taken, as mutant 116",
+    _DR + "x_plan__mutmut_121":
+        'model_cache_tiktoken_dir\'s default "XXXX": never taken, as mutant 116',
     _DR + "x_host_lines__mutmut_93":
         'levels_without(...) or ["XXoffXX"]: never taken, level "off" sets no directive, '
         "so levels_without always lists it",
