@@ -487,3 +487,11 @@ def test_what_a_manifest_leaves_out_is_empty() -> None:
     assert releases.segment_sizes() == tuple(sorted(sizes))
     assert releases.available_releases() == [
         "2.31.0", "2.31.0-vllm-beta", "2.31.1", "2.32.0", "2.33.0", "2.34.0"]
+
+
+def test_a_broken_release_read_from_the_host_is_named_as_such() -> None:
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.for_settings({"neuron_release_read": {"schema": 1}})
+    assert str(err.value) == "the release read from the host: schema must be 2, not 1"
+    assert releases.origin_label({"release": "2.32.0"}) == "manifest of 2.32.0"
+    assert releases.origin_label({}) == "manifest of ?"
