@@ -396,6 +396,10 @@ def test_the_loader_reads_a_directory_oldest_first_and_names_what_is_wrong(
     with pytest.raises(releases.ReleaseError) as err:
         releases.load_all(tmp_path)
     assert str(err.value) == "2.33.0.yml: release 2.32.0 does not match its file name"
+    _write(tmp_path, "2.33.0", {**newer, "schema": 1})
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.load_all(tmp_path)
+    assert str(err.value) == "2.33.0.yml: schema must be 2, not 1"
     (tmp_path / "2.33.0.yml").write_text("schema: [2\n")
     with pytest.raises(releases.ReleaseError, match=r"^2\.33\.0\.yml: not YAML \("):
         releases.load_all(tmp_path)
