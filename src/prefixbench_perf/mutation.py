@@ -55,6 +55,9 @@ _SN = "prefixbench.engines.schedneuron."
 _DP = "prefixbench.hosts.doctor_probe."
 _SB = "prefixbench.servers.sandbox."
 _DR = "prefixbench.hosts.doctor."
+_RL = "prefixbench.hosts.releases."
+_CUT = ("the loop stops at the first part that is not all digits, keeping its leading "
+        'digits, and "+" is not a digit: cutting at the "+" first changes nothing')
 #: mutmut's separator between a class and its method in a mutant's name ("ǁ").
 _M = "\u01c1"
 
@@ -164,6 +167,10 @@ EQUIVALENT: Final[dict[str, str]] = {
         "model_cache_tiktoken_dir without a default: never taken, as mutant 116",
     _DR + "x_plan__mutmut_121":
         'model_cache_tiktoken_dir\'s default "XXXX": never taken, as mutant 116',
+    _RL + "x_version_tuple__mutmut_3": 'split(None, 1) for split("+", 1): ' + _CUT,
+    _RL + "x_version_tuple__mutmut_6": 'split("+") without maxsplit: ' + _CUT,
+    _RL + "x_version_tuple__mutmut_7": 'rsplit("+", 1): ' + _CUT,
+    _RL + "x_version_tuple__mutmut_9": 'split("XX+XX", 1), cutting nothing: ' + _CUT,
     _DR + "x_host_lines__mutmut_93":
         'levels_without(...) or ["XXoffXX"]: never taken, level "off" sets no directive, '
         "so levels_without always lists it",
