@@ -171,6 +171,12 @@ EQUIVALENT: Final[dict[str, str]] = {
     _RL + "x_version_tuple__mutmut_6": 'split("+") without maxsplit: ' + _CUT,
     _RL + "x_version_tuple__mutmut_7": 'rsplit("+", 1): ' + _CUT,
     _RL + "x_version_tuple__mutmut_9": 'split("XX+XX", 1), cutting nothing: ' + _CUT,
+    _RL + "x_version_tuple__mutmut_10": 'split("+", 2): the part before the first "+" is '
+                                        "the same",
+    _RL + "x_upstream_version__mutmut_4": 'split("-") without maxsplit: the part before the '
+                                          'first "-" is the same',
+    _RL + "x_upstream_version__mutmut_16": 'split("-", 2): the part before the first "-" is '
+                                           "the same",
     _DR + "x_host_lines__mutmut_93":
         'levels_without(...) or ["XXoffXX"]: never taken, level "off" sets no directive, '
         "so levels_without always lists it",

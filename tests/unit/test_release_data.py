@@ -283,6 +283,8 @@ def _drop(path: str) -> Any:
     (lambda d: (d["pip"]["packages"].update({"vllm-neuron": None}),
                 d["pip"]["origin"].pop("vllm-neuron")),
      "pip.sources.vllm-neuron has no public source in pip.origin"),
+    (_set("version", ""), 'version must be AWS\'s SDK version the id starts with '
+                          '("2.32.0")'),
     (_set("version", "2.31.0"),
      'version must be AWS\'s SDK version the id starts with ("2.32.0")'),
     (_set("version", 2.32), 'version must be AWS\'s SDK version the id starts with '
@@ -499,3 +501,12 @@ def test_a_broken_release_read_from_the_host_is_named_as_such() -> None:
     assert str(err.value) == "the release read from the host: schema must be 2, not 1"
     assert releases.origin_label({"release": "2.32.0"}) == "manifest of 2.32.0"
     assert releases.origin_label({}) == "manifest of ?"
+
+
+def test_a_labelled_release_is_told_its_version_without_the_label() -> None:
+    data = _manifest("2.31.0-vllm-beta")
+    data["version"] = "2.31.1"
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.parse_release(data, "x.yml")
+    assert str(err.value) == ('x.yml: version must be AWS\'s SDK version the id starts with '
+                              '("2.31.0")')
