@@ -177,6 +177,10 @@ EQUIVALENT: Final[dict[str, str]] = {
                                           'first "-" is the same',
     _RL + "x_upstream_version__mutmut_16": 'split("-", 2): the part before the first "-" is '
                                            "the same",
+    _RL + "x__extras__mutmut_20": "release.split(\"-\") without maxsplit: the part before "
+                                  'the first "-" is the same',
+    _RL + "x__extras__mutmut_23": 'release.split("-", maxsplit=2): the part before the '
+                                  'first "-" is the same',
     _DR + "x_host_lines__mutmut_93":
         'levels_without(...) or ["XXoffXX"]: never taken, level "off" sets no directive, '
         "so levels_without always lists it",
