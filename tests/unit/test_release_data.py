@@ -296,6 +296,23 @@ def _drop(path: str) -> Any:
     (_drop("server.source"), "server.source names no public source"),
     (_set("bench_client.source", " "), "bench_client.source names no public source"),
     (_set("provenance", ["read"]), "provenance must map a fact to where it came from"),
+    (_set("unknown", 5), "unknown must map one of ['compile_key.cache_dir', "
+                         "'compile_key.distributions', 'dlami.venv', 'pip.sources', "
+                         "'prefix_caching.segment_sizes', 'python.supported', "
+                         "'server.environment', 'server.library_path'] to where it was "
+                         "looked for and not found"),
+    (_set("server.environment", 5), "server.environment must map an environment variable "
+                                    "name to a quoted value"),
+    (_set("server.trn3_environment", 5), "server.trn3_environment must map an environment "
+                                         "variable name to a quoted value"),
+    (_set("bench_client.requirements", 5), "bench_client.requirements must be a list of "
+                                           "strings"),
+    (_set("compile_key", {"distributions": 5, "source": "s"}),
+     "compile_key.distributions must be a list of strings"),
+    (_set("compile_route", {"environment": 5, "source": "s"}),
+     "compile_route.environment must map an environment variable name to a quoted value"),
+    (_set("gpu_only", {"packages": 5, "source": "s"}),
+     "gpu_only.packages must map a distribution to the quoted version pip resolves"),
     (_set("compile_key", {"cache_dir": "/abs/dir", "source": "s"}),
      "compile_key.cache_dir must be a relative directory such as neuron/compile_cache"),
     (_set("compile_key", {"cache_dir": "neuron/../up", "source": "s"}),
@@ -480,9 +497,13 @@ def replace_sizes(release: str, sizes: tuple[int, ...]) -> releases.Release:
 
 def test_what_a_manifest_leaves_out_is_empty() -> None:
     data = _manifest("2.32.0")
-    for key in ("python", "dlami", "os", "sources", "notes", "provenance", "compile_key"):
+    for key in ("python", "dlami", "os", "sources", "notes", "provenance", "compile_key",
+                "title"):
         data.pop(key, None)
     rel = releases.parse_release(data, "2.32.0.yml")
+    assert rel.title == "" and rel.label() == "2.32.0 (2.32.0, 2026-08-17)"
+    read = releases.parse_release({**data, "provenance": {"vllm": "read from the host"}})
+    assert read.provenance == {"vllm": "read from the host"}
     assert (rel.python_supported, rel.python_source) == ((), "")
     assert (rel.dlami, rel.os_support, rel.sources, rel.notes) == ({}, {}, (), "")
     assert (rel.compile_distributions, rel.compile_cache_dir) == ((), "")
