@@ -531,3 +531,10 @@ def test_a_labelled_release_is_told_its_version_without_the_label() -> None:
         releases.parse_release(data, "x.yml")
     assert str(err.value) == ('x.yml: version must be AWS\'s SDK version the id starts with '
                               '("2.31.0")')
+
+
+def test_the_compile_route_environment_is_the_manifests() -> None:
+    data = _manifest("2.33.0")
+    rel = releases.parse_release(data, "2.33.0.yml")
+    assert rel.compile_route_environment == data["compile_route"]["environment"]
+    assert rel.compile_route_environment  # 2.33.0 names its native route
