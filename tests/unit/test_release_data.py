@@ -38,7 +38,8 @@ def _manifest(release: str) -> dict[str, Any]:
      "server.library_path must list"),
     (lambda d: d["server"].update(library_path=["/a:/b"]), "server.library_path must list"),
     (lambda d: d["server"].update(library_path=["/a", "/a"]), "server.library_path must list"),
-    (lambda d: d["server"].pop("library_path_source"), "library_path_source names no public"),
+    (lambda d: d["server"].pop("library_path_source"),
+     "server.library_path_source names no public"),
     (lambda d: d.pop("prefix_caching"), "prefix_caching.segment_sizes must list"),
     (lambda d: d["prefix_caching"].update(segment_sizes=[1024, 512]),
      "prefix_caching.segment_sizes must list"),
@@ -50,7 +51,7 @@ def test_the_loader_refuses_a_manifest_without_the_releases_unit_data(
         change: Any, message: str) -> None:
     data = _manifest("2.32.0")
     change(data)
-    with pytest.raises(releases.ReleaseError, match=message):
+    with pytest.raises(releases.ReleaseError, match=r"^2\.32\.0\.yml: " + message):
         releases.parse_release(data, "2.32.0.yml")
 
 
