@@ -37,7 +37,7 @@ def test_each_chunk_pads_to_the_smallest_bucket_that_holds_it() -> None:
     assert padded_tokens(512, 1024, [256, 512, 1024]) == 512   # a chunk the size of one
     assert padded_tokens(0, 1024, [128, 1024]) == 0            # nothing left: no chunk
     assert padded_tokens(-3, 1024, [128, 1024]) == 0
-    with pytest.raises(ValueError, match="^prefill buckets cannot be empty$"):
+    with pytest.raises(ValueError, match=r"^prefill buckets cannot be empty$"):
         padded_tokens(10, 1024, [])
 
 
