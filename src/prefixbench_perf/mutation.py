@@ -51,6 +51,13 @@ _SE = "prefixbench.servers.served_engine."
 _SEG = "prefixbench.predict.segments."
 _TOL = "prefixbench.report.tolerances."
 _RM = "prefixbench.hosts.release_match."
+_SN = "prefixbench.engines.schedneuron."
+_DP = "prefixbench.hosts.doctor_probe."
+_SB = "prefixbench.servers.sandbox."
+_DR = "prefixbench.hosts.doctor."
+_RL = "prefixbench.hosts.releases."
+_CUT = ("the loop stops at the first part that is not all digits, keeping its leading "
+        'digits, and "+" is not a digit: cutting at the "+" first changes nothing')
 #: mutmut's separator between a class and its method in a mutant's name ("ǁ").
 _M = "\u01c1"
 
@@ -104,6 +111,81 @@ EQUIVALENT: Final[dict[str, str]] = {
         "and a name outside DIRECTIONS was refused above: the default is never taken",
     _TOL + "x_load_tolerances__mutmut_62":
         "per.get(name): the same default never taken as mutant 60",
+    f"{_SN}x{_M}NeuronSchedulerSim{_M}_schedule__mutmut_2":
+        "hidden starts as None, not []: it is read only by `if hidden:` when neither "
+        "branch set it, and None is as false as []",
+    f"{_SN}x{_M}NeuronSchedulerSim{_M}_schedule__mutmut_3":
+        "admit starts as None, not False: it is read only by `if admit and not "
+        "preempted`, and None is as false as False",
+    _DP + "x__check_compiler__mutmut_10":
+        'shutil.which("") for no compiler named, not None: which() never returns a '
+        "directory, and a PATH entry joined with \"\" is one, so it returns None too",
+    _DP + "x__check_nofile__mutmut_7":
+        "`or 1` for no limit asked, not `or 0`: a hard RLIMIT_NOFILE below 1 cannot be "
+        "(the probe itself holds open files), so `hard < want` is false either way",
+    _DP + "x__check_cache__mutmut_13":
+        "NamedTemporaryFile(prefix=None) (tempfile's own prefix): the name of a file "
+        "deleted before the check returns, which nothing reads",
+    _DP + "x__check_cache__mutmut_15":
+        "NamedTemporaryFile without prefix: the same as mutant 13",
+    _DP + "x__check_cache__mutmut_16":
+        'prefix "XX.doctor-XX": the same as mutant 13',
+    _DP + "x__check_cache__mutmut_17":
+        'prefix ".DOCTOR-": the same as mutant 13',
+    _DP + "x__neuron_ls__mutmut_7":
+        'no neuron_ls path read as "XXXX", not "": no such file exists in the probe\'s '
+        "working directory, so both return \"\" before running anything",
+    _DP + "x__neuron_ls__mutmut_18":
+        "subprocess.run(check=None), not False: both falsy, no exception on a failure",
+    _DP + "x__neuron_ls__mutmut_23":
+        "subprocess.run without check: its default is False",
+    _DP + "x_main__mutmut_3":
+        "read_text(encoding=None): the locale's encoding, UTF-8 here and under any UTF-8 "
+        "locale, so no test run here can tell it apart (the JSON is ASCII anyway)",
+    _DP + "x_main__mutmut_7":
+        'read_text(encoding="UTF-8") is "utf-8": codec names are case-insensitive',
+    _SB + "x_levels_without__mutmut_6":
+        'platforms ("neuron", "XXcpuXX"): sandbox() gives every platform but "neuron" the '
+        "CPU confinement, so any other name is the cpu platform",
+    _SB + "x_levels_without__mutmut_7":
+        'platforms ("neuron", "CPU"): the same as mutant 6',
+    _SB + "x_proof_problem__mutmut_6":
+        "json.loads of a blank proof too: it raises ValueError, which the except turns "
+        "into None, as the original's None for blank text",
+    _SB + "x_proof_problem__mutmut_8":
+        'proof = "" for unreadable JSON, not None: neither is a Mapping, the next test',
+    _DR + "x_host_lines__mutmut_86":
+        'cause != "XXhostXX": a cause of "host" is then tested against the directives, '
+        'and no directive is "host" (each is a Key=value line): the same fix',
+    _DR + "x_host_lines__mutmut_87":
+        'cause != "HOST": the same as mutant 86',
+    _DR + "x_plan__mutmut_116":
+        "model_cache_tiktoken_dir's default None, not \"\": taken only with the vocabulary "
+        "on and no directory, and then server.unit_spec, called first, has already "
+        "raised KeyError reading settings[\"model_cache_tiktoken_dir\"]",
+    _DR + "x_plan__mutmut_118":
+        "model_cache_tiktoken_dir without a default: never taken, as mutant 116",
+    _DR + "x_plan__mutmut_121":
+        'model_cache_tiktoken_dir\'s default "XXXX": never taken, as mutant 116',
+    _RL + "x_version_tuple__mutmut_3": 'split(None, 1) for split("+", 1): ' + _CUT,
+    _RL + "x_version_tuple__mutmut_6": 'split("+") without maxsplit: ' + _CUT,
+    _RL + "x_version_tuple__mutmut_7": 'rsplit("+", 1): ' + _CUT,
+    _RL + "x_version_tuple__mutmut_9": 'split("XX+XX", 1), cutting nothing: ' + _CUT,
+    _RL + "x_version_tuple__mutmut_10": 'split("+", 2): the part before the first "+" is '
+                                        "the same",
+    _RL + "x_upstream_version__mutmut_4": 'split("-") without maxsplit: the part before the '
+                                          'first "-" is the same',
+    _RL + "x_upstream_version__mutmut_16": 'split("-", 2): the part before the first "-" is '
+                                           "the same",
+    _RL + "x__extras__mutmut_20": "release.split(\"-\") without maxsplit: the part before "
+                                  'the first "-" is the same',
+    _RL + "x__extras__mutmut_23": 'release.split("-", maxsplit=2): the part before the '
+                                  'first "-" is the same',
+    _DR + "x_host_lines__mutmut_93":
+        'levels_without(...) or ["XXoffXX"]: never taken, level "off" sets no directive, '
+        "so levels_without always lists it",
+    _DR + "x_host_lines__mutmut_94":
+        'levels_without(...) or ["OFF"]: never taken, as mutant 93',
 }
 
 

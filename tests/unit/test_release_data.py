@@ -38,7 +38,8 @@ def _manifest(release: str) -> dict[str, Any]:
      "server.library_path must list"),
     (lambda d: d["server"].update(library_path=["/a:/b"]), "server.library_path must list"),
     (lambda d: d["server"].update(library_path=["/a", "/a"]), "server.library_path must list"),
-    (lambda d: d["server"].pop("library_path_source"), "library_path_source names no public"),
+    (lambda d: d["server"].pop("library_path_source"),
+     "server.library_path_source names no public"),
     (lambda d: d.pop("prefix_caching"), "prefix_caching.segment_sizes must list"),
     (lambda d: d["prefix_caching"].update(segment_sizes=[1024, 512]),
      "prefix_caching.segment_sizes must list"),
@@ -50,7 +51,7 @@ def test_the_loader_refuses_a_manifest_without_the_releases_unit_data(
         change: Any, message: str) -> None:
     data = _manifest("2.32.0")
     change(data)
-    with pytest.raises(releases.ReleaseError, match=message):
+    with pytest.raises(releases.ReleaseError, match=r"^2\.32\.0\.yml: " + message):
         releases.parse_release(data, "2.32.0.yml")
 
 
@@ -200,3 +201,341 @@ def test_the_teardown_role_removes_what_the_package_lists() -> None:
         "/var/lib/vllm-prefixbench", "/var/cache/vllm-prefixbench",
         "/var/lib/prefixbench/sandbox-proof.json", "/var/lib/prefixbench",
         "/etc/vllm-prefixbench"]
+
+
+# -- Every refusal of a manifest, its whole line (the manifest format of
+# src/prefixbench/data/neuron_releases/README.md; 2.32.0's manifest, one thing broken) --
+
+_PIN = "but apt.origin names no public source for it"
+
+
+def _set(path: str, value: Any) -> Any:
+    def change(d: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for p in parents:
+            d = d[p]
+        d[last] = value
+    return change
+
+
+def _drop(path: str) -> Any:
+    def change(d: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for p in parents:
+            d = d[p]
+        del d[last]
+    return change
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (_set("bogus", 1), "unknown keys ['bogus']"),
+    (_set("schema", 1), "schema must be 2, not 1"),
+    (_drop("schema"), "schema must be 2, not None"),
+    (_set("release", "v2.32"), 'release must be a quoted id like "2.31.0" or '
+                               '"2.31.0-vllm-beta"'),
+    (_set("release", 2.32), 'release must be a quoted id like "2.31.0" or '
+                            '"2.31.0-vllm-beta"'),
+    (_set("apt", ["aws-neuronx-dkms"]), "apt and pip must be mappings"),
+    (_set("pip", ["vllm"]), "apt and pip must be mappings"),
+    (_set("apt.packages", {}), "apt.packages is empty"),
+    (_set("apt.packages", ["aws-neuronx-dkms"]),
+     "apt.packages: expected a mapping of package name to version"),
+    (_set("apt.packages.Bad_Name", "1.0"), "apt.packages: invalid package name 'Bad_Name'"),
+    (_set("apt.packages.aws-neuronx-dkms", 2.3),
+     "apt.packages.aws-neuronx-dkms: version must be a quoted dotted number or null "
+     "(unknown), not 2.3"),
+    (_set("apt.packages.aws-neuronx-dkms", "2.30.2.0-a1"),
+     "apt.packages.aws-neuronx-dkms: version must be a quoted dotted number or null "
+     "(unknown), not '2.30.2.0-a1'"),
+    (_set("apt.prerequisites", "linux-headers-{kernel}"),
+     "apt.prerequisites must be a list of package names"),
+    (_set("apt.prerequisites", [1]), "apt.prerequisites must be a list of package names"),
+    (_set("pip.vllm", 0.24), "pip.vllm must be a quoted version or null"),
+    (_set("pip.vllm", "0.24.0rc1"), "pip.vllm must be a quoted version or null"),
+    (_set("os", ["ubuntu 22.04"]), "os must map '<distribution> <version>' to a note"),
+    (_set("apt.origin", ["x"]), "apt.origin must map a package to its source"),
+    (_set("pip.origin", ["x"]), "pip.origin must map a package to its source"),
+    (_drop("apt.origin.aws-neuronx-dkms"),
+     f"apt.packages.aws-neuronx-dkms is pinned to 2.30.2.0 {_PIN}"),
+    (_set("apt.origin.aws-neuronx-dkms", "  "),
+     f"apt.packages.aws-neuronx-dkms is pinned to 2.30.2.0 {_PIN}"),
+    (_drop("pip.origin.nki"), "pip.packages.nki is pinned to 0.6.0 but pip.origin names "
+                              "no public source for it"),
+    (_drop("pip.origin.vllm"), "pip.vllm is pinned to 0.24.0 but pip.origin names no "
+                               "public source for it"),
+    (_set("python.supported", "3.12"),
+     'python.supported must be a list of quoted versions like "3.12"'),
+    (_set("python.supported", ["3.12", 3.13]),
+     'python.supported must be a list of quoted versions like "3.12"'),
+    (_set("python.supported", ["3.12.1"]),
+     'python.supported must be a list of quoted versions like "3.12"'),
+    (_set("dlami", ["x"]), "dlami must be a mapping"),
+    (_set("pip.sources", ["x"]), "pip.sources must map a package to a direct URL such as "
+                                 "git+https://host/repo.git@<commit>"),
+    (_set("pip.sources.vllm-neuron", "git+https://github.com/vllm-project/vllm-neuron.git"),
+     "pip.sources must map a package to a direct URL such as "
+     "git+https://host/repo.git@<commit>"),
+    (_set("pip.sources.nkx", "https://github.com/a/b.git@e8242a9"),
+     "pip.sources.nkx is not in pip.packages"),
+    (_drop("pip.origin.vllm-neuron"), "pip.packages.vllm-neuron is pinned to 0.24.0.1.1.0 "
+                                      "but pip.origin names no public source for it"),
+    (_set("python", ["3.12"]),
+     'python.supported must be a list of quoted versions like "3.12"'),
+    (lambda d: (d["pip"]["packages"].update({"vllm-neuron": None}),
+                d["pip"]["origin"].pop("vllm-neuron")),
+     "pip.sources.vllm-neuron has no public source in pip.origin"),
+    (_set("version", ""), 'version must be AWS\'s SDK version the id starts with '
+                          '("2.32.0")'),
+    (_set("version", "2.31.0"),
+     'version must be AWS\'s SDK version the id starts with ("2.32.0")'),
+    (_set("version", 2.32), 'version must be AWS\'s SDK version the id starts with '
+                            '("2.32.0")'),
+    (_set("date", "17 Aug 2026"), 'date must be AWS\'s release date as "YYYY-MM-DD"'),
+    (_drop("date"), 'date must be AWS\'s release date as "YYYY-MM-DD"'),
+    (_set("server", ["x"]), "server must be a mapping"),
+    (_set("bench_client", "pandas"), "bench_client must be a mapping"),
+    (_drop("server.source"), "server.source names no public source"),
+    (_set("bench_client.source", " "), "bench_client.source names no public source"),
+    (_set("provenance", ["read"]), "provenance must map a fact to where it came from"),
+    (_set("unknown", 5), "unknown must map one of ['compile_key.cache_dir', "
+                         "'compile_key.distributions', 'dlami.venv', 'pip.sources', "
+                         "'prefix_caching.segment_sizes', 'python.supported', "
+                         "'server.environment', 'server.library_path'] to where it was "
+                         "looked for and not found"),
+    (_set("server.environment", 5), "server.environment must map an environment variable "
+                                    "name to a quoted value"),
+    (_set("server.trn3_environment", 5), "server.trn3_environment must map an environment "
+                                         "variable name to a quoted value"),
+    (_set("bench_client.requirements", 5), "bench_client.requirements must be a list of "
+                                           "strings"),
+    (_set("compile_key", {"distributions": 5, "source": "s"}),
+     "compile_key.distributions must be a list of strings"),
+    (_set("compile_route", {"environment": 5, "source": "s"}),
+     "compile_route.environment must map an environment variable name to a quoted value"),
+    (_set("gpu_only", {"packages": 5, "source": "s"}),
+     "gpu_only.packages must map a distribution to the quoted version pip resolves"),
+    (_set("compile_key", {"cache_dir": "/abs/dir", "source": "s"}),
+     "compile_key.cache_dir must be a relative directory such as neuron/compile_cache"),
+    (_set("compile_key", {"cache_dir": "neuron/../up", "source": "s"}),
+     "compile_key.cache_dir must be a relative directory such as neuron/compile_cache"),
+    (_set("compile_key", {"cache_dir": 5, "source": "s"}),
+     "compile_key.cache_dir must be a relative directory such as neuron/compile_cache"),
+])
+def test_each_refusal_of_a_manifest_is_its_own_whole_line(change: Any, message: str) -> None:
+    data = _manifest("2.32.0")
+    change(data)
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.parse_release(data, "x.yml")
+    assert str(err.value) == f"x.yml: {message}"
+
+
+def test_a_manifest_that_is_not_a_mapping_and_the_default_origin() -> None:
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.parse_release(["2.32.0"])
+    assert str(err.value) == "<manifest>: not a mapping"
+
+
+def test_a_manifest_is_read_as_it_is_written() -> None:
+    data = _manifest("2.32.0")
+    rel = releases.parse_release(data, "2.32.0.yml")
+    assert rel.release == rel.version == "2.32.0" and rel.date == "2026-08-17"
+    assert rel.title == "Neuron 2.32.0" and rel.series == "2.32"
+    assert rel.apt_prerequisites == ("linux-headers-{kernel}",)
+    assert rel.prerequisites_for("6.8.0-1021-aws") == ["linux-headers-6.8.0-1021-aws"]
+    assert rel.vllm == "0.24.0" and rel.pip_packages["nki"] == "0.6.0"
+    assert rel.pip_sources == {
+        "vllm-neuron": "git+https://github.com/vllm-project/vllm-neuron.git@e8242a9"}
+    assert rel.python_supported == ("3.11", "3.12", "3.13")
+    assert rel.python_source.startswith("aws-neuron/aws-neuron-sdk src/helperscripts/"
+                                        "n2-manifest.json at v2.32.0:")
+    assert rel.origin["aws-neuronx-dkms"] == ("aws-neuron/aws-neuron-sdk src/helperscripts/"
+                                              "n2-manifest.json at v2.32.0")
+    assert rel.origin["vllm"].startswith("aws-neuron/aws-neuron-sdk deploy/environments/")
+    assert rel.sources == tuple(data["sources"]) and len(rel.sources) == 5
+    assert rel.server_environment == {"NEURON_LIBTORCH_COMPILATION_TIMEOUT": "1200",
+                                      "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1200"}
+    assert rel.trn3_environment == {"NEURON_RT_ALLOW_LEGACY_NEFF": "1"}
+    assert rel.bench_requirements == ("pandas==2.3.3",)
+    assert rel.segment_sizes == (512, 1024, 2048, 4096)
+    assert rel.os_support == {str(k): str(v) for k, v in data["os"].items()}
+    assert rel.dlami == {str(k): str(v) for k, v in data["dlami"].items()}
+    assert rel.notes == str(data.get("notes") or "")
+    assert rel.provenance == {} and rel.unknown() == []
+    assert rel.label() == "2.32.0 (Neuron 2.32.0, 2026-08-17)"
+    assert rel.apt_pins()[0] == "aws-neuronx-dkms=2.30.2.0*"
+    assert rel.python_refusal("3.12.3") is None and rel.python_refusal("3.13") is None
+    assert rel.python_refusal("3.10.12") == (
+        "Python 3.10 cannot run Neuron SDK 2.32.0's wheels (built for Python 3.11, 3.12, "
+        "3.13)")
+
+
+def test_debian_versions_against_the_manifests_upstream_version() -> None:
+    # Debian Policy 5.6.12: [epoch:]upstream[-revision].
+    assert releases.upstream_version("1:2.31.15.0-5c7949a6a") == "2.31.15.0"
+    assert releases.upstream_version("2.31.15.0-5c7949a6a-1") == "2.31.15.0"
+    assert releases.upstream_version("2:1:2.0") == "1:2.0"
+    assert releases.version_matches("2.30.2.0-a1b2c3", "2.30.2.0")
+    assert not releases.version_matches("2.30.20.0-a1b2c3", "2.30.2.0")
+    assert releases.version_tuple("2.31.15.0+abc.1") == (2, 31, 15, 0)
+    assert releases.version_tuple("10.2") == (10, 2)
+
+
+def _write(directory: Path, name: str, data: Any) -> None:
+    (directory / f"{name}.yml").write_text(yaml.safe_dump(data))
+
+
+def test_the_loader_reads_a_directory_oldest_first_and_names_what_is_wrong(
+        tmp_path: Path) -> None:
+    older, newer = _manifest("2.31.1"), _manifest("2.32.0")
+    _write(tmp_path, "2.32.0", newer)
+    _write(tmp_path, "2.31.1", older)
+    (tmp_path / "notes.yml").write_text("not: a release\n")  # not a release id: skipped
+    assert releases.available_releases(tmp_path) == ["2.31.1", "2.32.0"]
+    assert releases.load_release("2.32", tmp_path).release == "2.32.0"
+    assert releases.load_release("2.31.1", tmp_path).release == "2.31.1"
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.load_release("2.30", tmp_path)
+    assert str(err.value) == (f"unknown Neuron SDK release 2.30 (known: 2.31.1, 2.32.0); "
+                              f"add its manifest to {tmp_path} to support it")
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.load_release("2.32.9", tmp_path)
+    assert str(err.value) == (
+        "unknown Neuron SDK release 2.32.9: no manifest 2.32.9.yml (known: 2.31.1, "
+        f"2.32.0); add {tmp_path / '2.32.9.yml'} to support it")
+    for bad in ("2", "v2.32", "2.32.0.1", "latest"):
+        with pytest.raises(releases.ReleaseError) as err:
+            releases.load_release(bad, tmp_path)
+        assert str(err.value) == (f"not a Neuron SDK release: {bad!r} (expected e.g. "
+                                  "2.32.0, or auto to read it from each host)")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(releases.ReleaseError, match=r"\(known: none\)"):
+        releases.load_release("2.32.0", empty)
+    # A file whose release is not its name, and one that is not YAML.
+    _write(tmp_path, "2.33.0", newer)
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.load_all(tmp_path)
+    assert str(err.value) == "2.33.0.yml: release 2.32.0 does not match its file name"
+    _write(tmp_path, "2.33.0", {**newer, "schema": 1})
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.load_all(tmp_path)
+    assert str(err.value) == "2.33.0.yml: schema must be 2, not 1"
+    (tmp_path / "2.33.0.yml").write_text("schema: [2\n")
+    with pytest.raises(releases.ReleaseError, match=r"^2\.33\.0\.yml: not YAML \("):
+        releases.load_all(tmp_path)
+
+
+def test_auto_and_host_read_are_not_names_of_manifests() -> None:
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.load_release("auto")
+    assert str(err.value) == (
+        "prefixbench_neuron_release is auto and this host's release has not been read yet "
+        "(roles/neuron_sdk tasks_from: release reads it; it runs before the vLLM "
+        "environment is chosen)")
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.load_release("host-read")
+    assert str(err.value) == ("this host's release was read from the host: pass the "
+                              "host's settings (releases.for_settings), not its id")
+    # Settings: the release read from the host beside the id, else the id's manifest.
+    read = _manifest("2.31.1")
+    read["release"], read["version"], read["date"] = "host-read", "", ""  # hosts.host_read
+    assert releases.for_settings({"neuron_release_read": read}).release == "host-read"
+    assert releases.release_of({"neuron_release_read": {},
+                                "prefixbench_neuron_release": "2.31.1"}).release == "2.31.1"
+    assert releases.release_of("2.32.0").release == "2.32.0"
+    with pytest.raises(releases.ReleaseError, match="is auto"):
+        releases.for_settings({})
+
+
+def test_newest_installable_and_what_is_unknown() -> None:
+    rels = releases.load_all()
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.newest([])
+    assert str(err.value) == "no Neuron SDK release manifest is known"
+    old, new = releases.load_release("2.31.1"), releases.load_release("2.32.0")
+    assert releases.newest([new, old]) is new and releases.newest([old, new]) is new
+    # 2.33.0 and 2.34.0 leave facts unknown (their manifests' unknown: sections).
+    assert [r.release for r in releases.installable(rels)] == [
+        "2.31.0", "2.31.0-vllm-beta", "2.31.1", "2.32.0"]
+    from dataclasses import replace  # noqa: PLC0415
+
+    partial = replace(new, apt_packages={"aws-neuronx-dkms": None, "aws-neuronx-tools": "1"},
+                      pip_packages={"nki": None}, vllm=None,
+                      unknown_facts={"server.library_path": "x", "a.b": "y"})
+    assert partial.unknown() == ["apt:aws-neuronx-dkms", "pip:nki", "pip:vllm", "a.b",
+                                 "server.library_path"]
+    assert partial.known_apt() == {"aws-neuronx-tools": "1"}
+    with pytest.raises(releases.ReleaseError) as err:
+        partial.apt_pins()
+    assert str(err.value) == (
+        "Neuron SDK 2.32.0: versions unknown for apt:aws-neuronx-dkms, pip:nki, pip:vllm, "
+        "a.b, server.library_path; fill them in 2.32.0.yml before installing this release")
+    assert replace(new, python_supported=()).python_refusal("2.7") is None
+    assert replace(new, title="", date="").label() == "2.32.0 (2.32.0, undated)"
+    # Ordered by AWS's version, then date: a labelled set of a version after its plain one.
+    assert new.order == ((2, 32, 0), "2026-08-17")
+    assert replace(new, version="").order == ((2, 32, 0), "2026-08-17")
+
+
+def test_a_segment_size_outside_the_releases_list_is_one_line() -> None:
+    assert releases.segment_refusal("kv_segment_size_buckets", [1024], [512, 1024],
+                                    "Neuron 2.32.0") == ""
+    assert releases.segment_refusal("kv_segment_size_buckets", [768, 1024, 8192],
+                                    [512, 1024], "Neuron 2.32.0") == (
+        "kv_segment_size_buckets [768, 8192] not supported on Neuron 2.32.0: use one of "
+        "[512], [1024] (prefix_caching.segment_sizes in prefixbench/data/neuron_releases/)")
+    a = replace_sizes("2.31.1", (1024,))
+    b = replace_sizes("2.32.0", (2048, 512))
+    assert releases.segment_sizes([a, b]) == (512, 1024, 2048)
+    assert releases.segment_sizes([]) == ()
+
+
+def replace_sizes(release: str, sizes: tuple[int, ...]) -> releases.Release:
+    from dataclasses import replace  # noqa: PLC0415
+
+    return replace(releases.load_release(release), segment_sizes=sizes)
+
+
+def test_what_a_manifest_leaves_out_is_empty() -> None:
+    data = _manifest("2.32.0")
+    for key in ("python", "dlami", "os", "sources", "notes", "provenance", "compile_key",
+                "title"):
+        data.pop(key, None)
+    rel = releases.parse_release(data, "2.32.0.yml")
+    assert rel.title == "" and rel.label() == "2.32.0 (2.32.0, 2026-08-17)"
+    read = releases.parse_release({**data, "provenance": {"vllm": "read from the host"}})
+    assert read.provenance == {"vllm": "read from the host"}
+    assert (rel.python_supported, rel.python_source) == ((), "")
+    assert (rel.dlami, rel.os_support, rel.sources, rel.notes) == ({}, {}, (), "")
+    assert (rel.compile_distributions, rel.compile_cache_dir) == ((), "")
+    # Every segment size some known release supports: the manifests' own lists.
+    sizes = {v for p in releases.RELEASES_DIR.glob("2.*.yml")
+             for v in (yaml.safe_load(p.read_text()).get("prefix_caching") or {}).get(
+                 "segment_sizes") or []}
+    assert releases.segment_sizes() == tuple(sorted(sizes))
+    assert releases.available_releases() == [
+        "2.31.0", "2.31.0-vllm-beta", "2.31.1", "2.32.0", "2.33.0", "2.34.0"]
+
+
+def test_a_broken_release_read_from_the_host_is_named_as_such() -> None:
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.for_settings({"neuron_release_read": {"schema": 1}})
+    assert str(err.value) == "the release read from the host: schema must be 2, not 1"
+    assert releases.origin_label({"release": "2.32.0"}) == "manifest of 2.32.0"
+    assert releases.origin_label({}) == "manifest of ?"
+
+
+def test_a_labelled_release_is_told_its_version_without_the_label() -> None:
+    data = _manifest("2.31.0-vllm-beta")
+    data["version"] = "2.31.1"
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.parse_release(data, "x.yml")
+    assert str(err.value) == ('x.yml: version must be AWS\'s SDK version the id starts with '
+                              '("2.31.0")')
+
+
+def test_the_compile_route_environment_is_the_manifests() -> None:
+    data = _manifest("2.33.0")
+    rel = releases.parse_release(data, "2.33.0.yml")
+    assert rel.compile_route_environment == data["compile_route"]["environment"]
+    assert rel.compile_route_environment  # 2.33.0 names its native route

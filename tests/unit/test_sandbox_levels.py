@@ -132,3 +132,103 @@ def test_the_plan_says_each_hosts_level_and_why() -> None:
     assert "AmbientCapabilities=CAP_IPC_LOCK CAP_SYS_ADMIN" in text
     assert ("  sandbox: strict (set in the inventory; deploy refuses it until "
             "`prefixbench doctor` has proven it on this host") in text
+
+
+# -- Each function of servers.sandbox on its own, expected values from the module's
+# design (the directive table, AWS's quickstart, systemd.exec(5)), never recomputed --
+
+
+def test_a_level_outside_the_three_is_one_clear_line() -> None:
+    assert [sandbox.check_level(v) for v in ("aws", "strict", "off")] == ["aws", "strict",
+                                                                          "off"]
+    with pytest.raises(ValueError, match=r"^vllm_service_sandbox must be one of aws, "
+                                         r"strict, off, not 'tight'$"):
+        sandbox.check_level("tight")
+
+
+def test_which_levels_never_set_a_directive() -> None:
+    # Set at every confining level on both platforms: only off lacks it.
+    assert sandbox.levels_without("NoNewPrivileges=yes") == ["off"]
+    assert sandbox.levels_without("DevicePolicy=closed") == ["off"]
+    # Neuron's bounding set is at level aws; a strict-only directive is absent from aws.
+    assert sandbox.levels_without(
+        "CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_ADMIN") == ["off"]
+    assert sandbox.levels_without("DeviceAllow=char-neuron rw") == ["aws", "off"]
+    assert sandbox.levels_without("PrivateUsers=yes") == ["aws", "off"]
+    assert sandbox.levels_without("IPAddressDeny=any") == ["aws", "off"]
+    assert sandbox.levels_without("MemoryDenyWriteExecute=yes") == ["aws", "strict", "off"]
+
+
+def test_the_confinement_by_platform_level_and_exposure() -> None:
+    assert sandbox.sandbox("neuron", level="off") == []
+    strict = sandbox.hardening("neuron", level="strict")
+    assert "IPAddressDeny=any" in strict and "IPAddressAllow=localhost" in strict
+    assert "DeviceAllow=char-neuron rw" in strict and "PrivateDevices=yes" not in strict
+    exposed = sandbox.hardening("neuron", level="strict", loopback_only=False)
+    assert "IPAddressDeny=any" not in exposed and "DeviceAllow=char-neuron rw" in exposed
+    cpu = sandbox.hardening("cpu", level="strict", loopback_only=False)
+    assert cpu[-4:] == ["CapabilityBoundingSet=", "PrivateDevices=yes",
+                        "DevicePolicy=closed", "PrivateUsers=yes"]
+    assert sandbox.hardening("cpu")[-3:] == ["CapabilityBoundingSet=",
+                                             "PrivateDevices=yes", "DevicePolicy=closed"]
+    assert sandbox.Directive("SystemCallFilter=@system-service", "why").key == \
+        "SystemCallFilter"
+    assert sandbox.Directive("Environment=A=B", "why").key == "Environment"
+
+
+def test_grants_library_path_limits_and_path_by_platform() -> None:
+    assert [d.line for d in sandbox.grants("neuron")] == [
+        "AmbientCapabilities=CAP_IPC_LOCK CAP_SYS_ADMIN", "LimitMEMLOCK=infinity"]
+    assert sandbox.grants("cpu") == []
+    assert sandbox.library_path("neuron", ["/opt/aws/neuron/lib", "/opt/amazon/efa/lib"]) \
+        == "/opt/aws/neuron/lib:/opt/amazon/efa/lib"
+    assert sandbox.library_path("cpu", ["/opt/aws/neuron/lib"]) == ""
+    assert sandbox.library_path("cpu", []) == ""
+    with pytest.raises(ValueError, match=r"^the host's Neuron release names no "
+                       r"server\.library_path: the unit cannot say where libnrt is \(fix "
+                       r"the release's manifest\)$"):
+        sandbox.library_path("neuron", [])
+    # AWS's 65536 on Neuron (torch-neuronx troubleshooting); 16384 on the cpu platform.
+    assert (sandbox.open_files_limit("neuron"), sandbox.open_files_limit("cpu")) == (
+        65536, 16384)
+    system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    assert sandbox.unit_path("/opt/venv/bin/vllm") == \
+        f"/opt/venv/bin:/opt/aws/neuron/bin:{system}"
+    assert sandbox.unit_path("/a/b/c/vllm") == f"/a/b/c:/opt/aws/neuron/bin:{system}"
+    assert sandbox.unit_path("vllm") == f"/opt/aws/neuron/bin:{system}"
+
+
+def test_the_plan_line_of_each_level() -> None:
+    grants = "AmbientCapabilities=CAP_IPC_LOCK CAP_SYS_ADMIN, LimitMEMLOCK=infinity"
+    assert sandbox.level_line("aws", "neuron", "/opt/aws/neuron/lib") == (
+        "sandbox: aws (the level for a first start: the runtime as AWS runs it; grants "
+        f"{grants} and LD_LIBRARY_PATH=/opt/aws/neuron/lib, as AWS's container)")
+    assert sandbox.level_line("off", "neuron") == (
+        f"sandbox: off (set in the inventory: no confinement; grants {grants} and the "
+        "LD_LIBRARY_PATH of the host's release (read from the host), as AWS's container)")
+    assert sandbox.level_line("strict", "cpu") == (
+        "sandbox: strict (set in the inventory; deploy refuses it until `prefixbench "
+        "doctor` has proven it on this host (run the doctor with this level first))")
+    assert sandbox.level_line("aws", "cpu") == (
+        "sandbox: aws (the level for a first start: the runtime as AWS runs it)")
+
+
+def test_the_proof_names_its_level_and_a_digest_of_the_lines() -> None:
+    import hashlib  # noqa: PLC0415
+
+    lines = ["AmbientCapabilities=CAP_IPC_LOCK CAP_SYS_ADMIN", "NoNewPrivileges=yes"]
+    # The stated digest: the first 16 hex digits of SHA-256 over the lines, one a line.
+    want = hashlib.sha256(b"AmbientCapabilities=CAP_IPC_LOCK CAP_SYS_ADMIN\n"
+                          b"NoNewPrivileges=yes").hexdigest()[:16]
+    assert sandbox.proof_record("strict", lines) == {"level": "strict", "digest": want,
+                                                     "lines": lines}
+    again = ("run `prefixbench doctor -e vllm_service_sandbox=strict` for this host first, "
+             "or set vllm_service_sandbox: aws")
+    missing = f"vllm_service_sandbox: strict is not proven on this host: {again}"
+    for text in ("", "  \n", "{not json", "[1, 2]", '"strict"'):
+        assert sandbox.proof_problem("strict", lines, text) == missing, text
+    other = json.dumps({"level": "aws", "digest": "0" * 16})
+    assert sandbox.proof_problem("strict", lines, other) == (
+        "vllm_service_sandbox: strict: the doctor proved other directives on this host "
+        f"(level 'aws') than this unit's: {again}")
+    assert sandbox.proof_problem("strict", lines, json.dumps({"digest": want})) == ""

@@ -134,6 +134,13 @@ def test_the_servers_buckets_are_resolved_as_the_plugin_resolves_them() -> None:
     assert resolve_prefill_buckets(1024, 8192, {"num_batched_tokens_buckets": [512, 1024]}
                                    ) == (512, 1024)
     assert resolve_prefill_buckets(2048, 8192, {"kv_segment_size_buckets": [2048]}) == (2048,)
+    # kv_segment_size_buckets are the prefill buckets, not the automatic [2048].
+    assert resolve_prefill_buckets(2048, 8192, {"kv_segment_size_buckets": [1024, 2048]}
+                                   ) == (1024, 2048)
+    # An empty list configures nothing: the automatic bucket, or the powers of two.
+    assert resolve_prefill_buckets(1024, 8192, {"num_batched_tokens_buckets": []}) == (1024,)
+    assert resolve_prefill_buckets(2048, 2048, {"kv_segment_size_buckets": []}) == (
+        128, 256, 512, 1024, 2048)
     assert resolve_prefill_buckets(1024, 8192) == (1024,)  # automatic
     assert resolve_prefill_buckets(2048, 2048) == (128, 256, 512, 1024, 2048)  # single shot
     assert resolve_prefill_buckets(8192, 2048) == (128, 256, 512, 1024, 2048)

@@ -86,6 +86,8 @@ def _check_devices(cfg: dict[str, Any]) -> tuple[bool, str]:
 
 def _check_cache(cfg: dict[str, Any]) -> tuple[bool, str]:
     root = str(cfg.get("cache_dir") or "")
+    if not root:  # NamedTemporaryFile(dir="") would write in the working directory
+        return False, "no cache directory to check (cache_dir is empty)"
     try:
         with tempfile.NamedTemporaryFile(dir=root, prefix=".doctor-"):
             pass
