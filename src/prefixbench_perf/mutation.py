@@ -181,6 +181,14 @@ EQUIVALENT: Final[dict[str, str]] = {
                                   'the first "-" is the same',
     _RL + "x__extras__mutmut_23": 'release.split("-", maxsplit=2): the part before the '
                                   'first "-" is the same',
+    _RL + "x_parse_release__mutmut_258": "python not a mapping: never reached, a python "
+                                         "that is not a mapping is refused above "
+                                         "(python.supported must be a list)",
+    _RL + "x_parse_release__mutmut_267": '"XXXX" for a python that is not a mapping: never '
+                                         "reached, as mutant 258",
+    _RL + "x__extras__mutmut_191": 'library_path_source `or "XXXX"`: never reached, a '
+                                   "manifest without one is refused (server."
+                                   "library_path_source names no public source)",
     _DR + "x_host_lines__mutmut_93":
         'levels_without(...) or ["XXoffXX"]: never taken, level "off" sets no directive, '
         "so levels_without always lists it",

@@ -539,3 +539,14 @@ def test_the_compile_route_environment_is_the_manifests() -> None:
     rel = releases.parse_release(data, "2.33.0.yml")
     assert rel.compile_route_environment == data["compile_route"]["environment"]
     assert rel.compile_route_environment  # 2.33.0 names its native route
+
+
+def test_an_invalid_pip_package_name_is_refused_with_where_it_is() -> None:
+    # A name pip would not accept (PEP 508: letters, digits, ".", "_", "-"), with its
+    # origin given so the earlier provenance check lets it through.
+    data = _manifest("2.32.0")
+    data["pip"]["packages"]["Bad Name!"] = "1.0"
+    data["pip"]["origin"]["Bad Name!"] = "a page"
+    with pytest.raises(releases.ReleaseError) as err:
+        releases.parse_release(data, "x.yml")
+    assert str(err.value) == "x.yml: pip.packages: invalid package name 'Bad Name!'"
