@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SIM_HOSTS ?= 2
 PLAYBOOKS := benchmark.yml $(wildcard playbooks/*.yml)
 
-.PHONY: help venv system-deps specs lint test-fast test-unit test test-integration demo sim-up sim-down sim-status sim-verify tiny-model tiny-gptoss bench-overhead bench-scale bench-compile bench-cachesim bench-schedsim bench-ttft bench-whatif bench-report mutate lock clean
+.PHONY: help venv system-deps specs lint test-fast test-unit test test-integration demo sim-up sim-down sim-status sim-verify tiny-model tiny-gptoss bench-overhead bench-scale bench-compile bench-cachesim bench-schedsim bench-ttft bench-ttft-accuracy bench-whatif bench-report mutate lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -96,6 +96,9 @@ bench-schedsim: venv  ## The scheduler model's speed (requests/s at concurrency 
 
 bench-ttft: venv  ## The timed replay's speed, TTFT predictions (requests/s at concurrency 32 on one core)
 	$(BIN)/python -m prefixbench_perf.ttft_speed $(ARGS)
+
+bench-ttft-accuracy: venv  ## TTFT predicted vs measured of a finished run, against the goal, with the machine's load; ARGS="results/<run_id>"
+	$(BIN)/python -m prefixbench_perf.ttft_accuracy $(ARGS)
 
 bench-whatif: venv  ## The what-if analyzer's speed and its overhead over the tokenizer; ARGS="--prompts 0 --custom-prompts 5000"
 	$(BIN)/python -m prefixbench_perf.whatif_speed $(ARGS)
