@@ -242,6 +242,12 @@ def prefixbench_pending_items(settings: Mapping[str, Any], run_dir: str, host: s
             experiment.pending_items(settings, Path(run_dir), host, configuration)]
 
 
+def prefixbench_calibration_skipped(settings: Mapping[str, Any], run_dir: str, host: str,
+                                    configuration: str) -> str:
+    """The line when a resume leaves the calibration bench out ("" when it does not)."""
+    return experiment.calibration_skip_line(settings, Path(run_dir), host, configuration)
+
+
 def prefixbench_bench_client(vllm_executable: str, configuration: str) -> dict[str, str]:
     """The preloaded bench client of a configuration's server: unit, socket, script."""
     return client_launch.plan(vllm_executable, configuration)
@@ -353,6 +359,7 @@ class FilterModule:
             "prefixbench_api_key_ok": prefixbench_api_key_ok,
             "prefixbench_bench_items": prefixbench_bench_items,
             "prefixbench_pending_items": prefixbench_pending_items,
+            "prefixbench_calibration_skipped": prefixbench_calibration_skipped,
             "prefixbench_sweep_points": prefixbench_sweep_points,
             "prefixbench_sweeping": prefixbench_sweeping,
             "prefixbench_fingerprint": prefixbench_fingerprint,

@@ -104,6 +104,52 @@ def test_it_runs_last_on_the_baseline_server_only_and_a_rerun_skips_it(
         off, "baseline")]
 
 
+def _done(layout: RunLayout, configuration: str, workload: str, rep: int = 1) -> None:
+    """A result of ``workload`` on host h1's ``configuration`` server."""
+    layout.write_result(BenchmarkRecord(
+        key=ResultKey("h1", configuration, workload, rep), seed=0, bundle_version="0",
+        started_at="2026-12-05T00:00:00+00:00", ended_at="2026-12-05T00:00:05+00:00",
+        bench=fixture_bench(configuration, "high_overlap"), workload={}, metrics_delta={},
+        expected={}, measured={}))
+
+
+def test_a_resume_starts_no_baseline_server_for_the_calibration_bench_alone(
+        tmp_path: Path) -> None:
+    """A finished run begun before the bench existed: every tutorial bench has a result,
+    the calibration bench none. Resumed, nothing is pending (the baseline server is not
+    started) and one line says why and how to get one; with a tutorial bench of that
+    server left, it runs beside it (the server starts anyway)."""
+    s = host_settings()
+    layout = RunLayout(tmp_path, "r")
+    tutorial = ("high_overlap", "no_overlap", "sustained_c4")
+    for conf in ("baseline", "cached"):
+        for wl in tutorial[1:]:
+            _done(layout, conf, wl)
+
+    def pending(conf: str) -> list[str]:
+        return [i.workload.name for i in experiment.pending_items(s, layout.run_dir, "h1",
+                                                                  conf)]
+
+    assert pending("baseline") == ["high_overlap", "calibration"]
+    assert experiment.calibration_skip_line(s, layout.run_dir, "h1", "baseline") == ""
+    _done(layout, "baseline", "high_overlap")
+    assert pending("baseline") == []
+    line = experiment.calibration_skip_line(s, layout.run_dir, "h1", "baseline")
+    assert line == (
+        "h1: this run has no calibration bench result, and the baseline server is not "
+        "started for it alone (every other bench of it is done): the TTFT fit keeps two of "
+        "its four terms; a new run (a new prefixbench_run_id) has one: docs/own-traffic.md, "
+        '"Calibrating the TTFT model" (whatif --calibration)')
+    own = (Path(__file__).resolve().parents[2] / "docs" / "own-traffic.md").read_text()
+    assert "\n#### Calibrating the TTFT model" in own
+    # The cached server's benches are its own: its one missing bench still runs.
+    assert pending("cached") == ["high_overlap"]
+    assert experiment.calibration_skip_line(s, layout.run_dir, "h1", "cached") == ""
+    # The bench action still knows the bench (a run that asks for it by name).
+    assert experiment.find_item(s, "calibration", 1, "baseline").workload.name == \
+        "calibration"
+
+
 def test_a_declared_workload_can_neither_be_random_nor_take_its_name() -> None:
     with pytest.raises(WorkloadError, match="calibration bench's"):
         load_workloads([{"name": "r", "dataset_name": "random", "random_input_len": 100,

@@ -7,6 +7,7 @@ import json
 
 from test_doctor import valid
 
+from prefixbench.config import settings
 from prefixbench.hosts import doctor
 from prefixbench.servers import server
 
@@ -191,3 +192,15 @@ def test_the_platform_defaults_to_neuron_and_the_user_to_vllm() -> None:
     assert plan["config"]["cache_dir"] == "/var/cache/vllm-prefixbench"
     assert plan["config"]["model_dir"] == ""
     assert plan["user"] == "vllm" and plan["properties"][:2] == ["User=vllm", "Group=vllm"]
+
+
+def test_the_vocabulary_without_a_directory_is_the_catalogues_default() -> None:
+    """Settings that name no model_cache_tiktoken_dir (not through preflight) check and
+    serve from the catalogue's default directory, as preflight would give them; they
+    raised KeyError before."""
+    s = {k: v for k, v in valid(model_cache_tiktoken=True).items()
+         if k != "model_cache_tiktoken_dir"}
+    default = settings.catalogue_default("model_cache_tiktoken_dir")
+    plan = doctor.plan(s, "/opt/venv/bin/vllm")
+    assert plan["config"]["vocab_dir"] == default == "/opt/models/tiktoken"
+    assert _env(plan, "TIKTOKEN_ENCODINGS_BASE") == default

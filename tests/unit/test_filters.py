@@ -37,6 +37,9 @@ def test_pending_items_carry_the_workload_by_name_only() -> None:
         {"prefixbench_repetitions": 1}, "/nonexistent/r1", "h1", "cached")
     assert [i["name"] for i in items] == ["high_overlap", "no_overlap", "sustained_c4"]
     assert all("workload" not in i and isinstance(i["seed"], int) for i in items)
+    # A run with nothing done: the calibration bench is not left out, no line says so.
+    assert _filters()["prefixbench_calibration_skipped"](
+        {"prefixbench_repetitions": 1}, "/nonexistent/r1", "h1", "baseline") == ""
 
 
 def test_a_strict_deploy_reads_the_doctors_proof_through_the_filter() -> None:

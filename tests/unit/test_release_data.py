@@ -521,8 +521,6 @@ def test_a_broken_release_read_from_the_host_is_named_as_such() -> None:
     with pytest.raises(releases.ReleaseError) as err:
         releases.for_settings({"neuron_release_read": {"schema": 1}})
     assert str(err.value) == "the release read from the host: schema must be 2, not 1"
-    assert releases.origin_label({"release": "2.32.0"}) == "manifest of 2.32.0"
-    assert releases.origin_label({}) == "manifest of ?"
 
 
 def test_a_labelled_release_is_told_its_version_without_the_label() -> None:

@@ -1,6 +1,7 @@
 """A sweep's report.html is handed over like a run's: each link resolves inside the file
-(the docs sections it links to carried in it, no path of the checkout), and no text of
-its plot is cut, however many hosts or however long a name."""
+(the docs sections it links to carried in it, no path of the checkout) or, for each
+point's own report, inside the run directory (a relative link; report.md keeps the path
+as text), and no text of its plot is cut, however many hosts or however long a name."""
 
 from __future__ import annotations
 
@@ -26,12 +27,21 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _self_contained(page: str) -> list[str]:
-    """The page's links, each checked to point at an id the page has."""
-    hrefs = re.findall(r'<a href="([^"]+)">', page)
+    """The page's in-file links, each checked to point at an id the page has."""
+    hrefs = [h for h in re.findall(r'<a href="([^"]+)">', page) if h.startswith("#")]
     ids = set(re.findall(r' id="([^"]+)"', page))
-    assert all(h.startswith("#") and h[1:] in ids for h in hrefs), (hrefs, ids)
+    assert all(h[1:] in ids for h in hrefs), (hrefs, ids)
     assert "../" not in page and 'href="docs/' not in page
     return hrefs
+
+
+def _point_links(run: Path) -> list[str]:
+    """The report.html's links to the points' own reports: each relative to the run
+    directory (where the page is), shown as its own path, and a file that is there."""
+    page = (run / "report.html").read_text(encoding="utf-8")
+    links = re.findall(r'<a href="([^"#][^"]*)">([^<]*)</a>', page)
+    assert all(text == href and (run / href).is_file() for href, text in links), links
+    return [href for href, _ in links]
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +63,10 @@ def test_the_capacity_report_carries_the_capacity_curve_section(tmp_path: Path) 
     # report.md, read in the checkout, links the docs folder.
     md = (run / "report.md").read_text(encoding="utf-8")
     assert f"]({doclinks.docs_base(run)}{target})" in md
+    # Each point's report: a link in the page, its path as text in report.md.
+    assert _point_links(run) == ["sweep/kv100/report.html", "sweep/kv200/report.html"]
+    assert ("Each point's full report: `sweep/kv100/report.html`, "
+            "`sweep/kv200/report.html`.") in md
 
 
 def test_the_sweep_report_links_each_verdict_to_the_section_it_carries(tmp_path: Path) -> None:
@@ -65,6 +79,11 @@ def test_the_sweep_report_links_each_verdict_to_the_section_it_carries(tmp_path:
     assert sorted(hrefs) == sorted("#" + doclinks.anchor_id(doclinks.VERDICT_DOCS[v])
                                    for v in judged)
     assert "Explanations (from the bundle's docs)" in html.unescape(page)
+    # The table of points links each point's report; report.md keeps the path as text.
+    assert _point_links(run) == ["sweep/seg512/report.html", "sweep/seg1024/report.html"]
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "| 512 | PASS | none | sweep/seg512/report.html |" in md
+    assert "](sweep/" not in md
 
 
 def test_a_published_docs_base_makes_them_plain_links(tmp_path: Path,

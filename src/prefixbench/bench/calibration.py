@@ -8,7 +8,9 @@ prompt up to that prompt (on Neuron's 4096-token prompts: 512-4096 tokens; on th
 simulated fleet's 2048: 256-2048), sent one at a time (``--max-concurrency 1``), short
 outputs, per-request TTFTs kept (``--save-detailed``). It runs on the baseline server
 after that server's tutorial benches, before the servers switch; its record is
-``<host>/baseline/calibration/rep1.json``, written and resumed like every bench's.
+``<host>/baseline/calibration/rep1.json``, written and resumed like every bench's, with
+one difference: a resume runs it only while the baseline server has a tutorial bench left,
+never starting that server for it alone (:func:`skipped_line`).
 
 It is not a tutorial workload: no criterion judges it (:mod:`prefixbench.bench.criteria`),
 the report's tables, verdicts and fleet checks never see it (``report.load`` keeps it
@@ -23,7 +25,8 @@ from typing import Any, Final
 
 from prefixbench.engines.workloads import Workload
 
-__all__ = ["CALIBRATION", "calibration_workload", "enabled", "is_calibration", "plan_line"]
+__all__ = ["CALIBRATION", "calibration_workload", "enabled", "is_calibration", "plan_line",
+           "skipped_line"]
 
 #: The calibration bench's workload name (reserved: a declared workload cannot take it).
 CALIBRATION: Final = "calibration"
@@ -102,3 +105,12 @@ def plan_line(settings: Mapping[str, Any], workloads: list[Workload]) -> str:
             f"{longest} tokens on the baseline server after its benches, one at a time "
             f"(for the TTFT fit's four terms; never judged; prefixbench_calibration: false "
             f"leaves it out)")
+
+
+def skipped_line(host: str) -> str:
+    """What a resume says of a host whose baseline server has nothing left but the
+    calibration bench (prefixbench.bench.experiment.pending_items leaves it out)."""
+    return (f"{host}: this run has no calibration bench result, and the baseline server is "
+            f"not started for it alone (every other bench of it is done): the TTFT fit "
+            f"keeps two of its four terms; a new run (a new prefixbench_run_id) has one: "
+            f"docs/own-traffic.md, \"Calibrating the TTFT model\" (whatif --calibration)")

@@ -6,7 +6,9 @@ repetition. Seeds come from :func:`prefixbench.bench.seeds.plan_seeds`: distinct
 by an earlier one (the isolation method), and the same on both configurations, so the
 baseline and cached runs of a workload see identical prompts (paired). The baseline
 server then runs the calibration bench (:mod:`prefixbench.bench.calibration`), unless
-``prefixbench_calibration`` is false: :func:`server_items`.
+``prefixbench_calibration`` is false: :func:`server_items`. On resume it runs only beside
+a tutorial bench of that server: the baseline server is never started for it alone
+(:func:`pending_items`, :func:`calibration_skip_line`).
 """
 
 from __future__ import annotations
@@ -91,16 +93,42 @@ def server_items(settings: Mapping[str, Any], configuration: str) -> list[BenchI
                                    total=total)]
 
 
-def pending_items(settings: Mapping[str, Any], run_dir: Path, host: str,
-                  configuration: str) -> list[BenchItem]:
-    """The benches of one server that have no result in the run directory yet (resume).
-    Reads only this server's own result files, so a fleet's hosts asking at once cost
-    hosts x benches reads, not hosts x the whole run."""
+def _without_result(settings: Mapping[str, Any], run_dir: Path, host: str,
+                    configuration: str) -> list[BenchItem]:
     layout = RunLayout.of(run_dir)
     return [item for item in server_items(settings, configuration)
             if not layout.is_completed(ResultKey(
                 host=host, configuration=configuration, workload=item.workload.name,
                 repetition=item.repetition))]
+
+
+def _calibration_alone(items: list[BenchItem]) -> bool:
+    """Whether the calibration bench is all a server has left to run."""
+    return len(items) == 1 and calibration.is_calibration(items[0].workload.name)
+
+
+def pending_items(settings: Mapping[str, Any], run_dir: Path, host: str,
+                  configuration: str) -> list[BenchItem]:
+    """The benches of one server that have no result in the run directory yet (resume).
+    Reads only this server's own result files, so a fleet's hosts asking at once cost
+    hosts x benches reads, not hosts x the whole run.
+
+    The calibration bench runs only while its baseline server has a tutorial bench left:
+    that server starts anyway, and the bench costs it seconds. When it is all that is left
+    (a run begun before the bench existed, resumed, or one whose calibration bench alone
+    has no result), the server is not started for it: nothing is pending, and
+    :func:`calibration_skip_line` says so."""
+    items = _without_result(settings, run_dir, host, configuration)
+    return [] if _calibration_alone(items) else items
+
+
+def calibration_skip_line(settings: Mapping[str, Any], run_dir: Path, host: str,
+                          configuration: str) -> str:
+    """The one line when :func:`pending_items` leaves the calibration bench out of this
+    server's resume; "" when it does not."""
+    if _calibration_alone(_without_result(settings, run_dir, host, configuration)):
+        return calibration.skipped_line(host)
+    return ""
 
 
 def find_item(settings: Mapping[str, Any], workload: str, repetition: int,

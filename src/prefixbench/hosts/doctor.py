@@ -119,7 +119,8 @@ def plan(settings: Mapping[str, Any], vllm_executable: str) -> dict[str, Any]:
         "model_dir": str(settings.get("model_cache_dir", "")),
         # The room the download needs where the model is absent (the profile's size).
         "model_bytes": int(modelfit.checkpoint_gib(settings) * 2**30),
-        "vocab_dir": (str(settings.get("model_cache_tiktoken_dir", ""))
+        # The directory the unit reads (its TIKTOKEN_ENCODINGS_BASE, servers.server).
+        "vocab_dir": (server.tiktoken_dir(settings)
                       if settings.get("model_cache_tiktoken") else ""),
         # EFA devices, or the unit's NEURON_SKIP_EFA_AFFINITY=1 (prefixbench.hosts.efa).
         "efa_dir": efa.SYSFS_DIR if neuron else "",

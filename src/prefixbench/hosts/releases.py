@@ -362,10 +362,6 @@ def segment_sizes(rels: Sequence[Release] | None = None) -> tuple[int, ...]:
                          for v in r.segment_sizes}))
 
 
-def origin_label(data: Mapping[str, Any]) -> str:
-    return f"manifest of {data.get('release', '?')}"
-
-
 def available_releases(directory: Path = RELEASES_DIR) -> list[str]:
     """The id of every manifest in ``directory``, oldest first (by version, then date)."""
     return [r.release for r in load_all(directory)]

@@ -31,6 +31,7 @@ from prefixbench.report.document import (
     with_explanations,
 )
 from prefixbench.report.plots import line_plot
+from prefixbench.report.sweep import point_report
 from prefixbench.report.tables import Table, fmt
 from prefixbench.report.vocab import PASS
 from prefixbench.report.write import FORMATS, write_outputs
@@ -75,8 +76,10 @@ def curve_plot(s: CapacitySummary, curve: CapacityCurveView) -> str:
         y_label="hit ratio", vlines=vlines, fraction=True)
 
 
-def capacity_blocks_of(s: CapacitySummary, docs: str = "docs/") -> list[Block]:
-    """The capacity sweep's report; ``docs`` is the base of its link to the docs."""
+def capacity_blocks_of(s: CapacitySummary, docs: str = "docs/", *, link: bool = False
+                       ) -> list[Block]:
+    """The capacity sweep's report; ``docs`` is the base of its link to the docs;
+    ``link``: each point's report is a relative link (the HTML report), not its path."""
     caps = ", ".join(str(p.blocks) for p in s.points)
     out: list[Block] = [
         Heading(1, f"KV-capacity sweep: {s.run_id}"),
@@ -105,7 +108,8 @@ def capacity_blocks_of(s: CapacitySummary, docs: str = "docs/") -> list[Block]:
     if notes:
         out += [Heading(2, "Points not passed"), Bullets(tuple(notes))]
     out.append(Para("Each point's full report: " + ", ".join(
-        f"`sweep/{p.run_dir.name}/report.html`" for p in s.points) + "."))
+        point_report(p.run_dir, link=True) if link else f"`{point_report(p.run_dir)}`"
+        for p in s.points) + "."))
     return out
 
 
@@ -126,7 +130,7 @@ def _csv(s: CapacitySummary) -> str:
 def capacity_html(s: CapacitySummary) -> str:
     """The HTML report, carrying the docs sections it links to (or linking the published
     docs, :func:`prefixbench.report.doclinks.html_docs_base`)."""
-    return html_of(with_explanations(capacity_blocks_of(s, html_docs_base())),
+    return html_of(with_explanations(capacity_blocks_of(s, html_docs_base(), link=True)),
                    f"prefixbench capacity sweep {s.run_id}")
 
 

@@ -4,7 +4,8 @@ Exit codes (:func:`outcome_code`, for a sweep's points too; docs/reading-the-rep
 lists them): 0 every
 judged confirmation verdict passed (criteria with no workload are NOT_RUN) / no
 regression; 2 usage or input error (one line on stderr); 3 a confirmation verdict failed
-(or, with ``--fleet-gate``, a host was flagged by the fleet checks); 4 regression against
+(or, with ``--fleet-gate``, a host was flagged by the fleet checks, of any point of a
+sweep); 4 regression against
 the reference; 5 the S3 upload failed; 6 a verdict is INCONCLUSIVE (more repetitions
 would decide it); 7 the run is incomplete: a bench failed and has no result (rerun with
 the same run id); for ``compare``: data missing in either run (:func:`compare_code`);
@@ -115,7 +116,8 @@ def report_parser() -> argparse.ArgumentParser:
                              "and criterion) for CI systems")
     parser.add_argument("--fleet-gate", action="store_true",
                         help="exit 3 also when the fleet checks flag a host (outlier, "
-                             "hit-ratio departure, fingerprint drift)")
+                             "hit-ratio departure, fingerprint drift; of any point of a "
+                             "sweep)")
     parser.add_argument("--accept-unchecksummed", action="store_true",
                         help="use result files that carry no checksum (a run written by "
                              "an older version) instead of treating them as not measured; "
@@ -220,7 +222,8 @@ def _report_points(build: Callable[[Path], tuple[Any, list[Path]]],
     """A sweep's report (segment size or KV capacity): ``build`` writes it, ``lines`` say
     it; the exit code of a run's (:func:`outcome_code`) over every point: 3 on a failed
     verdict, 7 on a bench without a result, 6 on an inconclusive verdict, 8 when nothing
-    was judged."""
+    was judged; with ``--fleet-gate``, 3 also when the fleet checks of a point flag a
+    host (each point's hosts are a fleet of their own, as in its own report)."""
     try:
         report, paths = build(args.run_dir)
     except (ReportInputError, OSError) as exc:
@@ -235,6 +238,13 @@ def _report_points(build: Callable[[Path], tuple[Any, list[Path]]],
     for p in paths:
         print(f"wrote {p}", file=out)
     code = outcome_code(str(report.status), len(report.failures))
+    flagged = [f"{p.run_dir.name}: {fleet_gate_reason(p.summary.fleet)}"
+               for p in report.points if p.summary.fleet.flagged]
+    if args.fleet_gate and flagged:
+        code = EXIT_FAILED
+        print(f"fleet gate fired (--fleet-gate): {'; '.join(flagged)}", file=out)
+    elif flagged:
+        print(f"fleet: {'; '.join(flagged)}", file=out)
     if args.upload and not _upload(prog, args, out, err):
         code = EXIT_UPLOAD
     print(f"overall: {report.status}; {exit_line(code)}", file=out)

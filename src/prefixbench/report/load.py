@@ -159,7 +159,8 @@ def _set_calibration_apart(data: RunData) -> None:
     data.rejected = [f for f in data.rejected if not is_calibration(f.workload)]
     data.warnings += [f"{host}: the calibration bench has no result ({error}); the TTFT fit "
                       f"uses the tutorial's benches alone; a rerun with the same run id "
-                      f"runs it again" for host, error in missing]
+                      f"runs it again only beside a baseline bench left to run, a new run "
+                      f"always" for host, error in missing]
 
 
 def rebuild_run(run_id: str, records: list[BenchmarkRecord],

@@ -55,7 +55,7 @@ from prefixbench.report.write import FORMATS, results_csv, write_outputs
 from prefixbench.servers.sweep import point_dirs
 
 __all__ = ["SweepBest", "SweepRow", "SweepSummary", "build_sweep", "is_sweep",
-           "report_sweep", "sweep_blocks"]
+           "point_report", "report_sweep", "sweep_blocks"]
 
 SWEEP_SCHEMA_VERSION: Final = 1
 
@@ -295,19 +295,28 @@ def sweep_table(s: SweepSummary) -> Table:
                   "Expected hit ratio"), rows, numeric=(0, 3, 4, 5, 6, 7))
 
 
-def points_table(s: SweepSummary) -> Table:
+def point_report(run_dir: Path, *, link: bool = False) -> str:
+    """A point's own report.html, relative to the sweep's run directory (where the
+    sweep's report is written): a link when ``link`` (the HTML report), else the path."""
+    path = f"sweep/{run_dir.name}/report.html"
+    return f"[{path}]({path})" if link else path
+
+
+def points_table(s: SweepSummary, *, link: bool = False) -> Table:
     rows = tuple(
         (str(p.segment_size), p.status,
          ", ".join(f"{h}: {v.name}" for h, v in p.summary.failed_verdicts) or "none",
-         f"sweep/{p.run_dir.name}/report.html")
+         point_report(p.run_dir, link=link))
         for p in s.points)
     return Table(("Segment size", "Verdicts", "Failed verdicts", "Full report"), rows,
-                 numeric=(0,))
+                 numeric=(0,), links=(3,) if link else ())
 
 
-def sweep_blocks(s: SweepSummary, docs: str = "docs/") -> list[Block]:
+def sweep_blocks(s: SweepSummary, docs: str = "docs/", *, link: bool = False
+                 ) -> list[Block]:
     """The sweep's report; ``docs`` is the base of its links to the docs sections that
-    explain each point's verdicts (prefixbench.report.doclinks)."""
+    explain each point's verdicts (prefixbench.report.doclinks); ``link``: each point's
+    report is a relative link (the HTML report), not its path as text."""
     sizes = ", ".join(str(p.segment_size) for p in s.points)
     out: list[Block] = [
         Heading(1, f"Segment-size sweep: {s.run_id}"),
@@ -324,7 +333,7 @@ def sweep_blocks(s: SweepSummary, docs: str = "docs/") -> list[Block]:
                         f"`{s.best.workload}` (the server one would deploy), ties by TTFT "
                         "reduction."))
     out += [Heading(2, "TTFT reduction and hit ratio per segment size"), sweep_table(s),
-            Heading(2, "Verdicts per point"), points_table(s)]
+            Heading(2, "Verdicts per point"), points_table(s, link=link)]
     names = dict.fromkeys(v.name for p in s.points for h in p.summary.hosts
                           for v in h.verdicts)
     links = [f"`{n}` {verdict_link(docs, n)}" for n in names if verdict_link(docs, n)]
@@ -361,7 +370,7 @@ def write_sweep(s: SweepSummary, run_dir: str | Path) -> list[Path]:
         "json": json.dumps(json_safe(s.to_dict()), indent=2, sort_keys=True,
                            allow_nan=False) + "\n",
         "md": markdown_of(content),
-        "html": html_of(with_explanations(sweep_blocks(s, html_docs_base())),
+        "html": html_of(with_explanations(sweep_blocks(s, html_docs_base(), link=True)),
                         f"prefixbench sweep {s.run_id}"),
         "csv": _csv(s),
     }

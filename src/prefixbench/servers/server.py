@@ -60,6 +60,9 @@ ENGINE_READY_TIMEOUT_VAR: Final = "VLLM_ENGINE_READY_TIMEOUT_S"
 #: (openai/harmony@v0.0.8 src/tiktoken_ext/public_encodings.rs; vllm-project/recipes
 #: OpenAI/GPT-OSS.md, "TIKTOKEN_ENCODINGS_BASE"). Set from model_cache_tiktoken_dir.
 TIKTOKEN_BASE_VAR: Final = "TIKTOKEN_ENCODINGS_BASE"
+#: The vocabulary's directory when the settings name none: the catalogue's default of
+#: model_cache_tiktoken_dir (what preflight gives every host that sets none).
+DEFAULT_TIKTOKEN_DIR: Final = "/opt/models/tiktoken"
 
 #: Where both units keep vLLM's compile cache, so the second server reuses the first's.
 DEFAULT_CACHE_ROOT: Final = "/var/cache/vllm-prefixbench"
@@ -191,6 +194,12 @@ def is_loopback(address: str) -> bool:
         return False
 
 
+def tiktoken_dir(settings: Mapping[str, Any]) -> str:
+    """Where the unit reads the tiktoken vocabulary: ``model_cache_tiktoken_dir``, else
+    :data:`DEFAULT_TIKTOKEN_DIR` (settings that did not go through preflight)."""
+    return str(settings.get("model_cache_tiktoken_dir") or DEFAULT_TIKTOKEN_DIR)
+
+
 def environment(settings: Mapping[str, Any], configuration: Configuration,
                 runtime_dir: str) -> dict[str, str]:
     """The unit's environment: the tutorial's variables plus the bundle's own.
@@ -216,7 +225,7 @@ def environment(settings: Mapping[str, Any], configuration: Configuration,
         if ready > 0:
             env[ENGINE_READY_TIMEOUT_VAR] = str(ready)
     if settings.get("model_cache_tiktoken"):
-        env[TIKTOKEN_BASE_VAR] = str(settings["model_cache_tiktoken_dir"])
+        env[TIKTOKEN_BASE_VAR] = tiktoken_dir(settings)
     if is_loopback(str(settings.get("vllm_service_host", "127.0.0.1"))):
         env.update(LOOPBACK_ENVIRONMENT)
     cache_root = str(settings.get("vllm_service_cache_root", DEFAULT_CACHE_ROOT))
