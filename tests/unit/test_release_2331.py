@@ -106,6 +106,10 @@ def test_a_host_on_2331_resolves_to_it_and_runs_as_it_is_with_the_unchecked_said
     unchecked = found.as_dict()["unchecked"]
     assert "prefix_caching.segment_sizes (assumed from 2.32.0)" in unchecked
     assert "compile_key.distributions (assumed from 2.32.0)" in unchecked
+    # The unit's variables: names read from the plugin's code, values assumed, so said.
+    assert ("server.environment (names read from h1 (the plugin's and vLLM's code); "
+            "values assumed from the releases that set them)") in unchecked
+    assert all(item in found.note for item in unchecked)
     rel = found.release
     assert rel.provenance["compile_route.environment"] == "from the 2.33.1 manifest"
     assert rel.python_supported == ("3.14",)
