@@ -45,9 +45,9 @@ def of_release(release: releases.Release, plugin: str | None) -> Dressing:
 
 #: The flavour's marker and the label the fleet's docs and tests use.
 LABEL: Final = "newer-than-every-manifest"
-#: Its Neuron packages: each above every version a manifest names (2.33.0's are the
-#: highest published: dkms 2.31.7.0, runtime-lib 2.35.30.0, collectives 2.35.43.0, tools
-#: 2.33.38.0, oci-hook 2.19.65.0).
+#: Its Neuron packages: each above every version a manifest names (2.33.1's are the
+#: highest published: dkms 2.31.8.0, runtime-lib 2.35.33.0, collectives 2.35.49.0, tools
+#: 2.33.38.0, oci-hook 2.19.74.0; ``problems`` checks it against the manifests).
 APT: Final = {
     "aws-neuronx-dkms": "2.33.4.0",
     "aws-neuronx-runtime-lib": "2.37.12.0",

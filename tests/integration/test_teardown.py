@@ -62,7 +62,7 @@ def test_teardown(sim_fleet: SimFleetHandle, sim_artifacts: Path, dlami_host: Si
     # The bare host's Neuron packages stay (only their holds are released); the DLAMI
     # host keeps its venv, exactly, and its own apt source.
     # (a bare host got the newest installable release: prefixbench_neuron_release auto;
-    # a release with unpublished facts, 2.33.0 and 2.34.0, is never installed)
+    # a release with unpublished facts, 2.33.0, 2.33.1 and 2.34.0, is never installed)
     newest = releases.newest(releases.installable(releases.load_all()))
     assert fleet.sh(bare, "dpkg-query -W -f='${Version}' aws-neuronx-runtime-lib"
                     ).startswith(str(newest.apt_packages["aws-neuronx-runtime-lib"]))

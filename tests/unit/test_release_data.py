@@ -514,7 +514,7 @@ def test_what_a_manifest_leaves_out_is_empty() -> None:
                  "segment_sizes") or []}
     assert releases.segment_sizes() == tuple(sorted(sizes))
     assert releases.available_releases() == [
-        "2.31.0", "2.31.0-vllm-beta", "2.31.1", "2.32.0", "2.33.0", "2.34.0"]
+        "2.31.0", "2.31.0-vllm-beta", "2.31.1", "2.32.0", "2.33.0", "2.33.1", "2.34.0"]
 
 
 def test_a_broken_release_read_from_the_host_is_named_as_such() -> None:

@@ -50,7 +50,7 @@ def test_release_231_is_complete_and_pins_with_a_suffix_glob() -> None:
 
 def test_every_known_release_is_listed_oldest_first_and_a_series_names_its_newest() -> None:
     assert releases.available_releases() == [
-        "2.31.0", "2.31.0-vllm-beta", "2.31.1", "2.32.0", "2.33.0", "2.34.0"]
+        "2.31.0", "2.31.0-vllm-beta", "2.31.1", "2.32.0", "2.33.0", "2.33.1", "2.34.0"]
     assert releases.load_release("2.32").release == "2.32.0"
     beta = releases.load_release("2.31.0-vllm-beta")
     assert (beta.version, beta.date) == ("2.31.0", "2026-07-20")
@@ -160,13 +160,14 @@ def test_simulated_neuron_ls_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_repo_versions_add_one_simulated_older_version() -> None:
     versions = apt_packages.repo_versions(releases.load_all())
     # Every known version of every manifest (2.33.0's from AWS's components index and
-    # releasecontent at v2.33.0; 2.34.0 publishes none).
+    # releasecontent at v2.33.0; 2.33.1's runtime-lib and oci-hook from its release notes'
+    # "Package updates" at latest, its tools 2.33.0's; 2.34.0 publishes none).
     assert versions["aws-neuronx-runtime-lib"] == {
-        "2.33.10.0": False, "2.34.10.0": False, "2.35.30.0": False}
+        "2.33.10.0": False, "2.34.10.0": False, "2.35.30.0": False, "2.35.33.0": False}
     assert versions["aws-neuronx-tools"] == {
         "2.31.13.0": False, "2.31.15.0": False, "2.32.28.0": False, "2.33.38.0": False}
     assert versions["aws-neuronx-oci-hook"] == {
-        "2.17.30.0": False, "2.18.25.0": False, "2.19.65.0": False}
+        "2.17.30.0": False, "2.18.25.0": False, "2.19.65.0": False, "2.19.74.0": False}
     assert apt_packages.repo_versions([releases.load_release("2.32.0")])[
         "aws-neuronx-oci-hook"] == {"2.18.25.0": False, "2.17.0.0": True}
     assert apt_packages.simulated_older("2.17.30.0") == "2.16.0.0"

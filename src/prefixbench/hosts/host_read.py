@@ -197,10 +197,11 @@ def build(host: str, packages: Mapping[str, str], venv: Venv, *, facts: HostFact
 
 
 def unchecked(provenance: Mapping[str, str]) -> list[str]:
-    """What the bundle could not check for a release read from the host: each assumed
-    value, and what it never checks there."""
+    """What the bundle could not check for a release read from the host: each value
+    assumed in whole or in part (the unit's variables: their names read, their values
+    assumed), and what it never checks there."""
     return [f"{k} ({v})" for k, v in sorted(provenance.items())
-            if v.startswith("assumed")] + list(NEVER_CHECKED)
+            if re.search(r"\bassumed\b", v)] + list(NEVER_CHECKED)
 
 
 def versions_read(rel: Release) -> str:
