@@ -236,6 +236,31 @@ def test_a_cached_run_slower_than_its_hits_allow_is_called_out(tmp_path: Path) -
     assert "disagree: median" in by["no_overlap"].verdict()
 
 
+@pytest.mark.parametrize(("cached_share", "said"), [(0.60, True), (0.25, False)])
+def test_a_disagreement_under_more_load_says_the_machine_may_be_why(
+        tmp_path: Path, cached_share: float, said: bool) -> None:
+    # the cached no_overlap bench twice as slow as its hits allow; others used 10% and
+    # 20% of the CPU under the two baselines (mean 15%), and cached_share under it: 45
+    # points apart is beyond Thresholds.other_load_max_diff (15%), 10 points is not
+    def slow(host: str, conf: str, wl: str, rep: int, bench: dict[str, Any]) -> dict[str, Any]:
+        return scale_times(bench, 2.0) if conf == "cached" and wl == "no_overlap" else bench
+
+    def loads(host: str, conf: str, wl: str, rep: int) -> dict[str, Any]:
+        share = {"baseline": {"high_overlap": 0.10, "no_overlap": 0.20}}.get(conf, {}).get(
+            wl, cached_share if wl == "no_overlap" else 0.15)
+        return {"host_load": {"other_share": share}}
+    run = make_run(tmp_path, ("host-a",), transform=slow, extras=loads)
+    rows = ttft_rows(load_run(run).records, block_size=BLOCK, max_num_seqs=SEQS,
+                     max_num_batched_tokens=CHUNK)
+    c = {r.workload: r.comparison for r in rows}["no_overlap"]
+    assert (c.baseline_load, c.cached_load) == (pytest.approx(0.15), cached_share)
+    assert not c.agrees
+    verdict = c.verdict()
+    assert ("the machine's other load differed" in verdict) is said, verdict
+    if said:
+        assert "15% of its CPU under the baselines, 60% under this bench" in verdict
+
+
 def test_a_median_beyond_the_stated_error_alone_disagrees(tmp_path: Path) -> None:
     def slower_median(host: str, conf: str, wl: str, rep: int, bench: dict[str, Any]
                       ) -> dict[str, Any]:

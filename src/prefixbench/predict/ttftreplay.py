@@ -114,6 +114,18 @@ class TtftComparison:
     #: The measured p99 is set by the server's first request after start-up, which the
     #: model does not time (:func:`startup_sets_p99`): the p99s are shown, not judged.
     startup_p99: bool = False
+    #: Others' share of the machine's CPU (:mod:`prefixbench.measure.hostload`) while
+    #: the host's baselines at concurrency 1 ran (their mean) and while this bench ran;
+    #: None: not measured. Beyond ``load_max_diff`` apart, a disagreement is said to be
+    #: possibly the machine's.
+    baseline_load: float | None = None
+    cached_load: float | None = None
+    load_max_diff: float = 0.15
+
+    @property
+    def load_differs(self) -> bool:
+        return (self.baseline_load is not None and self.cached_load is not None
+                and abs(self.cached_load - self.baseline_load) > self.load_max_diff)
 
     @property
     def median_error(self) -> float:
@@ -142,7 +154,11 @@ class TtftComparison:
         if not out:
             return ("within the model's stated error" if not startup
                     else "median within the model's stated error" + startup)
-        return "prediction and measurement disagree: " + "; ".join(out) + startup
+        machine = (f"; the machine's other load differed: others used "
+                   f"{self.baseline_load:.0%} of its CPU under the baselines, "
+                   f"{self.cached_load:.0%} under this bench, so the difference may be the "
+                   f"machine's, not the server's" if self.load_differs else "")
+        return "prediction and measurement disagree: " + "; ".join(out) + startup + machine
 
 
 def startup_sets_p99(requests: int, *, first_after_start: bool) -> bool:
@@ -158,6 +174,11 @@ def startup_sets_p99(requests: int, *, first_after_start: bool) -> bool:
 
 
 def compare(prediction: TtftPrediction, measured_median_ms: float,
-            measured_p99_ms: float, *, startup_p99: bool = False) -> TtftComparison:
+            measured_p99_ms: float, *, startup_p99: bool = False,
+            loads: tuple[float | None, float | None] = (None, None),
+            load_max_diff: float = 0.15) -> TtftComparison:
+    """``loads``: others' share of the CPU under the baselines and under the bench
+    (:attr:`TtftComparison.baseline_load`)."""
     return TtftComparison(prediction.median_s * 1e3, measured_median_ms,
-                          prediction.p99_s * 1e3, measured_p99_ms, startup_p99)
+                          prediction.p99_s * 1e3, measured_p99_ms, startup_p99,
+                          loads[0], loads[1], load_max_diff)

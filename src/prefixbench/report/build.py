@@ -119,7 +119,8 @@ def build_summary(
             goodput=goodput.goodput_of(tuple(benches.values()), ladder, roles),
             kv_cache=kv_cache_of([r for r in data.records if r.key.host == host]),
             ttft_predicted=ttft_predicted.for_host(
-                [r for r in [*data.records, *data.calibration] if r.key.host == host])))
+                [r for r in [*data.records, *data.calibration] if r.key.host == host],
+                load_max_diff=t.other_load_max_diff)))
     return Summary(
         run_id=data.run_id, run=data.run,
         generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),

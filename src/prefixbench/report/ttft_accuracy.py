@@ -12,11 +12,10 @@ predicted under more load than its baselines had is the machine, not the model.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixbench.measure.records import BenchmarkRecord
 from prefixbench.report.load import RunData
 from prefixbench.report.ttft_predicted import TtftRow, server_of, ttft_rows
 
@@ -26,19 +25,20 @@ GOAL_MEDIAN = 0.10
 GOAL_P99 = 0.25
 
 
-def _other_share(record: BenchmarkRecord) -> float | None:
-    load = (record.extra or {}).get("host_load")
-    share = load.get("other_share") if isinstance(load, Mapping) else None
-    return float(share) if isinstance(share, int | float) else None
-
-
 @dataclass(frozen=True)
 class AccuracyRow:
     row: TtftRow
-    #: Others' share of the machine's CPU: the mean over the host's baselines at
-    #: concurrency 1 (what the fit saw), and during the cached bench; None: not measured.
-    baseline_load: float | None
-    cached_load: float | None
+
+    @property
+    def baseline_load(self) -> float | None:
+        """Others' share of the machine's CPU under the host's baselines at concurrency 1
+        (their mean: what the fit saw); None: not measured."""
+        return self.row.comparison.baseline_load
+
+    @property
+    def cached_load(self) -> float | None:
+        """The same while the cached bench ran."""
+        return self.row.comparison.cached_load
 
     @property
     def load_gap(self) -> float | None:
@@ -70,8 +70,7 @@ class Accuracy:
         return {"goal_median": self.goal_median, "goal_p99": self.goal_p99,
                 "medians_within": self.medians_within, "rows": len(self.rows),
                 "p99s_within": self.p99s_within, "p99s_judged": len(self.judged_p99s),
-                "by_row": [{**r.row.as_dict(), "baseline_other_share": r.baseline_load,
-                            "cached_other_share": r.cached_load} for r in self.rows]}
+                "by_row": [r.row.as_dict() for r in self.rows]}
 
 
 def accuracy(data: RunData, *, goal_median: float = GOAL_MEDIAN,
@@ -88,13 +87,7 @@ def accuracy(data: RunData, *, goal_median: float = GOAL_MEDIAN,
                          max_num_seqs=server.max_num_seqs, max_num_batched_tokens=server.chunk,
                          platform=server.platform, max_model_len=server.max_model_len,
                          neuron_config=server.neuron_config, scheduler=server.scheduler)
-        base = [s for r in mine if r.key.configuration == "baseline"
-                and int(r.workload.get("max_concurrency") or 0) == 1
-                and (s := _other_share(r)) is not None]
-        cached = {r.key.workload: _other_share(r) for r in mine
-                  if r.key.configuration == "cached" and r.key.repetition == 1}
-        out += [AccuracyRow(row, statistics.fmean(base) if base else None,
-                            cached.get(row.workload)) for row in rows]
+        out += [AccuracyRow(row) for row in rows]
     return Accuracy(tuple(out), goal_median, goal_p99)
 
 

@@ -41,8 +41,8 @@ from prefixbench.predict.whatif import prefix_repetition_tokens
 from prefixbench.report.load import RunData
 
 __all__ = ["SCHEDULERS", "HostCalibration", "ServerOf", "TtftRow", "for_host", "host_fits",
-           "neuron_padding", "outside_seconds", "render_markdown", "scheduler_name",
-           "scheduler_of", "server_of", "ttft_rows"]
+           "neuron_padding", "other_share", "outside_seconds", "render_markdown",
+           "scheduler_name", "scheduler_of", "server_of", "ttft_rows"]
 
 #: The scheduler classes a record's ``expected_scheduler`` names
 #: (:attr:`prefixbench.engines.platforms.EngineModel.scheduler`).
@@ -65,6 +65,7 @@ class TtftRow:
                 "measured_median_ttft_ms": c.measured_median_ms,
                 "predicted_p99_ttft_ms": c.predicted_p99_ms,
                 "measured_p99_ttft_ms": c.measured_p99_ms, "agrees": c.agrees,
+                "baseline_other_share": c.baseline_load, "cached_other_share": c.cached_load,
                 "verdict": c.verdict(), "fit": self.fit.summary(),
                 "platform": self.fit.cost.platform, "scheduler": self.scheduler,
                 **({"prefill_buckets": list(self.fit.cost.buckets),
@@ -119,6 +120,21 @@ def outside_seconds(record: BenchmarkRecord) -> float | None:
         return None
     return max(0.0, float(record.bench_result.median_ttft_ms) / 1e3
                - (float(queue) + float(prefill)) / float(count))
+
+
+def other_share(record: BenchmarkRecord) -> float | None:
+    """Others' share of the machine's CPU while the bench ran (the record's
+    ``host_load``, :mod:`prefixbench.measure.hostload`); None when not measured."""
+    load = (record.extra or {}).get("host_load")
+    share = load.get("other_share") if isinstance(load, Mapping) else None
+    return float(share) if isinstance(share, int | float) else None
+
+
+def _baseline_load(baselines: Sequence[BenchmarkRecord]) -> float | None:
+    """The mean others' share under the benches the fit is made from (concurrency 1)."""
+    shares = [s for r in baselines if int(r.workload.get("max_concurrency") or 0) == 1
+              and (s := other_share(r)) is not None]
+    return statistics.fmean(shares) if shares else None
 
 
 def _host_fit(baselines: Sequence[BenchmarkRecord], chunk: int, platform: str = "cpu",
@@ -236,22 +252,26 @@ def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
               baseline: str = "baseline", cached: str = "cached",
               platform: str = "cpu", max_model_len: int | None = None,
               neuron_config: Mapping[str, Any] | None = None,
-              scheduler: str | None = None) -> list[TtftRow]:
+              scheduler: str | None = None, load_max_diff: float = 0.15) -> list[TtftRow]:
     """One row per host and cached workload (first repetition). ``platform``: "cpu"
     (a step costs what it computes) or "neuron" (chunks padded as :func:`neuron_padding`
     resolves the server's ``max_model_len`` and ``neuron_config``; never checked on
-    Trainium); ``scheduler``: the class the server runs (:func:`scheduler_of`). Hosts
-    without a baseline at concurrency 1 have no row."""
+    Trainium); ``scheduler``: the class the server runs (:func:`scheduler_of`);
+    ``load_max_diff``: how far apart the others' share of the CPU under the baselines and
+    under a bench may be before a disagreement is said to be possibly the machine's
+    (``Thresholds.other_load_max_diff``). Hosts without a baseline at concurrency 1 have
+    no row."""
     rows: list[TtftRow] = []
     padding = (neuron_padding(max_num_batched_tokens, max_num_seqs,
                               max_model_len=max_model_len, neuron_config=neuron_config)
                if platform == "neuron" else {})
     for host in sorted({r.key.host for r in records}):
         mine = sorted((r for r in records if r.key.host == host), key=lambda r: r.started_at)
-        fit = _host_fit([r for r in mine if r.key.configuration == baseline],
-                        max_num_batched_tokens, platform, max_num_seqs, padding)
+        baselines = [r for r in mine if r.key.configuration == baseline]
+        fit = _host_fit(baselines, max_num_batched_tokens, platform, max_num_seqs, padding)
         if fit is None:
             continue
+        base_load = _baseline_load(baselines)
         sim = scheduler_of(scheduler, platform, block_size=block_size,
                            max_num_seqs=max_num_seqs,
                            max_num_batched_tokens=max_num_batched_tokens,
@@ -276,7 +296,9 @@ def ttft_rows(records: Sequence[BenchmarkRecord], *, block_size: int,
             fresh = False
             rows.append(TtftRow(host, r.key.workload,
                                 compare(pred, b.median_ttft_ms, b.p99_ttft_ms,
-                                        startup_p99=startup), fit,
+                                        startup_p99=startup,
+                                        loads=(base_load, other_share(r)),
+                                        load_max_diff=load_max_diff), fit,
                                 scheduler_name(scheduler, platform)))
     return rows
 
@@ -342,7 +364,8 @@ def server_of(records: Sequence[BenchmarkRecord]) -> ServerOf | None:
                     _setting(records, "max_model_len"), _neuron_config(records))
 
 
-def for_host(records: Sequence[BenchmarkRecord]) -> tuple[dict[str, Any], ...]:
+def for_host(records: Sequence[BenchmarkRecord], *, load_max_diff: float = 0.15
+             ) -> tuple[dict[str, Any], ...]:
     """The report's rows of one host (:meth:`TtftRow.as_dict`), on the server its
     records describe (:func:`server_of`); none when that is unknown or the host has no
     baseline at concurrency 1."""
@@ -354,7 +377,8 @@ def for_host(records: Sequence[BenchmarkRecord]) -> tuple[dict[str, Any], ...]:
                          max_num_seqs=server.max_num_seqs,
                          max_num_batched_tokens=server.chunk, platform=server.platform,
                          max_model_len=server.max_model_len,
-                         neuron_config=server.neuron_config, scheduler=server.scheduler)
+                         neuron_config=server.neuron_config, scheduler=server.scheduler,
+                         load_max_diff=load_max_diff)
     except ValueError:
         return ()
     return tuple(row.as_dict() for row in rows)
