@@ -29,9 +29,6 @@ KNOWN: dict[str, str] = {
     "prefixbench.hosts.release_match:dlami_venvs": "tests only",
     "prefixbench.servers.server:process_environment": "tests only",
     "prefixbench.measure.bench_json:load_bench_result": "tests only",
-    "prefixbench.measure.metrics:signals_from_pages": "nothing",
-    "prefixbench.bench.benchrun:service_argv": "nothing",
-    "prefixbench.bench.benchrun:parse_service": "nothing",
 }
 
 

@@ -372,21 +372,6 @@ SERVICE_PROPERTIES: Final = ("NRestarts", "InvocationID", "MainPID")
 RESULT_DIR_PLACEHOLDER: Final = "@@RESULT_DIR@@"
 
 
-def service_argv(unit: str) -> list[str]:
-    """``systemctl show`` of the properties :func:`service_restart` compares."""
-    return ["systemctl", "show", unit, *(f"--property={p}" for p in SERVICE_PROPERTIES)]
-
-
-def parse_service(text: str) -> dict[str, str]:
-    """``KEY=value`` lines of ``systemctl show`` as a mapping."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
 def service_restart(before: Mapping[str, str], after: Mapping[str, str]) -> str | None:
     """Why the server is not the one that served the whole bench, or None.
 

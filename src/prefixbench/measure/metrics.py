@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -433,8 +433,3 @@ def delta(before: CacheSignals, after: CacheSignals) -> SignalsDelta:
         cache_config=after.cache_config or before.cache_config,
         kv_cache_usage_after=after.kv_cache_usage,
     )
-
-
-def signals_from_pages(pages: Iterable[str]) -> list[CacheSignals]:
-    """Convenience: :func:`extract_signals` over several pages."""
-    return [extract_signals(p) for p in pages]
