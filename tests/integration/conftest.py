@@ -108,8 +108,7 @@ def side_by_side(request: pytest.FixtureRequest, sim_fleet: SimFleetHandle, *,
                  tmp_path_factory: pytest.TempPathFactory, dlami_host: SimHost,
                  newer_host: SimHost) -> Iterator[SideBySide]:
     """The single-host scenarios of this session (helpers/side_by_side.py), each on its
-    own host, all started at once by the first test that asks (deselected ones are not):
-    test_units, which runs beside them on the fourth host, when it is selected."""
+    own host, all started at once by the first test that asks (deselected ones are not)."""
     del sim_artifacts, dlami_host, newer_host  # built and dressed before they start
     selected = {item.name.split("[", 1)[0] for item in request.session.items}
     wanted = [name for name, s in SCENARIOS.items() if s.test in selected]
@@ -122,17 +121,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     The harness's own tests (test_simfleet.py) come first: their last one (down, nothing
     left, up again) hands every later test freshly booted hosts. Then provision (which
-    starts from bare hosts); then the server units on the fourth host while the
-    side-by-side scenarios (sweeps, your own traffic) run on the other three (test_units
-    starts them: helpers/side_by_side.py), the scenarios' own tests right after it; then
-    the benchmark, whose TTFT comparisons keep the fleet to themselves. Between them
-    they deploy every host, so the doctor (whose probe runs as the service user) comes
-    after them. Only the integration items swap places.
+    starts from bare hosts), the server units, and the benchmark (which need provisioned
+    hosts). The side-by-side scenarios (sweeps, your own traffic) are next to each
+    other; between them they deploy every host, so the doctor (whose probe runs as the
+    service user) comes after them. Only the integration items swap places.
     """
     here = Path(__file__).resolve().parent
     slots = [i for i, it in enumerate(items) if here in Path(str(it.path)).resolve().parents]
-    order = ["test_simfleet.py", "test_provision.py", "test_units.py", "test_sweep_fleet.py",
-             "test_custom_fleet.py", "test_benchmark.py", "test_doctor_fleet.py",
+    order = ["test_simfleet.py", "test_provision.py", "test_units.py", "test_benchmark.py",
+             "test_sweep_fleet.py", "test_custom_fleet.py", "test_doctor_fleet.py",
              "test_faults.py"]
 
     def rank(item: pytest.Item) -> int:

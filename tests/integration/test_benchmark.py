@@ -187,9 +187,8 @@ def test_benchmark_run_fault_and_resume(sim_fleet: SimFleetHandle, sim_artifacts
                     assert other["restored_files"] + other["kept_files"] > 0, other
             assert (store / f"{key}.tar.gz").is_file() and (store / f"{key}.json").is_file()
     # (Whether the leader compiled depends on what ran on it before: test_units leaves
-    # trn3-sim-1's own cache holding these graphs, the segment sweep trn2-sim-1's, and
-    # the leader publishes them without compiling. A leader that compiles on a fresh
-    # host is test_compile_s3's.)
+    # trn2-sim-1's own cache holding these graphs, and the leader publishes them
+    # without compiling. A leader that compiles on a fresh host is test_compile_s3's.)
     # The trn2 and trn3 hosts share their graphs (same CPU, same units): they reach the
     # first configuration together, so one of them waited for the other and restored.
     assert [h for (h, c), s in starts.items() if c == "baseline" and s["role"] == "follower"], \

@@ -1,11 +1,5 @@
 """The two server units on a simulated host: valid units, argv vLLM accepts, the switch
-between configurations, and systemd bringing a killed server back.
-
-On the fourth host (trn3-sim-1), while the side-by-side scenarios run on the other three
-(helpers/side_by_side.py; this test starts them): a server start here is mostly one
-process on one core, and alone on the fleet it left the other core idle. Nothing here
-judges a latency, and the scenarios judge none either.
-"""
+between configurations, and systemd bringing a killed server back."""
 
 from __future__ import annotations
 
@@ -16,7 +10,6 @@ from pathlib import Path
 
 import jinja2
 import pytest
-from helpers.side_by_side import SideBySide
 
 from prefixbench.config import settings
 from prefixbench.engines.tokenizer import load as load_tokenizer
@@ -26,8 +19,6 @@ from prefixbench_sim.testing import run_playbook as playbook
 
 pytestmark = pytest.mark.integration
 
-#: A bare host the side-by-side scenarios leave free (they run on trn2-sim-1 to -3).
-UNITS_HOST = "trn3-sim-1"
 VENV_PY = "/opt/vllm-prefixbench/venv/bin/python"
 VLLM = "/opt/vllm-prefixbench/venv/bin/vllm"  # vllm_service_vllm_executable
 HERE = Path(__file__).resolve().parent
@@ -66,11 +57,9 @@ def start_and_wait(fleet: SimFleetHandle, repo_root: Path, env: dict[str, str], 
     return float(match.group(1))
 
 
-def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str, str],
-               side_by_side: SideBySide) -> None:
+def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str, str]) -> None:
     fleet = sim_fleet
-    host = fleet.host(UNITS_HOST)
-    assert host.name not in {run.host for run in side_by_side.runs.values()}, side_by_side.runs
+    host = fleet.hosts[0]
 
     # A value with $ and % in the unit's environment (checked in the running process).
     env_vars = json.dumps({"vllm_service_environment": {"VLLM_CPU_KVCACHE_SPACE": "1",
@@ -177,7 +166,7 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
     assert addresses, "the running server listens on nothing?"
     exposed = [a for a in addresses if not a.startswith(("127.0.0.1:", "[::1]:"))]
     assert exposed == [], listening
-    neighbour = next(h for h in fleet.hosts if h != host)
+    neighbour = fleet.hosts[1]
     for port in {a.rsplit(":", 1)[1] for a in addresses}:
         probe = fleet.fleet.ssh(neighbour, [
             "python3", "-c", "import socket, sys; socket.create_connection("

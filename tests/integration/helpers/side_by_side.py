@@ -6,10 +6,8 @@ what each point's units carried, which point is best by its own figures): none o
 compares a latency with a target, so another host's load cannot change their verdict.
 Run one after the other they left the fleet's other hosts idle and the shared cores
 half used (SSH round trips, health polls, the controller's own tasks). Here each runs
-on a host of its own, all started together the first time a test asks for them
-(test_units, which runs on the fourth host meanwhile: its server starts are mostly one
-process on one core, and alone they left the other core idle), and each scenario's
-test waits for its own run only.
+on a host of its own, all started together the first time one of their tests asks,
+and each test waits for its own run only.
 
 Latency-sensitive scenarios (the goodput ladder, the benchmark's TTFT comparisons) are
 not run here: they keep the fleet to themselves.
@@ -65,8 +63,7 @@ def _custom(scratch: Path) -> tuple[list[str], dict[str, int]]:
 
 
 #: Scenario name -> what it runs. Hosts: 0 trn2-sim-1, 1 trn2-sim-2 (the DLAMI-dressed
-#: host, its adopted venv), 2 trn2-sim-3 (the DLAMI of a release no manifest knows); the
-#: fourth, trn3-sim-1, is test_units' meanwhile.
+#: host, its adopted venv), 2 trn3-sim-1.
 SCENARIOS: Final[Mapping[str, Scenario]] = {
     "segment_sweep": Scenario("test_sweep_over_two_segment_sizes", 0, "integration-sweep",
                               _vars("sweep.yml")),
