@@ -190,7 +190,7 @@ def test_units(sim_fleet: SimFleetHandle, repo_root: Path, ansible_env: dict[str
                               "http://127.0.0.1:8000/health || true").strip()
         if now > restarts and code == "200":
             break
-        time.sleep(5)
+        time.sleep(1)
     else:
         pytest.fail("vllm-cached.service did not come back after kill -9")
 

@@ -8,11 +8,14 @@ a dozen lines ending "No inventory was parsed"."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from ansible.errors import AnsibleParserError
 
 from prefixbench.measure.yamlfile import inventory_yaml_problem
 
@@ -118,3 +121,44 @@ def test_a_clean_copy_and_an_ini_inventory_still_list_their_hosts(
     listed = playbook(repo_root, ansible_env, ini, "--list-hosts")
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert "trn2-ini-1" in listed.stdout
+
+
+def load_vars_plugin(repo_root: Path) -> Any:
+    """plugins/vars/prefixbench_yaml_check.py as a module of its own (its cache empty)."""
+    path = repo_root / "plugins" / "vars" / "prefixbench_yaml_check.py"
+    spec = importlib.util.spec_from_file_location("prefixbench_yaml_check_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_vars_plugin_parses_an_inventory_once_until_a_file_changes(
+        tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ansible asks the plugin once per group and host, each time from a new instance
+    (ansible-core 2.21: 8 instances for the sample's 3 hosts and 5 groups, each parsing the
+    whole inventory): one parse serves them all while the files are unchanged, and a file
+    broken since the last parse is still refused."""
+    plugin = load_vars_plugin(repo_root)
+    inv = inventory(tmp_path, repo_root)
+    parses: list[str] = []
+
+    def counted(path: str) -> str | None:
+        parses.append(path)
+        return inventory_yaml_problem(path)
+
+    monkeypatch.setattr(plugin, "inventory_yaml_problem", counted)
+    for _entity in range(8):
+        assert plugin.VarsModule().get_vars(None, str(inv), []) == {}
+    assert parses == [str(inv)]
+
+    model = inv / "group_vars" / "all" / "model.yml"
+    text = model.read_text(encoding="utf-8")
+    model.write_text(text.replace(SETTING, MISTAKES["indentation"][0]), encoding="utf-8")
+    with pytest.raises(AnsibleParserError, match=r"model\.yml:\d+:26: YAML syntax error"):
+        plugin.VarsModule().get_vars(None, str(inv), [])
+    assert len(parses) == 2
+    model.write_text(text, encoding="utf-8")
+    assert plugin.VarsModule().get_vars(None, str(inv), []) == {}
+    assert plugin.VarsModule().get_vars(None, str(inv), []) == {}
+    assert len(parses) == 3

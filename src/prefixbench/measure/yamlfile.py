@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["YamlFileError", "check_inventory_yaml", "inventory_yaml_problem", "load_yaml_file",
-           "yaml_error_line", "yaml_file_problem"]
+__all__ = ["YamlFileError", "check_inventory_yaml", "inventory_files_state",
+           "inventory_yaml_problem", "load_yaml_file", "yaml_error_line", "yaml_file_problem"]
 
 #: The suffixes Ansible reads as YAML in an inventory directory, group_vars and host_vars.
 YAML_SUFFIXES = (".yml", ".yaml", ".json")
@@ -134,6 +134,21 @@ def _inventory_files(inventory: Path) -> list[Path]:
                             if p.is_file() and (p.suffix in YAML_SUFFIXES or p.suffix == "")
                             and not p.name.startswith("."))
     return files
+
+
+def inventory_files_state(inventory: str | Path) -> tuple[tuple[str, int, int], ...]:
+    """The YAML files of an inventory as they are now: (path, mtime in ns, size) each, in
+    :func:`check_inventory_yaml`'s order. Equal states parse alike: a caller that found an
+    inventory clean can skip parsing it again while its state is unchanged (a file added,
+    removed, rewritten or touched changes it)."""
+    state = []
+    for path in _inventory_files(Path(inventory)):
+        try:
+            st = path.stat()
+        except OSError:
+            st = None
+        state.append((str(path), st.st_mtime_ns if st else -1, st.st_size if st else -1))
+    return tuple(state)
 
 
 def check_inventory_yaml(inventory: str | Path) -> None:
